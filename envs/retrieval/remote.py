@@ -1,0 +1,131 @@
+"""``RemoteRetriever``: the Retriever interface over a Search-R1-style HTTP server (ours, or
+Search-R1's own e5 + wiki-18 server), with urllib only."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from envs.retrieval.passage import Passage
+
+
+class RetrievalError(RuntimeError):
+    """The retrieval server could not be reached, or refused or garbled an answer."""
+
+
+class RemoteRetriever:
+    """Search a retrieval server speaking Search-R1's ``POST /retrieve`` protocol.
+
+    Args:
+        url: the endpoint, e.g. ``http://127.0.0.1:8000/retrieve``; a bare
+            ``http://host:port`` gets ``/retrieve`` appended.
+        timeout: seconds per HTTP attempt.
+        retries: further attempts after the first on connection errors, timeouts and 5xx
+            answers, waiting ``backoff * 2**i`` seconds before retry ``i``; 4xx answers are
+            not retried.
+        max_queries_per_request: larger batches are sent as several requests, in order.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_queries_per_request: int = 256,
+    ):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"the retrieval url must be http(s)://host:port[/retrieve], got {url!r}")
+        if parts.path in ("", "/"):
+            url = urllib.parse.urlunsplit(parts._replace(path="/retrieve"))
+        if retries < 0 or timeout <= 0 or backoff < 0 or max_queries_per_request < 1:
+            raise ValueError(
+                f"bad client settings: timeout={timeout}, retries={retries}, backoff={backoff}, "
+                f"max_queries_per_request={max_queries_per_request}"
+            )
+        self.url = url
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_queries_per_request = max_queries_per_request
+
+    def describe(self) -> dict[str, Any]:
+        """What a result file should record about this retriever (PITFALLS 11)."""
+        return {"retriever": "remote", "url": self.url}
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
+        """One ranked list of Passages (with scores) per query, best first."""
+        if isinstance(queries, str):
+            raise TypeError("search takes a sequence of query strings; wrap a single query in a list")
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        results: list[list[Passage]] = []
+        step = self.max_queries_per_request
+        for start in range(0, len(queries), step):
+            chunk = list(queries[start : start + step])
+            answer = self._post({"queries": chunk, "topk": top_k, "return_scores": True})
+            results.extend(self._parse(answer, len(chunk)))
+        return results
+
+    def _post(self, payload: dict[str, Any]) -> Any:
+        body = json.dumps(payload).encode()
+        last: str = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            request = urllib.request.Request(
+                self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    raw = response.read()
+            except urllib.error.HTTPError as e:
+                message = _error_message(e)
+                if e.code < 500:
+                    raise RetrievalError(f"{self.url} refused the request: HTTP {e.code}: {message}") from None
+                last = f"HTTP {e.code}: {message}"
+                continue
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # refused, reset, timed out, cut
+                last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+                continue
+            try:
+                return json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise RetrievalError(f"{self.url} answered with malformed JSON: {e}") from None
+        raise RetrievalError(
+            f"retrieval server {self.url} failed after {self.retries + 1} attempts; last error: {last}"
+        )
+
+    def _parse(self, answer: Any, n_queries: int) -> list[list[Passage]]:
+        try:
+            result = answer["result"]
+            if len(result) != n_queries:
+                raise ValueError(f"{len(result)} result lists for {n_queries} queries")
+            return [[_passage(hit) for hit in hits] for hits in result]
+        except (KeyError, TypeError, ValueError) as e:
+            raise RetrievalError(f"{self.url} answered in an unexpected shape: {e}") from None
+
+
+def _passage(hit: Any) -> Passage:
+    # {"document": {...}, "score": s}, or the bare document when a server ignores return_scores.
+    if isinstance(hit, dict) and "document" in hit:
+        return Passage.from_row(hit["document"], score=float(hit.get("score", 0.0)))
+    return Passage.from_row(hit)
+
+
+def _error_message(e: urllib.error.HTTPError) -> str:
+    try:
+        raw = e.read()
+    except OSError:
+        return e.reason
+    try:
+        return json.loads(raw)["error"]
+    except (ValueError, KeyError, TypeError):
+        return raw.decode("utf-8", "replace")[:200] or str(e.reason)

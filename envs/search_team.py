@@ -1,0 +1,405 @@
+"""SearchTeam: an LLM agent team answers open-domain questions with a retriever.
+
+This module's docstring is the environment's documentation page.
+
+==================  ===========================================================
+Import              ``from envs import search_team_v0``
+Agents              hierarchical: ``leader_0``, ``searcher_0..K-1``, ``answerer_0..C-1``;
+                    cascade: ``searcher_0``, ``answerer_0..C-1``
+Actions (turn)      ``Sequence(Discrete(V), stack=True)``: one whole turn of token ids
+                    (a ``str``, an ``agents.Action`` or a dict ``{"token_ids", "logprobs"}``
+                    is accepted too; text is tokenised once)
+Actions (token)     ``Discrete(V)``: one token id (or ``{"token_id", "logprob"}``)
+Observations        ``Dict(observation=Box(0, V-1, (L,), int64), length=Box(0, L, (1,),
+                    int64)[, action_mask=Box(0, 1, (V,), int8)])``: the agent's context,
+                    padded to ``L = max_context_tokens``; ``action_mask`` in token mode only
+==================  ===========================================================
+
+**Flow (hierarchical, H-MAS).** The Leader reads the question and either dispatches a wave
+of sub-tasks, one ``<subtask>...</subtask>`` per Searcher, or ends its work with
+``<select>1, 3</select>``, the numbers (in arrival order) of the reports the Answerers
+read. Each dispatched Searcher runs ReAct turns: ``<search>query</search>`` is answered by
+the env with ``<information>Doc 1(Title: T) text ...</information>`` (top-k passages);
+``<summary>report</summary>`` ends it. When every Searcher of the wave has reported, the
+Leader sees the numbered reports and acts again; at most ``max_waves`` waves. Then every
+Answerer writes one candidate, ``<answer>text</answer>``, from the same context
+(question + selected reports). ``<think>...</think>`` is free text for every role.
+**Cascade (C-MAS):** ``searcher_0`` gets the question; the Answerers get its report.
+
+The AEC cycle visits the agents that await a turn in name order (the Searchers of a wave
+take turns, round robin); an agent's whole turn finishes before the next agent acts.
+
+**Untrusted output.** ``step()`` never raises on model output. A malformed turn gets a
+corrective observation, ``infos[agent]["invalid"] = True`` and counts against the
+Searcher's format bonus; budgets end a role that never gets it right (Searcher: empty
+report; Leader: selects every report; Answerer: empty candidate). A turn ends at the
+role's closing tag (``</search>``, ``</summary>``, ``</select>``, ``</answer>``), at EOS,
+or at the turn's token budget; tokens after the end of a turn are dropped.
+
+**Step modes.** ``turn``: one step is one whole turn. ``token``: one step is one token;
+the mask allows every token until the turn's budget is reached, where it allows only EOS.
+The same token streams give identical Episodes in both modes.
+
+**Rewards** (all agents, at the end; weights in ``RewardConfig``): each Answerer gets its
+candidate's exact match; the Leader ``0.9 R_EM + 0.1 min(C_tool, 6)/6``; a Searcher
+``0.9 R_EM + 0.1 b_S`` (b_S = 0 / 0.5 / 1 after 0 / 1 / 2+ searches, -1 for an invalid
+format), averaged over the waves it served. ``R_EM`` = 1 when any candidate is correct
+(SQuAD-normalised EM against every gold answer). The team's final answer is the majority
+candidate (ties: the first).
+
+**Records.** ``env.unwrapped.episode`` (and ``infos[agent]["episode"]`` at the end) is the
+:class:`envs.episode.Episode`: per segment the exact token ids, role, wave, loss mask and
+behaviour log-probs; per episode R_EM, candidates, final answer and cost counters.
+
+**Version history.** v0: first release.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+from pettingzoo.utils import wrappers
+
+from envs import protocol as P
+from envs.episode import Episode
+from envs.rewards import RewardConfig
+from envs.team import TeamConfig, TeamEpisode
+
+STEP_MODES = ("turn", "token")
+
+
+def env(**kwargs: Any) -> AECEnv:
+    """The wrapped environment (order enforcing), the PettingZoo way."""
+    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+
+@functools.lru_cache(maxsize=1)
+def default_tokenizer() -> Any:
+    from envs.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+@functools.lru_cache(maxsize=1)
+def default_retriever() -> Any:
+    """MiniLM over the synthetic world's corpus (index cached on disk)."""
+    from envs.data.synthwiki import default_world
+    from envs.retrieval import DenseRetriever
+
+    return DenseRetriever(default_world().corpus)
+
+
+@functools.lru_cache(maxsize=1)
+def default_questions() -> tuple[Any, ...]:
+    """The synthetic world's training questions, all seven styles."""
+    from envs.data.synthwiki import default_world
+
+    world = default_world()
+    return tuple(q for qs in world.all_questions("train").values() for q in qs)
+
+
+class raw_env(AECEnv):
+    """The SearchTeam AEC environment; see the module docstring."""
+
+    metadata = {"render_modes": ["human", "ansi"], "name": "search_team_v0",
+                "is_parallelizable": False}
+
+    def __init__(
+        self,
+        workflow: str = "hierarchical",
+        step_mode: str = "turn",
+        tokenizer: Any = None,
+        retriever: Any = None,
+        questions: Sequence[Any] | None = None,
+        max_waves: int = 3,
+        max_searchers: int = 3,
+        max_searcher_turns: int = 4,
+        num_candidates: int = 5,
+        top_k: int = 3,
+        max_turn_tokens: int = 256,
+        max_context_tokens: int = 4096,
+        max_leader_turns: int = 0,
+        max_answerer_turns: int = 2,
+        rewards: RewardConfig | dict[str, float] | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        if step_mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {STEP_MODES}, got {step_mode!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None, 'human' or 'ansi', got {render_mode!r}")
+        if isinstance(rewards, dict):
+            rewards = RewardConfig(**rewards)
+        self.config = TeamConfig(
+            workflow=workflow, max_waves=max_waves, max_searchers=max_searchers,
+            max_searcher_turns=max_searcher_turns, max_leader_turns=max_leader_turns,
+            max_answerer_turns=max_answerer_turns, num_candidates=num_candidates, top_k=top_k,
+            max_turn_tokens=max_turn_tokens, max_context_tokens=max_context_tokens,
+            rewards=rewards or RewardConfig(),
+        )
+        self.step_mode = step_mode
+        self.render_mode = render_mode
+        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
+        self.retriever = retriever if retriever is not None else default_retriever()
+        self.questions = list(questions) if questions is not None else list(default_questions())
+        if not self.questions:
+            raise ValueError("questions is empty: give at least one QA item (or None for the synthetic world)")
+        self.chat = P.ChatFormat(self.tokenizer)
+        self.vocab_size = len(self.tokenizer)
+        self.eos_id = self.chat.end_id
+        self.ender = P.TurnEnder(self.tokenizer, [self.eos_id, self.tokenizer.eos_token_id])
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+        self.possible_agents = self.config.agents
+        L, V = self.config.max_context_tokens, self.vocab_size
+        self.observation_spaces = {a: self._observation_space(L, V) for a in self.possible_agents}
+        self.action_spaces = {
+            a: gymnasium.spaces.Discrete(V) if step_mode == "token"
+            else gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
+            for a in self.possible_agents
+        }
+        self._eos_only = np.zeros(V, dtype=np.int8)
+        self._eos_only[self.eos_id] = 1
+        self.core: TeamEpisode | None = None
+        self.np_random, _ = seeding.np_random(None)
+
+    def _observation_space(self, L: int, V: int) -> gymnasium.spaces.Dict:
+        spaces = {"observation": gymnasium.spaces.Box(0, V - 1, (L,), np.int64),
+                  "length": gymnasium.spaces.Box(0, L, (1,), np.int64)}
+        if self.step_mode == "token":
+            spaces["action_mask"] = gymnasium.spaces.Box(0, 1, (V,), np.int8)
+        return gymnasium.spaces.Dict(spaces)
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.action_spaces[agent]
+
+    # ------------------------------------------------------------------ episode
+
+    @property
+    def episode(self) -> Episode | None:
+        """The current (or last) episode's record."""
+        return None if self.core is None else self.core.episode
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        question = (options or {}).get("question")
+        if question is None:
+            question = self.questions[int(self.np_random.integers(len(self.questions)))]
+        self.core = TeamEpisode(self.config, self.chat, question, seed=seed)
+        self.agents = self.possible_agents[:]
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {"role": P.role_of(a)} for a in self.agents}
+        self._buffers: dict[str, tuple[list[int], list[float] | None]] = {}
+        self._log: list[str] = [f"Question: {self.core.question.question}"]
+        self._rendered = 0
+        self.agent_selection = self.core.awaiting[0]
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        context = self.context(agent)
+        L = self.config.max_context_tokens
+        obs = np.full(L, self.pad_id, dtype=np.int64)
+        obs[: len(context)] = context
+        out = {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
+        if self.step_mode == "token":
+            out["action_mask"] = self.action_mask(agent)
+        return out
+
+    def context(self, agent: str) -> list[int]:
+        """The agent's context, including the turn it is writing (token mode)."""
+        base = self.core.context(agent) if self.core is not None else []
+        buf = self._buffers.get(agent)
+        return base + buf[0] if buf else list(base)
+
+    def context_text(self, agent: str) -> str:
+        """The agent's context as text, for people."""
+        return self.tokenizer.decode(self.context(agent))
+
+    def action_mask(self, agent: str) -> np.ndarray:
+        """Every token, until the turn's budget is reached; then only EOS."""
+        used = len(self._buffers.get(agent, ([], None))[0])
+        if self.core is not None and used >= self.core.turn_budget(agent) - 1:
+            return self._eos_only.copy()
+        return np.ones(self.vocab_size, dtype=np.int8)
+
+    # ------------------------------------------------------------------ stepping
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        if self.step_mode == "token":
+            turn = self._token_step(agent, action)
+        else:
+            turn = self._turn_of(agent, action)
+        if turn is not None:
+            self._play(agent, *turn)
+        self._accumulate_rewards()
+
+    def _token_step(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str] | None:
+        """Append one token; return the whole turn once it has ended."""
+        token, logprob = _token_of(action)
+        note = ""
+        if token is None or not 0 <= token < self.vocab_size:
+            note = f"not a token id in [0, {self.vocab_size}): {_short(action)}; EOS used"
+            token, logprob = self.eos_id, None
+        ids, lps = self._buffers.get(agent) or ([], [])
+        ids.append(token)
+        if lps is not None and logprob is not None:
+            lps.append(logprob)
+        else:
+            lps = None
+        self._buffers[agent] = (ids, lps)
+        budget = self.core.turn_budget(agent)
+        if not (self.ender.ends_at(ids, len(ids) - 1, P.STOP_STRINGS[P.role_of(agent)])
+                or len(ids) >= budget):
+            return None
+        del self._buffers[agent]
+        return ids, lps, note
+
+    def _turn_of(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str]:
+        """A whole turn from any accepted action form, cut at its end and its budget."""
+        ids, lps, note = _turn_ids(action, self.chat, self.vocab_size)
+        end = self.ender.first_end(ids, P.STOP_STRINGS[P.role_of(agent)])
+        if end is not None and end + 1 < len(ids):
+            note = note or f"{len(ids) - end - 1} tokens after the end of the turn were dropped"
+            ids, lps = ids[: end + 1], None if lps is None else lps[: end + 1]
+        budget = self.core.turn_budget(agent)
+        if len(ids) > budget:
+            note = note or f"turn cut to its budget of {budget} tokens"
+            ids, lps = ids[:budget], None if lps is None else lps[:budget]
+        return ids, lps, note
+
+    def _play(self, agent: str, ids: list[int], lps: list[float] | None, note: str) -> None:
+        core = self.core
+        seg = core.live[agent]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        result = core.play(agent, ids, lps, text=text)
+        self._log.append(f"[{agent}] {text}")
+        if result.query is not None:
+            passages = self.retriever.search([result.query], self.config.top_k)[0]
+            core.deliver(agent, passages)
+            self._log.append("  " + P.render_passages(passages))
+        elif result.invalid:
+            self._log.append(f"  (invalid: {result.reason})")
+        self.infos[agent] = {"role": seg.role, "kind": result.kind, "invalid": result.invalid,
+                             "reason": result.reason, "turn": seg.turns, "wave": seg.wave,
+                             "text": text, "note": note}
+        if core.done:
+            self._finish()
+        else:
+            self.agent_selection = self._next_agent(agent)
+
+    def _next_agent(self, current: str) -> str:
+        """The next awaiting agent after ``current`` in cycle order (round robin)."""
+        order = self.possible_agents
+        awaiting = set(self.core.awaiting)
+        start = order.index(current)
+        for k in range(1, len(order) + 1):
+            candidate = order[(start + k) % len(order)]
+            if candidate in awaiting:
+                return candidate
+        raise RuntimeError(f"no agent awaits a turn in phase {self.core.phase!r}")  # a core bug
+
+    def _finish(self) -> None:
+        ep = self.core.episode
+        self.rewards = {a: float(ep.rewards.get(a, 0.0)) for a in self.agents}
+        for a in self.agents:
+            self.terminations[a] = True
+            self.infos[a] = {**self.infos[a], "episode": ep}
+        self._log.append(f"Candidates: {ep.candidates}  final: {ep.final_answer!r}  "
+                         f"gold: {ep.question['golden_answers']}  R_EM={ep.team_em:.0f}")
+        self._log.append("Rewards: " + ", ".join(f"{a}={r:.3f}" for a, r in self.rewards.items()))
+        self.agent_selection = self.agents[0]
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(self) -> str | None:
+        """What happened since the last render: turns, retrieved passages, the outcome."""
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
+            return None
+        lines = self._log[self._rendered:] if self.core is not None else ["(not reset)"]
+        self._rendered = len(self._log)
+        text = "\n".join(lines) if lines else f"(phase {self.core.phase}, awaiting {self.core.awaiting})"
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- action decoding
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _token_of(action: Any) -> tuple[int | None, float | None]:
+    """(token id, log-prob) from an int, a 0-d array, an object or a dict; None if garbage."""
+    logprob = None
+    if isinstance(action, dict):
+        action, logprob = action.get("token_id"), action.get("logprob")
+    elif hasattr(action, "token_id"):
+        action, logprob = action.token_id, getattr(action, "logprob", None)
+    try:
+        arr = np.asarray(action)
+        if arr.size != 1 or not np.issubdtype(arr.dtype, np.integer):
+            return None, None
+        return int(arr.reshape(())), None if logprob is None else float(logprob)
+    except (TypeError, ValueError):
+        return None, None
+
+
+def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int) -> tuple[list[int], list[float] | None, str]:
+    """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn."""
+    logprobs = text = None
+    if isinstance(action, dict):
+        ids, logprobs, text = action.get("token_ids"), action.get("logprobs"), action.get("text")
+    elif hasattr(action, "token_ids") or hasattr(action, "text"):
+        ids = getattr(action, "token_ids", None)
+        logprobs, text = getattr(action, "logprobs", None), getattr(action, "text", None)
+    elif isinstance(action, str):
+        ids, text = None, action
+    else:
+        ids = action
+    if ids is None:
+        if isinstance(text, str):
+            return chat.encode(text), None, ""
+        return [], None, f"not a turn: {_short(action)}"
+    try:
+        arr = np.asarray(ids)
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError
+    except (TypeError, ValueError):
+        return [], None, f"not a 1-D sequence of token ids: {_short(ids)}"
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        return [], None, f"token ids outside [0, {vocab}): {_short(ids)}"
+    out = arr.astype(np.int64).tolist()
+    if logprobs is not None:
+        try:
+            logprobs = np.asarray(logprobs, dtype=np.float64).reshape(-1).tolist()
+        except (TypeError, ValueError):
+            logprobs = None
+        if logprobs is not None and (len(logprobs) != len(out) or not np.isfinite(logprobs).all()):
+            logprobs = None
+    return out, logprobs, ""

@@ -1,0 +1,360 @@
+"""The SearchTeam core: a small state machine over one episode, one handler per role.
+
+It knows which agents await a turn, applies whole turns (token ids in, token ids out),
+and records the Episode as it goes. It knows nothing of PettingZoo or of step modes: the
+AEC env (``envs.search_team``) drives it one agent at a time, and a batched collector may
+drive many cores at once, gathering every pending search into one retriever call
+(``play`` returns the query; ``deliver`` hands the passages back).
+
+Phases: ``leader`` -> ``search`` (a wave) -> ``leader`` -> ... -> ``answer`` -> ``done``
+(hierarchical), or ``search`` -> ``answer`` -> ``done`` (cascade).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs import protocol as P
+from envs.episode import Episode, Segment
+from envs.rewards import RewardConfig, exact_match, majority_answer
+
+WORKFLOWS = ("hierarchical", "cascade")
+MIN_TURN_ROOM = 16
+"""Context tokens an agent must have left to be given another turn."""
+
+
+@dataclass(frozen=True)
+class TeamConfig:
+    """Shape and budgets of the team. Budgets end roles; they never crash the env."""
+
+    workflow: str = "hierarchical"
+    """``hierarchical`` (H-MAS: Leader, waves of Searchers, Answerers) or ``cascade``
+    (C-MAS: one Searcher on the question, then the Answerers)."""
+    max_waves: int = 3
+    """Most waves the Leader may dispatch."""
+    max_searchers: int = 3
+    """Most Searchers in one wave (K); agents ``searcher_0..K-1``."""
+    max_searcher_turns: int = 4
+    """Turns a Searcher gets per sub-task (searches plus the summary)."""
+    max_leader_turns: int = 0
+    """Turns the Leader gets in all; 0 means ``max_waves + 2``."""
+    max_answerer_turns: int = 2
+    """Turns an Answerer gets to write a valid ``<answer>``."""
+    num_candidates: int = 5
+    """Answerers (C), each writing one candidate from the same context."""
+    top_k: int = 3
+    """Passages per search."""
+    max_turn_tokens: int = 256
+    """Most tokens in one turn."""
+    max_context_tokens: int = 4096
+    """Most tokens in one agent's context; also the observation array's length."""
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if self.workflow not in WORKFLOWS:
+            raise ValueError(f"workflow must be one of {WORKFLOWS}, got {self.workflow!r}")
+        for name in ("max_waves", "max_searchers", "max_searcher_turns", "max_answerer_turns",
+                     "num_candidates", "top_k", "max_turn_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_leader_turns < 0:
+            raise ValueError(f"max_leader_turns must be >= 0, got {self.max_leader_turns}")
+        if self.max_context_tokens < 4 * MIN_TURN_ROOM + self.max_turn_tokens:
+            raise ValueError(
+                f"max_context_tokens={self.max_context_tokens} leaves no room for a prompt "
+                f"and a {self.max_turn_tokens}-token turn"
+            )
+
+    @property
+    def leader_turns(self) -> int:
+        return self.max_leader_turns or self.max_waves + 2
+
+    @property
+    def agents(self) -> list[str]:
+        """The possible agents, in the order the AEC env cycles through them."""
+        searchers = 1 if self.workflow == "cascade" else self.max_searchers
+        leader = ["leader_0"] if self.workflow == "hierarchical" else []
+        return (leader + [f"searcher_{i}" for i in range(searchers)]
+                + [f"answerer_{j}" for j in range(self.num_candidates)])
+
+
+@dataclass(frozen=True)
+class Question:
+    """The minimal view of a QA item the core needs (``envs.data.QAItem`` has it)."""
+
+    id: str
+    question: str
+    golden_answers: tuple[str, ...] = ()
+    dataset: str = ""
+
+    @classmethod
+    def of(cls, item: Any) -> Question:
+        if isinstance(item, str):
+            return cls(id="", question=item)
+        answers = item.golden_answers
+        return cls(str(item.id), item.question,
+                   (answers,) if isinstance(answers, str) else tuple(answers),
+                   getattr(item, "dataset", ""))
+
+
+@dataclass
+class TurnResult:
+    """What one turn did; the AEC env copies it into ``infos``."""
+
+    kind: str
+    invalid: bool = False
+    reason: str = ""
+    query: str | None = None
+    """The search query awaiting ``deliver`` (Searcher search turns only)."""
+
+
+class TeamEpisode:
+    """One episode's state. Create, then alternate ``awaiting`` / ``play`` (/ ``deliver``)."""
+
+    def __init__(self, config: TeamConfig, chat: P.ChatFormat, question: Any, seed: int | None = None):
+        self.config = config
+        self.chat = chat
+        self.question = Question.of(question)
+        self.phase = "leader"
+        self.episode = Episode(
+            question={"id": self.question.id, "question": self.question.question,
+                      "golden_answers": list(self.question.golden_answers),
+                      "dataset": self.question.dataset},
+            workflow=config.workflow, seed=seed,
+            tag_counts=dict.fromkeys(P.TAGS, 0),
+        )
+        self.live: dict[str, Segment] = {}
+        """The segment each agent is writing now."""
+        self.awaiting: list[str] = []
+        self.pending: dict[str, str] = {}
+        """Searchers whose search awaits its passages."""
+        self._wave_reports: list[tuple[int, str, str]] = []
+        self._prompts = {role: text.format(
+            max_searchers=config.max_searchers, max_waves=config.max_waves,
+            max_searches=config.max_searcher_turns - 1) for role, text in P.SYSTEM_PROMPTS.items()}
+        if config.workflow == "hierarchical":
+            self._start("leader_0", -1, self.question.question, f"Question: {self.question.question}")
+            self.awaiting = ["leader_0"]
+        else:
+            self.phase = "search"
+            self._start("searcher_0", 0, self.question.question, f"Task: {self.question.question}")
+            self.awaiting = ["searcher_0"]
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def context(self, agent: str) -> list[int]:
+        """The agent's current context (empty for an agent that has not been given work)."""
+        seg = self.live.get(agent)
+        return seg.token_ids if seg is not None else []
+
+    def turn_budget(self, agent: str) -> int:
+        """Most tokens the agent's next turn may have (leaves room for the closing token)."""
+        room = self.config.max_context_tokens - len(self.context(agent)) - 1
+        return max(1, min(self.config.max_turn_tokens, room))
+
+    # ------------------------------------------------------------------ acting
+
+    def play(self, agent: str, ids: Sequence[int], logprobs: Sequence[float] | None = None,
+             text: str | None = None) -> TurnResult:
+        """Apply one whole turn of ``agent``. ``text`` is the decoded turn, when known."""
+        if agent not in self.awaiting:
+            raise ValueError(f"{agent} is not awaiting a turn (awaiting: {self.awaiting})")
+        seg = self.live[agent]
+        ep = self.episode
+        ep.input_tokens += len(seg.token_ids)
+        ep.output_tokens += len(ids)
+        ep.turns += 1
+        seg.turns += 1
+        seg.append(ids, generated=True, logprobs=logprobs)
+        seg.append(self.chat.closing(ids), generated=False)
+        if text is None:
+            text = self.chat.tokenizer.decode(list(ids), skip_special_tokens=True)
+        for tag, n in P.count_tags(text).items():
+            ep.tag_counts[tag] += n
+        handler = {P.LEADER: self._leader_turn, P.SEARCHER: self._searcher_turn,
+                   P.ANSWERER: self._answerer_turn}[seg.role]
+        result = handler(agent, seg, text)
+        if result.invalid:
+            seg.invalid_turns += 1
+            ep.invalid_turns += 1
+        return result
+
+    def deliver(self, agent: str, passages: Sequence[Any]) -> None:
+        """Hand a Searcher the passages of its pending search."""
+        self.pending.pop(agent)
+        seg = self.live[agent]
+        turns_left = self.config.max_searcher_turns - seg.turns
+        if turns_left <= 0:
+            self._finish_searcher(agent, seg, "", valid=False)
+            return
+        note = "\nYou have one turn left: write your <summary> now." if turns_left == 1 else ""
+        if self._observe(seg, P.render_passages(passages) + note):
+            self._await(agent)
+        else:
+            self._finish_searcher(agent, seg, "", valid=False)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _leader_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
+        cfg = self.config
+        parsed = P.parse_leader(text, len(self.episode.reports), cfg.max_searchers)
+        if parsed.kind == "dispatch" and self.episode.num_waves >= cfg.max_waves:
+            parsed = P.ParsedTurn("invalid", reason="no waves left; write <select>numbers</select>")
+        if parsed.kind == "dispatch":
+            self.awaiting.remove(agent)
+            self._start_wave(parsed.subtasks)
+            return TurnResult("dispatch")
+        if parsed.kind == "select":
+            seg.finished_validly = True
+            self._start_answerers(list(parsed.selection))
+            return TurnResult("select")
+        if seg.turns >= cfg.leader_turns or not self._observe(seg, self._corrective(P.LEADER, parsed.reason)):
+            self._start_answerers(list(range(1, len(self.episode.reports) + 1)))
+        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+
+    def _searcher_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
+        parsed = P.parse_searcher(text)
+        if parsed.kind == "search":
+            seg.num_searches += 1
+            self.episode.num_searches += 1
+            self.awaiting.remove(agent)
+            self.pending[agent] = parsed.text
+            return TurnResult("search", query=parsed.text)
+        if parsed.kind == "summary":
+            self._finish_searcher(agent, seg, parsed.text, valid=True)
+            return TurnResult("summary")
+        if seg.turns >= self.config.max_searcher_turns or not self._observe(
+                seg, self._corrective(P.SEARCHER, parsed.reason)):
+            self._finish_searcher(agent, seg, "", valid=False)
+        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+
+    def _answerer_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
+        parsed = P.parse_answerer(text)
+        if parsed.kind == "answer":
+            seg.output, seg.finished_validly = parsed.text, True
+            self._retire(agent)
+            return TurnResult("answer")
+        if seg.turns >= self.config.max_answerer_turns or not self._observe(
+                seg, self._corrective(P.ANSWERER, parsed.reason)):
+            self._retire(agent)
+        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+
+    # ------------------------------------------------------------------ transitions
+
+    def _start_wave(self, subtasks: Sequence[str]) -> None:
+        self.phase = "search"
+        wave = self.episode.num_waves
+        self._wave_reports = []
+        for i, task in enumerate(subtasks):
+            agent = f"searcher_{i}"
+            self._start(agent, wave, task, f"Task: {task}")
+            self.awaiting.append(agent)
+
+    def _finish_searcher(self, agent: str, seg: Segment, report: str, valid: bool) -> None:
+        seg.output, seg.finished_validly = report, valid
+        self._retire(agent)
+        ep = self.episode
+        ep.reports.append(report)
+        self._wave_reports.append((len(ep.reports), seg.task, report))
+        if self.awaiting or self.pending:
+            return
+        ep.num_waves += 1
+        if self.config.workflow == "cascade":
+            self._start_answerers([1])
+            return
+        self.phase = "leader"
+        leader = self.live["leader_0"]
+        left = self.config.max_waves - ep.num_waves
+        if left > 0:
+            ask = (f"Waves left: {left}. Dispatch another wave with <subtask> tags, or choose "
+                   "the reports for the Answerer with <select>numbers</select>.")
+        else:
+            ask = "No waves left: choose the reports for the Answerer with <select>numbers</select>."
+        reports = P.render_reports(self._wave_reports)
+        if leader.turns < self.config.leader_turns and self._observe(leader, f"{reports}\n\n{ask}"):
+            self._await("leader_0")
+        else:
+            self._start_answerers(list(range(1, len(ep.reports) + 1)))
+
+    def _start_answerers(self, selection: list[int]) -> None:
+        ep = self.episode
+        ep.selection = selection
+        self.awaiting = [a for a in self.awaiting if a != "leader_0"]
+        self.phase = "answer"
+        evidence = "\n".join(f"[{n}] {ep.reports[n - 1] or '(no report)'}" for n in selection)
+        user = f"Question: {self.question.question}\n\nEvidence:\n{evidence or '(none)'}"
+        for j in range(self.config.num_candidates):
+            agent = f"answerer_{j}"
+            self._start(agent, -1, self.question.question, user)
+            self.awaiting.append(agent)
+
+    def _retire(self, agent: str) -> None:
+        if agent in self.awaiting:  # a Searcher retired on its search results is pending
+            self.awaiting.remove(agent)
+        if self.phase == "answer" and not self.awaiting:
+            self._score()
+
+    def _score(self) -> None:
+        """Role rewards at the end of the episode (PAPER.md sections 3-4)."""
+        self.phase = "done"
+        ep, rc = self.episode, self.config.rewards
+        gold = self.question.golden_answers
+        answerers = ep.segments_of(P.ANSWERER)
+        ep.candidates = [s.output for s in answerers]
+        ep.candidate_em = [exact_match(c, gold) if c else 0.0 for c in ep.candidates]
+        ep.team_em = max(ep.candidate_em, default=0.0)
+        ep.final_answer = majority_answer(ep.candidates)
+        ep.final_em = exact_match(ep.final_answer, gold) if ep.final_answer else 0.0
+        per_agent: dict[str, list[float]] = {a: [] for a in self.config.agents}
+        for seg in ep.segments:
+            if seg.role == P.LEADER:
+                seg.reward = rc.leader_reward(ep.team_em, ep.num_searches)
+            elif seg.role == P.SEARCHER:
+                valid = seg.finished_validly and seg.invalid_turns == 0
+                seg.reward = rc.searcher_reward(ep.team_em, seg.num_searches, valid)
+            else:
+                seg.reward = ep.candidate_em[int(seg.agent.rsplit("_", 1)[1])]
+            per_agent[seg.agent].append(seg.reward)
+        ep.rewards = {a: (sum(r) / len(r) if r else 0.0) for a, r in per_agent.items()}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _start(self, agent: str, wave: int, task: str, user: str) -> None:
+        """Open a fresh context for ``agent`` (a new segment of the episode)."""
+        role = P.role_of(agent)
+        seg = Segment(agent=agent, role=role, wave=wave, task=task)
+        seg.append(self._fit_prompt(self._prompts[role], user), generated=False)
+        self.live[agent] = seg
+        self.episode.segments.append(seg)
+
+    def _fit_prompt(self, system: str, user: str) -> list[int]:
+        """The prompt's ids, shortening over-long user text so a turn still fits."""
+        limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
+        ids = self.chat.prompt(system, user)
+        while len(ids) > limit and len(user) > 16:
+            user = user[: int(len(user) * 0.8 * limit / len(ids))] + " ..."
+            ids = self.chat.prompt(system, user)
+        return ids
+
+    def _observe(self, seg: Segment, text: str) -> bool:
+        """Append an env-written message; False when the context has no room left for it."""
+        ids = self.chat.observation(text)
+        if len(seg.token_ids) + len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
+            return False
+        seg.append(ids, generated=False)
+        return True
+
+    def _corrective(self, role: str, reason: str) -> str:
+        return f"Invalid turn: {reason}. {P.FORMAT_REMINDERS[role]}"
+
+    def _await(self, agent: str) -> None:
+        """Put ``agent`` back among the awaiting, keeping the cycle order."""
+        order = self.config.agents
+        self.awaiting.append(agent)
+        self.awaiting.sort(key=order.index)

@@ -1,0 +1,93 @@
+"""Shared fixtures: the real SmolLM2 tokenizer (offline, cached) and a tiny keyword
+retriever, so env tests run in milliseconds without a neural encoder."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Doc:
+    id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+
+class KeywordRetriever:
+    """Ranks passages by shared lower-case words with the query (ties: corpus order)."""
+
+    def __init__(self, docs):
+        self.docs = list(docs)
+        self.calls = 0
+
+    def search(self, queries, top_k=3):
+        self.calls += 1
+        out = []
+        for q in queries:
+            words = set(q.lower().split())
+            scored = [(len(words & set(f"{d.title} {d.text}".lower().split())), -i, d)
+                      for i, d in enumerate(self.docs)]
+            scored.sort(reverse=True)
+            out.append([Doc(d.id, d.title, d.text, float(s)) for s, _, d in scored[:top_k]])
+        return out
+
+
+WORLD = [
+    Doc("1", "Velmora Quist", "Velmora Quist was born in Port Velm in 1901."),
+    Doc("2", "Port Velm", "Port Velm is a city in Ostria."),
+    Doc("3", "Ostria", "Ostria's capital is Kesh."),
+    Doc("4", "Velmora Quast", "Velmora Quast was born in Dunmere in 1903."),
+]
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    question: str
+    golden_answers: tuple
+    dataset: str = "hotpotqa"
+
+
+QUESTION = Item("q1", "In which country was Velmora Quist born?", ("Ostria", "the Ostrian Republic"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from envs.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture
+def retriever():
+    return KeywordRetriever(WORLD)
+
+
+@pytest.fixture
+def make_env(tokenizer, retriever):
+    """``make_env(**kwargs)``: a raw SearchTeam env on the keyword world, reset on QUESTION."""
+    from envs import search_team_v0
+
+    def make(**kwargs):
+        kwargs.setdefault("questions", [QUESTION])
+        e = search_team_v0.raw_env(tokenizer=tokenizer, retriever=retriever, **kwargs)
+        e.reset(seed=0)
+        return e
+
+    return make
+
+
+def run_script(env, script):
+    """Step ``env`` with each agent's scripted turns in order; returns the Episode."""
+    script = {a: list(turns) for a, turns in script.items()}
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else script[agent].pop(0))
+    return env.unwrapped.episode
