@@ -246,10 +246,15 @@ class raw_env(AECEnv):
         if self.step_mode == "token":
             turn = self._token_step(agent, action)
         else:
-            turn = self._turn_of(agent, action)
+            turn = self.prepare_turn(agent, action)
         if turn is not None:
             self._play(agent, *turn)
         self._accumulate_rewards()
+
+    def prepare_turn(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str]:
+        """A whole turn from any accepted action form, cut at its end and at its budget:
+        (token ids, log-probs or None, note). Batched collectors use it with ``core``."""
+        return self._turn_of(agent, action)
 
     def _token_step(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str] | None:
         """Append one token; return the whole turn once it has ended."""

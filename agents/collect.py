@@ -1,0 +1,119 @@
+"""The batched rollout collector: the hot path of training and evaluation.
+
+It runs G env copies per question side by side. Every step it sends every agent that
+awaits a turn, in every copy, to the policy in one batch, applies the turns, and answers
+all the searches they asked for with one retriever call. It drives each copy's
+:class:`envs.team.TeamEpisode` directly (the AEC API serves one agent at a time), using
+the env's own turn handling, so the Episodes are exactly those that stepping the
+PettingZoo env with the same turns would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.base import Observation, Policy
+from envs import protocol as P
+from envs.episode import Episode, save_episodes
+
+
+def observations_of(env: Any, env_index: int = 0) -> list[Observation]:
+    """One Observation per agent awaiting a turn in ``env`` (a SearchTeam env after reset)."""
+    raw = env.unwrapped
+    core = raw.core
+    return [
+        Observation(agent=agent, role=P.role_of(agent),
+                    token_ids=np.asarray(core.context(agent), dtype=np.int64),
+                    stop=P.STOP_STRINGS[P.role_of(agent)], max_new_tokens=core.turn_budget(agent),
+                    env_index=env_index, decode=raw.tokenizer.decode)
+        for agent in core.awaiting
+    ]
+
+
+def collect(
+    env_fn: Callable[[], Any],
+    policy: Policy,
+    questions: Sequence[Any],
+    group_size: int = 1,
+    *,
+    seed: int = 0,
+    max_envs: int | None = None,
+    progress: bool = False,
+    out: str | Path | None = None,
+) -> list[list[Episode]]:
+    """Roll out ``group_size`` workflows per question; Episodes grouped by question.
+
+    ``env_fn()`` makes one SearchTeam env (``search_team_v0.env`` or ``raw_env`` with its
+    arguments bound); copies share its retriever. Copy k of question i is reset with seed
+    ``seed + i * group_size + k``. ``max_envs`` bounds how many copies run at once (all by
+    default). ``out`` also writes the Episodes as JSON lines, in question order.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    jobs = [(i, k) for i in range(len(questions)) for k in range(group_size)]
+    results: list[list[Episode | None]] = [[None] * group_size for _ in questions]
+    width = max_envs or len(jobs) or 1
+    bar = _progress(len(jobs), progress)
+    envs = [env_fn() for _ in range(min(width, len(jobs)))]
+    retriever = envs[0].unwrapped.retriever if envs else None
+    for start in range(0, len(jobs), width):
+        live = []
+        for env, (i, k) in zip(envs, jobs[start:start + width]):
+            env.reset(seed=seed + i * group_size + k, options={"question": questions[i]})
+            live.append((env, i, k))
+        while live:
+            live = _advance(live, policy, retriever, results, bar)
+    bar.close()
+    grouped: list[list[Episode]] = results  # type: ignore[assignment]
+    if out is not None:
+        save_episodes(out, [ep for group in grouped for ep in group])
+    return grouped
+
+
+def _advance(live, policy, retriever, results, bar) -> list:
+    """One batched step over the live copies; returns the copies still running."""
+    observations = [obs for n, (env, _, _) in enumerate(live) for obs in observations_of(env, n)]
+    actions = policy.act(observations)
+    if len(actions) != len(observations):
+        raise ValueError(f"policy returned {len(actions)} actions for {len(observations)} observations")
+    searches = []
+    for obs, action in zip(observations, actions):
+        raw = live[obs.env_index][0].unwrapped
+        ids, logprobs, _ = raw.prepare_turn(obs.agent, action)
+        result = raw.core.play(obs.agent, ids, logprobs)
+        if result.query is not None:
+            searches.append((raw.core, obs.agent, result.query))
+    if searches:
+        top_k = live[0][0].unwrapped.config.top_k
+        hits = retriever.search([q for _, _, q in searches], top_k)
+        for (core, agent, _), passages in zip(searches, hits):
+            core.deliver(agent, passages)
+    still = []
+    for env, i, k in live:
+        core = env.unwrapped.core
+        if core.done:
+            results[i][k] = core.episode
+            bar.update(1)
+        else:
+            still.append((env, i, k))
+    return still
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, show: bool) -> Any:
+    if not show:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="episodes", unit="ep")
