@@ -258,12 +258,22 @@ class TurnEnder:
 
     def first_end(self, ids: Sequence[int], stops: Sequence[str]) -> int | None:
         """Index of the token that ends the turn, or None when the turn never ends."""
-        has_eos = any(t in self.eos_ids for t in ids)
-        if not has_eos:
-            text = self.tokenizer.decode(list(ids))
-            if not any(stop in text for stop in stops):
-                return None  # the common fast path: one decode, no scan
-        for i in range(len(ids)):
-            if self.ends_at(ids, i, stops):
+        ids = list(ids)
+        eos = next((i for i, t in enumerate(ids) if t in self.eos_ids), len(ids))
+        head = ids[:eos]
+
+        def stopped(n: int) -> bool:  # whether the first n tokens already hold a stop string
+            text = self.tokenizer.decode(head[:n])
+            return any(stop in text for stop in stops)
+
+        if not stopped(len(head)):
+            return eos if eos < len(ids) else None
+        lo, hi = 1, len(head)  # the shortest stopped prefix, by bisection: O(log n) decodes
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if stopped(mid) else (mid + 1, hi)
+        # confirm with the token-by-token rule, so both step modes agree exactly
+        for i in range(lo - 1, len(head)):
+            if self.ends_at(head, i, stops):
                 return i
-        return None
+        return eos if eos < len(ids) else None

@@ -60,3 +60,18 @@ def test_chat_format_chatml(tokenizer):
     assert tokenizer.decode(ids) == "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert chat.closing([5, chat.end_id]) == [] and chat.closing([5]) == [chat.end_id]
     assert tokenizer.decode(chat.observation("x")) == "\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_first_end_agrees_with_the_token_by_token_rule(tokenizer):
+    import random
+
+    rng = random.Random(0)
+    ender = P.TurnEnder(tokenizer, [tokenizer.eos_token_id])
+    pieces = ["<search>", "</search>", "</summary>", "word", " x", "</", "search", ">", "\n", "é"]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 15)))
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if rng.random() < 0.3:
+            ids.insert(rng.randint(0, len(ids)), tokenizer.eos_token_id)
+        linear = next((i for i in range(len(ids)) if ender.ends_at(ids, i, P.STOP_STRINGS["searcher"])), None)
+        assert ender.first_end(ids, P.STOP_STRINGS["searcher"]) == linear, text
