@@ -94,6 +94,9 @@ class Episode:
     """Each agent's reward."""
     tag_counts: dict[str, int] = field(default_factory=dict)
     """Complete protocol tags per kind in all generated turns (format health)."""
+    turn_spans: list[list[int]] = field(default_factory=list)
+    """``[segment index, start, end]`` of every turn in play order: the turn's tokens are
+    ``segments[i].token_ids[start:end]`` (replay, per-turn analysis)."""
     seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:

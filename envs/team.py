@@ -127,6 +127,8 @@ class TeamEpisode:
         )
         self.live: dict[str, Segment] = {}
         """The segment each agent is writing now."""
+        self._live_index: dict[str, int] = {}
+        """Where each live segment sits in ``episode.segments``."""
         self.awaiting: list[str] = []
         self.pending: dict[str, str] = {}
         """Searchers whose search awaits its passages."""
@@ -171,7 +173,9 @@ class TeamEpisode:
         ep.output_tokens += len(ids)
         ep.turns += 1
         seg.turns += 1
+        start = len(seg.token_ids)
         seg.append(ids, generated=True, logprobs=logprobs)
+        ep.turn_spans.append([self._live_index[agent], start, len(seg.token_ids)])
         seg.append(self.chat.closing(ids), generated=False)
         if text is None:
             text = self.chat.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -331,6 +335,7 @@ class TeamEpisode:
         seg = Segment(agent=agent, role=role, wave=wave, task=task)
         seg.append(self._fit_prompt(self._prompts[role], user), generated=False)
         self.live[agent] = seg
+        self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 
     def _fit_prompt(self, system: str, user: str) -> list[int]:

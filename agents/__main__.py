@@ -1,0 +1,215 @@
+"""``python -m agents``: play an episode turn by turn, replay a saved one, or run a demo.
+
+    python -m agents play --question "Who directed 'The Glass Harbor'?" --policy human
+    python -m agents play --dataset hotpotqa --index 3 --leader scripted --searcher hf:smollm2
+    python -m agents replay episodes.jsonl [--index 0] [--all]
+    python -m agents demo [--per-dataset 20] [--policy scripted]
+
+Policies: scripted, random, human, hf:<model>, openai:<model>@<url>, python:<module>:<Class>
+(see ``agents.registry``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agents.collect import collect, observations_of
+from agents.registry import make_policy
+from agents.router import RoleRouter
+from envs.episode import Episode, load_episodes, save_episodes
+
+RULE = "─" * 72
+
+
+def _question(args: argparse.Namespace) -> Any:
+    if args.question:
+        return args.question
+    from envs.data import load_qa
+
+    items = load_qa(args.dataset, args.split, root=args.root or "synthetic")
+    if not 0 <= args.index < len(items):
+        raise SystemExit(f"--index {args.index} is out of range: {args.dataset}/{args.split} has {len(items)} questions")
+    return items[args.index]
+
+
+def _policy(args: argparse.Namespace, vocab_size: int) -> Any:
+    roles = {r: getattr(args, r) for r in ("leader", "searcher", "answerer") if getattr(args, r)}
+    base = make_policy(args.policy, seed=args.seed, vocab_size=vocab_size)
+    if not roles:
+        return base
+    return RoleRouter({r: make_policy(s, seed=args.seed, vocab_size=vocab_size) for r, s in roles.items()},
+                      default=base)
+
+
+def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episode:
+    """Step one episode through the AEC API, showing every turn and what the env wrote."""
+    from envs import search_team_v0
+
+    env = search_team_v0.env(workflow=args.workflow, step_mode=args.mode)
+    env.reset(seed=args.seed, options={"question": _question(args)})
+    raw = env.unwrapped
+    policy = _policy(args, raw.vocab_size)
+    out(f"Question: {raw.core.question.question}")
+    shown: dict[str, int] = {}
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        context = raw.core.context(agent)
+        start = shown.get(agent, 0) if shown.get(agent, 0) <= len(context) else 0
+        out(f"{RULE}\n{agent} · turn {raw.core.live[agent].turns + 1} · phase {raw.core.phase}")
+        out(raw.tokenizer.decode(context[start:]).rstrip())
+        obs = next(o for o in observations_of(env) if o.agent == agent)
+        action = policy.act([obs])[0]
+        if args.mode == "token":
+            ids = raw.prepare_turn(agent, action)[0] or [raw.eos_id]
+            for token in ids:
+                env.step(token)
+            if len(raw.context(agent)) > len(raw.core.context(agent)):  # still mid-turn
+                env.step(raw.eos_id)
+        else:
+            env.step(action)
+        info = env.infos.get(agent) or env.unwrapped.infos.get(agent, {})
+        verdict = f"invalid: {info.get('reason')}" if info.get("invalid") else info.get("kind", "")
+        out(f">>> {info.get('text', '').strip()}\n    [{verdict}]{'  ' + info['note'] if info.get('note') else ''}")
+        if raw.core.done:
+            continue
+        after = raw.core.context(agent)
+        shown[agent] = len(after)
+        _, _, end = raw.episode.turn_spans[-1]
+        reply = raw.tokenizer.decode(after[end:], skip_special_tokens=True)
+        if "</information>" in reply:  # the passages this search retrieved
+            out(reply[reply.index("<information>"): reply.index("</information>") + 14])
+    ep = raw.episode
+    out(RULE)
+    _summary(ep, out)
+    if args.save:
+        save_episodes(args.save, [ep])
+        out(f"saved to {args.save}")
+    return ep
+
+
+def _summary(ep: Episode, out: Callable[[str], None]) -> None:
+    out(f"Candidates: {ep.candidates}")
+    out(f"Final answer: {ep.final_answer!r}   gold: {ep.question['golden_answers']}   "
+        f"EM {ep.final_em:.0f}   R_EM {ep.team_em:.0f}")
+    out(f"Searches {ep.num_searches} · waves {ep.num_waves} · turns {ep.turns} · invalid {ep.invalid_turns} · "
+        f"tokens in/out {ep.input_tokens}/{ep.output_tokens}")
+    out("Rewards: " + ", ".join(f"{a} {r:.3f}" for a, r in ep.rewards.items()))
+
+
+def replay_steps(ep: Episode, decode: Callable[[list[int]], str]) -> list[str]:
+    """One text block per turn: what the env had written to the agent, then its turn."""
+    blocks = []
+    last_end: dict[int, int] = {}
+    for n, (s, start, end) in enumerate(ep.turn_spans, 1):
+        seg = ep.segments[s]
+        before = decode(seg.token_ids[last_end.get(s, 0):start]).strip()
+        last_end[s] = end
+        blocks.append(f"{RULE}\nturn {n}/{len(ep.turn_spans)} · {seg.agent} ({seg.role}, wave {seg.wave})\n"
+                      f"{before}\n>>> {decode(seg.token_ids[start:end]).strip()}")
+    return blocks
+
+
+def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
+           read: Callable[[str], str] = input) -> int:
+    from envs.tokenizer import load_tokenizer
+
+    episodes = load_episodes(args.file)
+    if not 0 <= args.index < len(episodes):
+        raise SystemExit(f"--index {args.index} is out of range: {args.file} holds {len(episodes)} episodes")
+    ep = episodes[args.index]
+    tokenizer = load_tokenizer(args.tokenizer)
+    blocks = replay_steps(ep, tokenizer.decode)
+    out(f"Question: {ep.question['question']}  ({len(blocks)} turns)")
+    if args.all:
+        for block in blocks:
+            out(block)
+        _summary(ep, out)
+        return 0
+    i = 0
+    while True:
+        out(blocks[i] if blocks else "(no turns)")
+        try:
+            key = read("[n]ext [p]rev [s]ummary [q]uit > ").strip().lower() or "n"
+        except EOFError:
+            return 0
+        if key == "q":
+            return 0
+        if key == "s":
+            _summary(ep, out)
+        i = min(i + 1, len(blocks) - 1) if key == "n" else max(i - 1, 0) if key == "p" else i
+
+
+def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
+    """A policy over the synthetic world's questions, every style, both workflows."""
+    from envs import search_team_v0
+    from envs.data import DATASETS, load_qa
+
+    policy = make_policy(args.policy, seed=args.seed)
+    results: dict[str, dict[str, float]] = {}
+    for workflow in args.workflows.split(","):
+        rows = {}
+        for name in DATASETS:
+            questions = load_qa(name, args.split, root="synthetic")[: args.per_dataset]
+            groups = collect(lambda wf=workflow: search_team_v0.raw_env(workflow=wf), policy, questions,
+                             seed=args.seed)
+            eps = [ep for g in groups for ep in g]
+            rows[name] = {
+                "em": sum(ep.final_em for ep in eps) / len(eps),
+                "searches": sum(ep.num_searches for ep in eps) / len(eps),
+                "invalid": sum(ep.invalid_turns for ep in eps) / max(1, sum(ep.turns for ep in eps)),
+            }
+        rows["macro"] = {k: sum(r[k] for r in rows.values()) / len(rows) for k in ("em", "searches", "invalid")}
+        results[workflow] = rows
+        out(f"\n{args.policy} team, {workflow} workflow, synthetic {args.split} ({args.per_dataset} per dataset)")
+        out(f"{'dataset':<18}{'EM':>7}{'searches':>10}{'invalid':>9}")
+        for name, r in rows.items():
+            out(f"{name:<18}{100 * r['em']:>7.1f}{r['searches']:>10.2f}{100 * r['invalid']:>8.1f}%")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("play", help="step one episode, showing each turn")
+    p.add_argument("--question", help="a question of your own")
+    p.add_argument("--dataset", default="nq", help="a dataset of the synthetic world (or of --root)")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--root", default=None, help="a FlashRAG-layout data directory (default: synthetic)")
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--policy", default="scripted", help="policy for every role without its own")
+    for role in ("leader", "searcher", "answerer"):
+        p.add_argument(f"--{role}", default=None, help=f"policy for the {role} role")
+    p.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"])
+    p.add_argument("--mode", default="turn", choices=["turn", "token"])
+    p.add_argument("--save", default=None, help="write the episode as JSONL")
+    p.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("replay", help="step through a saved episode, forward and backward")
+    r.add_argument("file")
+    r.add_argument("--index", type=int, default=0)
+    r.add_argument("--all", action="store_true", help="print every turn at once")
+    r.add_argument("--tokenizer", default=None, help="tokenizer of the recorded episode (default smollm2)")
+    d = sub.add_parser("demo", help="a policy on the synthetic questions, EM per style")
+    d.add_argument("--policy", default="scripted")
+    d.add_argument("--per-dataset", type=int, default=20)
+    d.add_argument("--split", default="dev")
+    d.add_argument("--workflows", default="hierarchical,cascade")
+    d.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.command == "play":
+        play(args)
+        return 0
+    if args.command == "replay":
+        return replay(args)
+    demo(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
