@@ -1,0 +1,44 @@
+"""PettingZoo's own checks on env() with its offline defaults (SmolLM2 tokenizer, synthetic
+world, MiniLM retriever), in both workflows and both step modes."""
+
+import pytest
+from pettingzoo.test import api_test, render_test, seed_test
+
+from envs import search_team_v0
+
+COMBOS = [(w, m) for w in ("hierarchical", "cascade") for m in ("turn", "token")]
+
+
+def _small(workflow, mode, **kw):
+    # a short turn budget keeps token-mode episodes (random tokens) a few hundred steps long
+    return search_team_v0.env(workflow=workflow, step_mode=mode, max_turn_tokens=24,
+                              max_context_tokens=1024, **kw)
+
+
+@pytest.mark.parametrize("workflow, mode", COMBOS)
+def test_api(workflow, mode):
+    api_test(_small(workflow, mode), num_cycles=200)
+
+
+@pytest.mark.parametrize("workflow, mode", COMBOS)
+def test_seed(workflow, mode):
+    seed_test(lambda **kw: _small(workflow, mode, **kw), num_cycles=50)
+
+
+@pytest.mark.parametrize("workflow, mode", COMBOS)
+def test_render(workflow, mode):
+    render_test(lambda render_mode=None: _small(workflow, mode, render_mode=render_mode))
+
+
+def test_default_env_is_offline_and_complete():
+    env = search_team_v0.env()
+    env.reset(seed=0)
+    raw = env.unwrapped
+    assert raw.possible_agents == ["leader_0", "searcher_0", "searcher_1", "searcher_2",
+                                   *[f"answerer_{j}" for j in range(5)]]
+    assert raw.vocab_size == 49152 and raw.config.top_k == 3 and raw.config.num_candidates == 5
+    assert len(raw.questions) >= 7 * 100
+    obs = env.observe("leader_0")
+    n = int(obs["length"][0])
+    assert "Question:" in raw.tokenizer.decode(obs["observation"][:n].tolist())
+    assert raw.observation_space("leader_0").contains(obs)
