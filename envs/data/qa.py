@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -145,7 +146,9 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {lineno}: bad JSON ({e.msg}): {line.strip()[:80]!r}") from e
+                raise ValueError(
+                    f"{path}, line {lineno}: bad JSON ({e.msg}): {line.strip()[:80]!r}"
+                ) from e
             if not isinstance(row, dict):
                 raise ValueError(
                     f"{path}, line {lineno}: a row must be a JSON object, got {type(row).__name__} {row!r:.80}"
@@ -156,11 +159,12 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _iter_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     import pyarrow.parquet as pq
 
-    for index, row in enumerate(pq.read_table(path).to_pylist(), start=1):
-        yield index, row
+    yield from enumerate(pq.read_table(path).to_pylist(), start=1)
 
 
-def read_qa_file(path: str | os.PathLike, dataset: str = "", limit: int | None = None) -> list[QAItem]:
+def read_qa_file(
+    path: str | os.PathLike, dataset: str = "", limit: int | None = None
+) -> list[QAItem]:
     """The QA items of one ``.jsonl`` or ``.parquet`` file (the first ``limit`` when given).
 
     A malformed row raises ``ValueError`` naming the file, the 1-based line (row for
@@ -172,9 +176,7 @@ def read_qa_file(path: str | os.PathLike, dataset: str = "", limit: int | None =
     else:
         rows, where = _iter_jsonl(path), "line"
     items: list[QAItem] = []
-    for lineno, row in rows:
-        if limit is not None and len(items) >= limit:
-            break
+    for lineno, row in itertools.islice(rows, limit):  # stops before reading past the limit
         try:
             items.append(QAItem.from_dict(row, dataset=dataset))
         except ValueError as e:
@@ -251,9 +253,9 @@ def _hub_file(name: str, split: str) -> Path:
     filename = f"{name}/{split}.jsonl"
     how_to = (
         "To use local files, pass root=DIR with DIR in the FlashRAG layout "
-        f"(DIR/{name}/{split}.jsonl with rows {{\"id\", \"question\", \"golden_answers\"}}), "
+        f'(DIR/{name}/{split}.jsonl with rows {{"id", "question", "golden_answers"}}), '
         "or write the synthetic world with `python -m envs data synth --out DIR` and pass "
-        "root=DIR (or root=\"synthetic\" to use it in memory)."
+        'root=DIR (or root="synthetic" to use it in memory).'
     )
     # Checked here rather than left to huggingface_hub, which reads HF_HUB_OFFLINE once at import.
     offline = _offline()
