@@ -1,0 +1,117 @@
+"""From Episodes to training rows, and scoring rows with a frozen or current model.
+
+A row is one Segment: one agent's whole context with its loss mask. Scoring only ever
+reads the exact token ids the env recorded (no re-tokenisation), so the Teacher, the
+old policy and the trained policy all see the same contexts (PITFALLS 2 and 8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.hf import token_logprobs
+from envs.episode import Episode, Segment
+
+
+@dataclass
+class Row:
+    """One segment ready for the learner. Per-token arrays cover the masked tokens only."""
+
+    segment: Segment
+    episode: Episode
+    group: int
+    """Index of the question (GRPO group of workflows) this row's episode belongs to."""
+    token_ids: np.ndarray
+    """(T,) int64, the whole context, truncated to the learner's maximum length."""
+    mask: np.ndarray
+    """(T,) bool, tokens this agent generated."""
+    old_logp: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """(N,) log-probs under the policy before the update, N = mask.sum()."""
+    teacher_logp: np.ndarray | None = None
+    """(N,) log-probs under the Teacher (Searchers for OPD; every role for the KL)."""
+    advantages: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """(N,) per-token advantages."""
+    trained: bool = True
+    """False for rows whose role carries no loss (the ``none`` Searcher signal)."""
+
+    @property
+    def role(self) -> str:
+        return self.segment.role
+
+
+def rows_from_episodes(groups: Sequence[Sequence[Episode]], max_len: int) -> list[Row]:
+    """Rows of every segment with at least one generated token, grouped by question.
+
+    A row longer than ``max_len`` keeps its first ``max_len`` tokens (the prompt and the
+    early turns; later turns lose their loss rather than their context).
+    """
+    rows = []
+    for g, episodes in enumerate(groups):
+        for ep in episodes:
+            for seg in ep.segments:
+                ids = np.asarray(seg.token_ids[:max_len], dtype=np.int64)
+                mask = np.asarray(seg.loss_mask[:max_len], dtype=bool)
+                mask[0] = False  # nothing predicts the first token
+                if mask.any():
+                    rows.append(Row(seg, ep, g, ids, mask))
+    return rows
+
+
+def pad_rows(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and bool ``targets``: (B, T_max)."""
+    width = max(len(r.token_ids) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    targets = torch.zeros((len(rows), width), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        n = len(r.token_ids)
+        input_ids[b, :n] = torch.from_numpy(r.token_ids)
+        attention[b, :n] = 1
+        targets[b, :n] = torch.from_numpy(r.mask)
+    return input_ids, attention, targets
+
+
+def split_flat(flat: torch.Tensor, rows: Sequence[Row]) -> list[torch.Tensor]:
+    """Cut a flat (N_total,) tensor of masked-token values back into one piece per row."""
+    return list(torch.split(flat, [int(r.mask.sum()) for r in rows]))
+
+
+def batches_by_tokens(rows: Sequence[Row], max_tokens: int) -> list[list[Row]]:
+    """Consecutive rows packed so that ``rows x longest row`` stays under ``max_tokens``."""
+    out: list[list[Row]] = []
+    current: list[Row] = []
+    width = 0
+    for r in rows:
+        w = max(width, len(r.token_ids))
+        if current and w * (len(current) + 1) > max_tokens:
+            out.append(current)
+            current, w = [], len(r.token_ids)
+        current.append(r)
+        width = w
+    if current:
+        out.append(current)
+    return out
+
+
+@torch.no_grad()
+def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_id: int = 0) -> list[np.ndarray]:
+    """Log-probs of each row's masked tokens under ``model`` (teacher-forced, no grad)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[np.ndarray] = []
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].token_ids))
+    scored: dict[int, np.ndarray] = {}
+    for chunk in batches_by_tokens([rows[i] for i in order], max_tokens):
+        ids, att, tgt = (t.to(device) for t in pad_rows(chunk, pad_id))
+        flat = token_logprobs(model, ids, att, tgt).float().cpu()
+        for r, piece in zip(chunk, split_flat(flat, chunk)):
+            scored[id(r)] = piece.numpy().astype(np.float64)
+    out = [scored[id(r)] for r in rows]
+    model.train(was_training)
+    return out

@@ -1,0 +1,178 @@
+"""Training configuration: one dataclass for both stages, validated on construction, and
+the three presets (``micro`` for 2 CPU cores, ``smollm2``, ``paper`` for GPUs).
+
+Where PAPER.md is silent we use Search-R1's published defaults (learning rate 1e-6,
+5 samples per question, temperature 1, top-3 retrieval); the ``micro`` preset departs
+from them so that a 20M-parameter model learns in minutes, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from algos.advantages import SEARCHER_SIGNALS
+from algos.losses import AGGREGATIONS
+
+STAGES = ("teacher", "team")
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Stage ``teacher`` is Stage I (C-MAS, GRPO; writes the Teacher);
+    stage ``team`` is Stage II (H-MAS from the base model, GRPO + OPD, KL to the Teacher)."""
+
+    stage: str = "team"
+    """``teacher`` (Stage I) or ``team`` (Stage II)."""
+    model: str = "smollm2"
+    """The base model pi_0: ``smollm2``, ``micro`` (the SFT-warmed micro model), a hub id or a path."""
+    teacher: str | None = None
+    """Stage II only: a Stage-I checkpoint directory, or ``base`` (the base-model-teacher
+    diagnostic). None in Stage II means no Teacher: only ``searcher_signal`` other than
+    ``opd`` and ``kl_coef=0`` are then allowed."""
+    searcher_signal: str = "opd"
+    """Stage II Searcher signal: ``opd`` | ``outcome`` | ``none`` | ``critic`` (Table 2)."""
+    out_dir: str = "runs/mopd"
+    """Checkpoints, metrics.jsonl, TensorBoard events and summary.json go here."""
+
+    steps: int = 100
+    """Policy updates (each on one batch of fresh rollouts)."""
+    questions_per_step: int = 16
+    group_size: int = 5
+    """G: workflows sampled per question (Search-R1: 5)."""
+    learning_rate: float = 1e-6
+    """Search-R1's default."""
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    minibatches: int = 1
+    """Optimizer steps per batch of rollouts (>1 makes the clip matter)."""
+    clip_eps: float = 0.2
+    beta: float = 0.01
+    """OPD advantage scale (PAPER: 0.01)."""
+    kl_coef: float = 1e-3
+    """KL toward the Teacher on Leader and Answerer tokens (PAPER: 1e-3)."""
+    aggregation: str = "token-mean"
+    critic_em_weight: float = 0.5
+    """Prompted Critic: Searcher reward = w R_EM + (1 - w) score (ours)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turn_tokens: int = 256
+    max_context_tokens: int = 4096
+    max_waves: int = 3
+    max_searchers: int = 3
+    max_searcher_turns: int = 4
+    num_candidates: int = 5
+    top_k: int = 3
+
+    data: str = "synthetic"
+    """``synthetic`` or a FlashRAG-layout directory."""
+    train_datasets: tuple[str, ...] = ("nq", "hotpotqa")
+    """PAPER: NQ + HotpotQA."""
+    train_split: str = "train"
+    val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+    val_split: str = "dev"
+    val_per_dataset: int = 10
+    eval_every: int = 10
+    """Validation avg@1 every this many steps (and before the first and after the last)."""
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    max_nonfinite: int = 3
+    """Stop after this many non-finite losses in a row (each one skips its step)."""
+
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    generation_batch_size: int = 32
+    max_tokens_per_batch: int = 16384
+    """Padded tokens per forward/backward chunk (memory bound)."""
+    max_row_tokens: int = 4096
+    retriever: str = "default"
+    """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra SearchTeam keyword arguments."""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"TrainConfig.{name}={getattr(self, name)!r}: {why}")
+
+        if self.stage not in STAGES:
+            raise bad("stage", f"must be one of {STAGES}")
+        if self.searcher_signal not in SEARCHER_SIGNALS:
+            raise bad("searcher_signal", f"must be one of {SEARCHER_SIGNALS}")
+        if self.aggregation not in AGGREGATIONS:
+            raise bad("aggregation", f"must be one of {AGGREGATIONS}")
+        if self.stage == "team" and self.teacher is None and self.searcher_signal == "opd":
+            raise bad("teacher", "the opd Searcher signal needs a Teacher: a Stage-I checkpoint or 'base'")
+        if self.stage == "team" and self.teacher is None and self.kl_coef != 0:
+            raise bad("kl_coef", "a KL toward the Teacher needs a Teacher; set kl_coef=0 or give teacher")
+        if self.stage == "teacher" and self.teacher is not None:
+            raise bad("teacher", "Stage I trains the Teacher; it has none itself")
+        for name in ("steps", "questions_per_step", "minibatches", "max_turn_tokens", "eval_every",
+                     "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be >= 1")
+        if self.group_size < 2:
+            raise bad("group_size", "GRPO needs at least 2 workflows per question")
+        if not self.learning_rate > 0:
+            raise bad("learning_rate", "must be > 0")
+        if not 0 < self.clip_eps < 1:
+            raise bad("clip_eps", "must be in (0, 1)")
+        if self.beta < 0 or self.kl_coef < 0:
+            raise bad("beta" if self.beta < 0 else "kl_coef", "must be >= 0")
+        if not 0 <= self.critic_em_weight <= 1:
+            raise bad("critic_em_weight", "must be in [0, 1]")
+        self.train_datasets = tuple(self.train_datasets)
+        self.val_datasets = tuple(self.val_datasets)
+
+    @property
+    def workflow(self) -> str:
+        return "cascade" if self.stage == "teacher" else "hierarchical"
+
+    def env_shape(self) -> dict[str, Any]:
+        """SearchTeam keyword arguments of this run (workflow excluded)."""
+        return dict(max_turn_tokens=self.max_turn_tokens, max_context_tokens=self.max_context_tokens,
+                    max_waves=self.max_waves, max_searchers=self.max_searchers,
+                    max_searcher_turns=self.max_searcher_turns, num_candidates=self.num_candidates,
+                    top_k=self.top_k, **self.env_kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # A ~20M-parameter Llama with a 4k-token vocabulary, warmed up by SFT on the scripted
+    # team (algos.micro), trained on all seven synthetic styles. Larger learning rate and
+    # smaller budgets than the paper so that both stages finish in minutes on 2 cores.
+    "micro": dict(model="micro", steps=12, questions_per_step=8, group_size=4, learning_rate=2e-5,
+                  minibatches=2, max_turn_tokens=64, max_context_tokens=1024, max_waves=2,
+                  max_searchers=2, max_searcher_turns=3, num_candidates=5,
+                  train_datasets=("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
+                  val_per_dataset=8, eval_every=6, save_every=6, max_tokens_per_batch=12288,
+                  max_row_tokens=1024, generation_batch_size=64),
+    # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
+    # takes about 6 minutes on 2 CPU cores).
+    "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
+                    max_turn_tokens=256, max_context_tokens=4096),
+    # The paper's setting (Qwen3-4B-Instruct-2507, one retriever, top-3), for GPUs.
+    "paper": dict(model="Qwen/Qwen3-4B-Instruct-2507", steps=300, questions_per_step=64, group_size=5,
+                  learning_rate=1e-6, max_turn_tokens=512, max_context_tokens=8192, device="cuda",
+                  dtype="bfloat16", generation_batch_size=256, max_tokens_per_batch=65536,
+                  max_row_tokens=8192),
+}
+
+
+def preset_config(preset: str, **overrides: Any) -> TrainConfig:
+    """A TrainConfig from a preset and overrides (overrides win)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
+    return TrainConfig(**{**PRESETS[preset], **overrides})

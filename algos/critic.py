@@ -1,0 +1,65 @@
+"""The Prompted Critic baseline (M-GRPO style): the frozen base model, prompted as a judge,
+scores each Searcher report's usefulness for its sub-task and the question in [0, 1].
+
+The score is the judge's probability of "Yes" against "No" for the next token, one
+forward pass per report: a coarse, biased scalar, as the paper says such judges are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from envs.protocol import ChatFormat
+
+JUDGE_SYSTEM = "You judge the reports of a search assistant. Reply with Yes or No."
+
+
+class PromptedCritic:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer)
+        self.batch_size = batch_size
+        self.yes = self._first_id("Yes")
+        self.no = self._first_id("No")
+
+    def _first_id(self, word: str) -> int:
+        return self.chat.encode(word)[0]
+
+    def prompt(self, question: str, task: str, report: str) -> list[int]:
+        user = (f"Question: {question}\nSub-task: {task}\nReport: {report or '(empty)'}\n"
+                "Is this report correct and useful for the sub-task and the question?")
+        return self.chat.prompt(JUDGE_SYSTEM, user)
+
+    @torch.no_grad()
+    def scores(self, items: Sequence[tuple[str, str, str]]) -> list[float]:
+        """P(Yes) / (P(Yes) + P(No)) per (question, sub-task, report)."""
+        device = next(self.model.parameters()).device
+        out: list[float] = []
+        for lo in range(0, len(items), self.batch_size):
+            prompts = [self.prompt(*item) for item in items[lo: lo + self.batch_size]]
+            width = max(len(p) for p in prompts)
+            ids = torch.zeros((len(prompts), width), dtype=torch.long)
+            att = torch.zeros_like(ids)
+            for b, p in enumerate(prompts):  # left padding: the last position is the next token
+                ids[b, width - len(p):] = torch.tensor(p)
+                att[b, width - len(p):] = 1
+            pos = (att.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids.to(device), attention_mask=att.to(device),
+                                position_ids=pos.to(device)).logits[:, -1].float()
+            pair = torch.stack([logits[:, self.yes], logits[:, self.no]], -1).softmax(-1)
+            out.extend(pair[:, 0].tolist())
+        return out
+
+    def score_rows(self, rows: Sequence[Any]) -> list[float]:
+        """A score per row (learner rows): Searcher rows judged, other rows 0."""
+        searchers = [k for k, r in enumerate(rows) if r.role == "searcher"]
+        judged = self.scores([(rows[k].episode.question["question"], rows[k].segment.task,
+                               rows[k].segment.output) for k in searchers])
+        out = [0.0] * len(rows)
+        for k, s in zip(searchers, judged):
+            out[k] = s
+        return out

@@ -1,0 +1,138 @@
+"""The learner on a tiny randomly initialised model: masks, Teacher = policy, every
+parameter moves, resume reproduces the straight run."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import WORLD, KeywordRetriever
+from test_env_flow import GOOD
+
+from agents.hf import token_logprobs
+from agents.models import tiny_causal_lm
+from algos.batch import pad_rows, rows_from_episodes, score_rows
+from algos.config import TrainConfig
+from algos.losses import policy_loss
+from algos.trainer import Trainer, assign_advantages
+
+TINY = dict(steps=3, questions_per_step=1, group_size=2, learning_rate=1e-3, max_turn_tokens=8,
+            max_context_tokens=512, max_waves=1, max_searchers=1, max_searcher_turns=2, num_candidates=2,
+            val_per_dataset=1, val_datasets=("nq",), eval_every=100, save_every=2, max_row_tokens=512,
+            generation_batch_size=8, minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory, tokenizer):
+    """A tiny policy and a different tiny 'teacher', saved like real checkpoints."""
+    out = {}
+    for name, seed in (("policy", 0), ("teacher", 1)):
+        model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, seed=seed,
+                               eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
+        path = tmp_path_factory.mktemp(name)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        out[name] = str(path)
+    return out
+
+
+def _trainer(tmp_path, tiny_dirs, resume=False, **kw):
+    cfg = TrainConfig(**{**TINY, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / "run"),
+                         "teacher": tiny_dirs["teacher"], **kw})
+    return Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD), resume=resume)
+
+
+def _scripted_groups(make_env, n=2):
+    from conftest import run_script
+
+    return [[run_script(make_env(), GOOD) for _ in range(n)]]
+
+
+def test_a_roles_gradient_is_zero_on_env_and_other_roles_tokens(make_env, tokenizer):
+    groups = _scripted_groups(make_env, n=1)
+    rows = [r for r in rows_from_episodes(groups, 4096) if r.segment.agent in ("leader_0", "searcher_1")]
+    model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2)
+    ids, att, _ = pad_rows(rows)
+    every = att.bool().clone()
+    every[:, 0] = False
+    logp = token_logprobs(model, ids, att, every)  # every position, so we can look at all grads
+    logp.retain_grad()
+    # the Leader's loss: its generated tokens only
+    loss_mask = torch.zeros_like(every)
+    for b, r in enumerate(rows):
+        if r.role == "leader":
+            loss_mask[b, : len(r.mask)] = torch.from_numpy(r.mask)
+    flat_mask = loss_mask[every].float()
+    policy_loss(logp[None], logp.detach()[None], torch.ones_like(logp)[None], flat_mask[None]).loss.backward()
+    grad = logp.grad
+    assert torch.all(grad[flat_mask == 0] == 0.0)   # env tokens and other roles' tokens
+    assert torch.all(grad[flat_mask == 1] != 0.0)
+    # and the mask itself is exactly the generated tokens (prompt, passages, reports: 0)
+    leader = next(r for r in rows if r.role == "leader")
+    assert leader.mask.sum() == leader.segment.num_generated
+
+
+def test_assign_advantages_routes_by_role(make_env):
+    groups = _scripted_groups(make_env)
+    groups[0][1].rewards["leader_0"] = 0.1  # two workflows with different Leader rewards
+    rows = rows_from_episodes(groups, 4096)
+    for r in rows:
+        r.old_logp = np.full(int(r.mask.sum()), -2.0)
+        r.teacher_logp = np.full(int(r.mask.sum()), -1.0)
+    cfg = TrainConfig(stage="team", teacher="base", beta=0.01)
+    assign_advantages(rows, groups, cfg)
+    leaders = [r for r in rows if r.role == "leader"]
+    assert leaders[0].advantages[0] == pytest.approx(0.7071, abs=1e-3) and leaders[1].advantages[0] < 0
+    searcher = next(r for r in rows if r.role == "searcher")
+    assert np.allclose(searcher.advantages, 0.01)  # beta * (teacher - old) = 0.01 * 1
+    answerers = [r.advantages[0] for r in rows if r.role == "answerer" and r.episode is groups[0][0]]
+    assert answerers == pytest.approx([0.7303, 0.7303, -1.0954, -1.0954, 0.7303], abs=1e-3)
+    assign_advantages(rows, groups, TrainConfig(stage="team", teacher="base", searcher_signal="none"))
+    assert all(not r.trained for r in rows if r.role == "searcher")
+
+
+def test_teacher_equal_to_policy_gives_zero_opd_and_kl(tmp_path, tiny_dirs, make_env, tokenizer):
+    groups = _scripted_groups(make_env)
+    rows = rows_from_episodes(groups, 4096)
+    model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2)
+    for r, old, teacher in zip(rows, score_rows(model, rows), score_rows(model, rows)):
+        r.old_logp, r.teacher_logp = old, teacher
+    assign_advantages(rows, groups, TrainConfig(stage="team", teacher="base"))
+    searchers = [r for r in rows if r.role == "searcher"]
+    assert searchers and all(np.all(r.advantages == 0.0) for r in searchers)
+    # and through the trainer: the same checkpoint as policy and Teacher, KL exactly 0
+    same = {"policy": tiny_dirs["policy"], "teacher": tiny_dirs["policy"]}
+    metrics = _trainer(tmp_path, same, steps=1).train_step()
+    assert metrics["losses/kl_teacher"] == 0.0 and metrics["losses/tokens"] > 0
+
+
+def test_one_update_moves_every_parameter_and_the_loss_is_finite(tmp_path, tiny_dirs):
+    trainer = _trainer(tmp_path, tiny_dirs, steps=1)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    metrics = trainer.train_step()
+    assert np.isfinite(metrics["losses/policy"]) and metrics["losses/kl_teacher"] > 0
+    unchanged = [n for n, p in trainer.model.named_parameters() if torch.equal(before[n], p.detach())]
+    assert unchanged == []
+
+
+def test_resume_continues_exactly(tmp_path, tiny_dirs):
+    def losses(metrics):
+        return [metrics["losses/policy"], metrics["losses/kl_teacher"]]
+
+    straight = _trainer(tmp_path / "a", tiny_dirs)
+    losses_a = [losses(straight.train_step()) for _ in range(3)]
+    first = _trainer(tmp_path / "b", tiny_dirs)
+    losses_b = [losses(first.train_step()) for _ in range(2)]
+    first.save()
+    resumed = _trainer(tmp_path / "b", tiny_dirs, resume=True)
+    assert resumed.step == 2
+    losses_b.append(losses(resumed.train_step()))
+    assert np.allclose(losses_b, losses_a, atol=1e-6, rtol=0)
+    assert losses_a[2][1] > 0 and losses_a[2] != losses_a[0]  # the updates did change things
+
+
+def test_config_errors_explain():
+    with pytest.raises(ValueError, match="opd Searcher signal needs a Teacher"):
+        TrainConfig(stage="team")
+    with pytest.raises(ValueError, match="group_size=1"):
+        TrainConfig(stage="teacher", group_size=1)
+    with pytest.raises(ValueError, match="searcher_signal='judge'"):
+        TrainConfig(stage="team", teacher="base", searcher_signal="judge")
