@@ -139,10 +139,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
 
-    def train(self) -> dict[str, Any]:
+    def train(self, validate_first: bool = True) -> dict[str, Any]:
+        """Run to ``config.steps``; validation avg@1 before the first step (unless told not
+        to), every ``eval_every`` steps and at the end."""
         cfg = self.config
         history = []
-        if self.step == 0:
+        if self.step == 0 and validate_first:
             self._log({"val/avg@1": self.validate()}, step=0)
         bar = _bar(range(self.step, cfg.steps), self.progress, "train " + cfg.stage)
         for _ in bar:

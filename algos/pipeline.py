@@ -1,0 +1,71 @@
+"""The whole MultiAgent-OPD recipe: Stage I (the Teacher, C-MAS) then Stage II (the team,
+H-MAS, from the base model, distilled from the Teacher), and a summary that puts each
+trained team's validation EM beside the base model's in the same workflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from algos.config import TrainConfig, preset_config
+from algos.report import plot_training_curves
+from algos.trainer import Trainer
+
+
+def stage_config(preset: str, stage: str, out_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
+    extra: dict[str, Any] = {"stage": stage, "out_dir": str(out_dir / stage)}
+    if stage == "team":
+        extra.setdefault("teacher", str(out_dir / "teacher"))
+    else:
+        extra["teacher"] = None
+    return preset_config(preset, **{**extra, **overrides})
+
+
+def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("teacher", "team"),
+                 overrides: dict[str, Any] | None = None, resume: bool = False, progress: bool = True,
+                 log=print) -> dict[str, Any]:
+    """Train the stages in order; returns (and writes ``summary.json``) the comparison."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = dict(overrides or {})
+    summary: dict[str, Any] = {"preset": preset, "stages": {}}
+    for stage in stages:
+        cfg = stage_config(preset, stage, out, overrides)
+        if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
+            raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
+                                    "or pass --set teacher=base")
+        trainer = Trainer(cfg, resume=resume and (out / stage / "checkpoints").exists(), progress=progress)
+        base_em = _base_em(trainer, cfg)
+        log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f}")
+        trainer.train(validate_first=False)
+        trained_em = trainer.validate()
+        log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
+            f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f})")
+        summary["stages"][stage] = {"workflow": cfg.workflow, "steps": trainer.step, "base_em": base_em,
+                                    "trained_em": trained_em, "out_dir": cfg.out_dir,
+                                    "val_questions": len(trainer.val_questions)}
+    curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
+    if curves:
+        summary["curves_png"] = str(plot_training_curves(curves, out / "curves.png"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    log(json.dumps(summary, indent=2))
+    return summary
+
+
+def _base_em(trainer: Trainer, cfg: TrainConfig) -> float:
+    """The base model's validation avg@1 in this stage's workflow (the step-0 validation
+    of a fresh run; recomputed from the base weights when resuming)."""
+    metrics = Path(cfg.out_dir) / "metrics.jsonl"
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("step") == 0 and "val/avg@1" in row:
+                return float(row["val/avg@1"])
+    if trainer.step == 0:
+        em = trainer.validate()
+        trainer._log({"val/avg@1": em}, step=0)
+        return em
+    base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(Path(cfg.out_dir) / "base_eval")}),
+                   progress=False, retriever=trainer.retriever)
+    return base.validate()
