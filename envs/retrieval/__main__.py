@@ -1,8 +1,8 @@
 """Command line for retrieval.
 
-    python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
-                                   [--host 127.0.0.1] [--port 8000] [--max-batch 64]
-    python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
+python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
+                               [--host 127.0.0.1] [--port 8000] [--max-batch 64]
+python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
 """
 
 from __future__ import annotations
@@ -19,9 +19,15 @@ from envs.retrieval.server import RetrievalServer
 def _add_retriever_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, help="JSONL(.gz) corpus, rows {id, contents}")
     p.add_argument("--index", default="flat", choices=INDEX_KINDS)
-    p.add_argument("--encoder", default=None, help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--encoder",
+        default=None,
+        help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)",
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--cache-dir", default=None, help="embedding/index cache (default: $MOPD_CACHE/retrieval)")
+    p.add_argument(
+        "--cache-dir", default=None, help="embedding/index cache (default: $MOPD_CACHE/retrieval)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
 
 
@@ -45,7 +51,9 @@ def _build(args: argparse.Namespace) -> DenseRetriever:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.retrieval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m envs.retrieval", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve a corpus over Search-R1's HTTP protocol")
@@ -63,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     retriever = _build(args)
     if args.command == "search":
-        for query, hits in zip(args.queries, retriever.search(args.queries, top_k=args.topk)):
+        for query, hits in zip(
+            args.queries, retriever.search(args.queries, top_k=args.topk), strict=True
+        ):
             print(f"# {query}")
             for p in hits:
                 print(f"{p.score:.4f}  [{p.id}] {p.title}: {p.text[:100]}")
         return 0
 
+    retriever.search(["warm up"])  # load the encoder now, not on the first request
     server = RetrievalServer(
         retriever, host=args.host, port=args.port, max_batch=args.max_batch, max_topk=args.max_topk
     )

@@ -174,7 +174,12 @@ class DenseRetriever:
         self.ef_search = ef_search
         self.corpus_hash = corpus_hash(self.passages)
         key_text = json.dumps(
-            [_CACHE_FORMAT, self.corpus_hash, _encoder_fingerprint(self.encoder_name), self.passage_prefix]
+            [
+                _CACHE_FORMAT,
+                self.corpus_hash,
+                _encoder_fingerprint(self.encoder_name),
+                self.passage_prefix,
+            ]
         )
         self.cache_key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
@@ -243,7 +248,9 @@ class DenseRetriever:
             emb = np.load(path, mmap_mode="r")
             if emb.ndim == 2 and emb.shape[0] == len(self.passages) and emb.dtype == np.float32:
                 return emb, True
-            warnings.warn(f"ignoring a cached embedding file of the wrong shape: {path}", stacklevel=3)
+            warnings.warn(
+                f"ignoring a cached embedding file of the wrong shape: {path}", stacklevel=3
+            )
         emb = self._encode([p.contents for p in self.passages], self.passage_prefix)
         self.cache_path.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, lambda tmp: _save_npy(tmp, emb))
@@ -255,7 +262,10 @@ class DenseRetriever:
             "passages": len(self.passages),
             "dim": int(emb.shape[1]),
         }
-        _atomic_write(self.cache_path / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
+        _atomic_write(
+            self.cache_path / "meta.json",
+            lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)),
+        )
         return emb, False
 
     def _index_file(self) -> Path:
@@ -281,7 +291,9 @@ class DenseRetriever:
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         else:
             quantizer = faiss.IndexFlatIP(dim)
-            index = faiss.IndexIVFFlat(quantizer, dim, self._ivf_lists(), faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexIVFFlat(
+                quantizer, dim, self._ivf_lists(), faiss.METRIC_INNER_PRODUCT
+            )
             index.train(emb)
         index.add(emb)
         _atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
@@ -293,7 +305,9 @@ class DenseRetriever:
         """Top-``top_k`` passages for each query, best first, encoding all queries in one
         batch. ``top_k`` above the corpus size returns the whole corpus, ranked."""
         if isinstance(queries, str):
-            raise TypeError("search takes a sequence of query strings; wrap a single query in a list")
+            raise TypeError(
+                "search takes a sequence of query strings; wrap a single query in a list"
+            )
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if not queries:
@@ -309,8 +323,8 @@ class DenseRetriever:
             params = faiss.SearchParametersIVF(nprobe=min(self.nprobe, self._index.nlist))
             scores, ids = self._index.search(q, k, params=params)
         return [
-            [self._hit(int(i), float(s)) for s, i in zip(row_s, row_i) if i >= 0]
-            for row_s, row_i in zip(scores, ids)
+            [self._hit(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+            for row_s, row_i in zip(scores, ids, strict=True)
         ]
 
     def _exact_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

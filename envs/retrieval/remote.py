@@ -42,7 +42,9 @@ class RemoteRetriever:
     ):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"the retrieval url must be http(s)://host:port[/retrieve], got {url!r}")
+            raise ValueError(
+                f"the retrieval url must be http(s)://host:port[/retrieve], got {url!r}"
+            )
         if parts.path in ("", "/"):
             url = urllib.parse.urlunsplit(parts._replace(path="/retrieve"))
         if retries < 0 or timeout <= 0 or backoff < 0 or max_queries_per_request < 1:
@@ -63,7 +65,9 @@ class RemoteRetriever:
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         """One ranked list of Passages (with scores) per query, best first."""
         if isinstance(queries, str):
-            raise TypeError("search takes a sequence of query strings; wrap a single query in a list")
+            raise TypeError(
+                "search takes a sequence of query strings; wrap a single query in a list"
+            )
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         results: list[list[Passage]] = []
@@ -89,10 +93,16 @@ class RemoteRetriever:
             except urllib.error.HTTPError as e:
                 message = _error_message(e)
                 if e.code < 500:
-                    raise RetrievalError(f"{self.url} refused the request: HTTP {e.code}: {message}") from None
+                    raise RetrievalError(
+                        f"{self.url} refused the request: HTTP {e.code}: {message}"
+                    ) from None
                 last = f"HTTP {e.code}: {message}"
                 continue
-            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # refused, reset, timed out, cut
+            except (
+                urllib.error.URLError,
+                OSError,
+                http.client.HTTPException,
+            ) as e:  # refused, reset, timed out, cut
                 last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
                 continue
             try:

@@ -119,7 +119,12 @@ class RetrievalServer:
         self.port = httpd.server_address[1]
         self._threads = [
             threading.Thread(target=self._batch_loop, name="retrieval-batcher", daemon=True),
-            threading.Thread(target=httpd.serve_forever, name="retrieval-http", daemon=True),
+            threading.Thread(
+                target=httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name="retrieval-http",
+                daemon=True,
+            ),
         ]
         for t in self._threads:
             t.start()
@@ -185,7 +190,9 @@ class RetrievalServer:
             try:
                 results = self.retriever.search(queries, top_k=topk)
                 if len(results) != len(queries):
-                    raise RuntimeError(f"retriever answered {len(results)} of {len(queries)} queries")
+                    raise RuntimeError(
+                        f"retriever answered {len(results)} of {len(queries)} queries"
+                    )
             except Exception as e:  # the worker must survive a failing retriever
                 log.exception("retrieval failed")
                 for job in jobs:
@@ -239,7 +246,9 @@ class RetrievalServer:
             raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
         return_scores = req.get("return_scores", False)
         if not isinstance(return_scores, bool):
-            raise _HttpError(400, f"'return_scores' must be true or false, got {_short(return_scores)}")
+            raise _HttpError(
+                400, f"'return_scores' must be true or false, got {_short(return_scores)}"
+            )
         return queries, topk, return_scores
 
     def retrieve(self, body: bytes) -> dict[str, Any]:
@@ -288,7 +297,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] == "/health":
             self._reply(200, self.server_state.health())
         else:
-            self._reply(404, {"error": f"no such path: {self.path}; use POST /retrieve or GET /health"})
+            self._reply(
+                404, {"error": f"no such path: {self.path}; use POST /retrieve or GET /health"}
+            )
 
     def do_POST(self) -> None:
         state = self.server_state

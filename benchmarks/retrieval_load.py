@@ -1,0 +1,181 @@
+"""Load test of the retrieval server: many threads sending Search-R1 requests at once.
+
+    python -m benchmarks.retrieval_load                  # serve the synthetic world, load it
+    python -m benchmarks.retrieval_load --url http://127.0.0.1:8000/retrieve   # an external server
+
+Prints requests/s, latency percentiles and (for our server) the mean number of queries per
+encoder batch: the figure that shows requests are batched across clients (PITFALLS 7).
+The defaults finish in well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoadReport:
+    """What one load run measured."""
+
+    sent: int
+    ok: int
+    errors: list[str] = field(default_factory=list)
+    """The first few error messages (at most 10), for the report."""
+    error_count: int = 0
+    seconds: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.ok / self.seconds if self.seconds > 0 else 0.0
+
+    def latency_ms(self, q: float) -> float:
+        if not self.latencies_s:
+            return float("nan")
+        s = sorted(self.latencies_s)
+        return 1000 * s[min(len(s) - 1, int(q * len(s)))]
+
+
+def run_load(
+    url: str,
+    queries: Sequence[str],
+    requests: int = 2000,
+    threads: int = 16,
+    topk: int = 3,
+    queries_per_request: int = 1,
+    time_limit_s: float = 60.0,
+    timeout_s: float = 30.0,
+) -> LoadReport:
+    """Send up to ``requests`` POSTs to ``url`` from ``threads`` threads, stopping early at
+    ``time_limit_s``; each request carries ``queries_per_request`` queries cycled from
+    ``queries``. A request counts as ok when it gets 200 and one result list per query."""
+    counter = itertools.count()
+    lock = threading.Lock()
+    report = LoadReport(sent=0, ok=0)
+    start = time.perf_counter()
+    deadline = start + time_limit_s
+
+    def worker() -> None:
+        while time.perf_counter() < deadline:
+            i = next(counter)
+            if i >= requests:
+                return
+            batch = [
+                queries[(i * queries_per_request + j) % len(queries)]
+                for j in range(queries_per_request)
+            ]
+            body = json.dumps({"queries": batch, "topk": topk, "return_scores": True}).encode()
+            req = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}
+            )
+            t0 = time.perf_counter()
+            error = None
+            try:
+                with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                    result = json.loads(resp.read())["result"]
+                if len(result) != len(batch) or any(len(hits) == 0 for hits in result):
+                    error = f"bad answer shape for request {i}"
+            except Exception as e:  # count everything a client would see as a failure
+                error = f"{type(e).__name__}: {e}"
+            latency = time.perf_counter() - t0
+            with lock:
+                report.sent += 1
+                if error is None:
+                    report.ok += 1
+                    report.latencies_s.append(latency)
+                else:
+                    report.error_count += 1
+                    if len(report.errors) < 10:
+                        report.errors.append(error)
+
+    pool = [threading.Thread(target=worker, name=f"load-{t}") for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _health(url: str) -> dict:
+    health_url = url.rsplit("/", 1)[0] + "/health"
+    try:
+        with urllib.request.urlopen(health_url, timeout=5) as resp:
+            return json.loads(resp.read())
+    except Exception:
+        return {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", default=None, help="load this server instead of starting one")
+    parser.add_argument(
+        "--corpus", default=None, help="JSONL corpus (default: the synthetic world)"
+    )
+    parser.add_argument("--index", default="flat", choices=("flat", "hnsw", "ivf"))
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--topk", type=int, default=3)
+    parser.add_argument("--queries-per-request", type=int, default=1)
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--time-limit", type=float, default=45.0, help="seconds")
+    args = parser.parse_args(argv)
+
+    from envs.data.synthwiki import default_world
+
+    world = default_world()
+    queries = [q.question for qs in world.all_questions("test").values() for q in qs]
+    server = None
+    url = args.url
+    if url is None:
+        from envs.retrieval import DenseRetriever, RetrievalServer
+
+        t0 = time.perf_counter()
+        retriever = DenseRetriever(args.corpus or world.corpus, index=args.index)
+        how = "loaded from cache" if retriever.loaded_from_cache else "encoded"
+        print(
+            f"retriever: {len(retriever)} passages, {retriever.index_kind}, {how} in {time.perf_counter() - t0:.1f} s"
+        )
+        server = RetrievalServer(retriever, port=0, max_batch=args.max_batch)
+        server.start()
+        url = server.url
+        retriever.search(queries[:1])  # warm up outside the timed run
+    before = _health(url)
+    try:
+        report = run_load(
+            url,
+            queries,
+            requests=args.requests,
+            threads=args.threads,
+            topk=args.topk,
+            queries_per_request=args.queries_per_request,
+            time_limit_s=args.time_limit,
+        )
+    finally:
+        after = _health(url)
+        if server is not None:
+            server.stop()
+    print(
+        f"{report.ok}/{args.requests} requests ok, {report.error_count} errors, {args.threads} threads, "
+        f"{report.seconds:.1f} s: {report.requests_per_s:.0f} requests/s; latency "
+        f"p50 {report.latency_ms(0.5):.1f} ms, p99 {report.latency_ms(0.99):.1f} ms"
+    )
+    batches = after.get("batches", 0) - before.get("batches", 0)
+    if batches:
+        print(
+            f"mean batch: {(after['queries'] - before['queries']) / batches:.1f} queries per search call over {batches} calls"
+        )
+    for error in report.errors:
+        print("error:", error)
+    return 0 if report.error_count == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
