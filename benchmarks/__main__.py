@@ -1,0 +1,121 @@
+"""``python -m benchmarks``: evaluate, compare, plot.
+
+    python -m benchmarks run --policy scripted --quick --out results/scripted
+    python -m benchmarks run --policy ckpt:runs/micro/team --workflow hierarchical --out results/opd
+    python -m benchmarks run --policy scripted --data ../shared/realdata --datasets hotpotqa,2wikimultihopqa \\
+        --split dev --corpus ../shared/realdata/corpora/hotpotqa_2wiki_dev.jsonl --out results/real
+    python -m benchmarks compare results/opd results/scripted
+    python -m benchmarks curves runs/micro/teacher runs/micro/team --out curves.png
+    python -m benchmarks perf
+
+Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
+python:<module>:<Class>, or per role leader=...,searcher=...,answerer=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from envs.data import DATASETS
+
+
+def _load(result_dir: str) -> tuple[dict, list[dict]]:
+    path = Path(result_dir)
+    if not (path / "summary.json").exists():
+        raise SystemExit(f"{path} has no summary.json: give a directory written by `python -m benchmarks run`")
+    summary = json.loads((path / "summary.json").read_text())
+    records = [json.loads(line) for line in (path / "questions.jsonl").read_text().splitlines() if line.strip()]
+    return summary, records
+
+
+def _run(args: argparse.Namespace) -> int:
+    from benchmarks.suite import QUICK, run_suite
+
+    limit, runs = args.limit, args.runs
+    if args.quick:
+        limit = limit or QUICK["limit"]
+        runs = runs or QUICK["runs"]
+    datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
+    run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
+              split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
+              seed=args.seed, progress=not args.no_progress)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from benchmarks.metrics import paired_macro_difference
+    from benchmarks.suite import label_of, markdown_table, plot_results
+
+    loaded = [_load(d) for d in args.results]
+    print(markdown_table([(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]))
+    base_summary, base_records = loaded[-1]
+    for d, (summary, records) in zip(args.results[:-1], loaded[:-1]):
+        ci = paired_macro_difference(records, base_records, n_resamples=args.resamples, seed=args.seed)
+        print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: macro avg@k {100 * ci['difference']:+.2f} "
+              f"points, paired bootstrap 95% CI [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}] "
+              f"over {ci['questions']} shared questions")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        plot_results([(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)], args.out)
+        print(f"plots in {args.out}")
+    return 0
+
+
+def _curves(args: argparse.Namespace) -> int:
+    from algos.report import plot_training_curves, read_metrics
+
+    paths = []
+    for logdir in args.logdirs:
+        path = Path(logdir)
+        path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
+        if not path.exists():
+            raise SystemExit(f"{path} does not exist: give a learner run directory (with metrics.jsonl)")
+        paths.append(path)
+        points = [(r["step"], r["val/avg@1"]) for r in read_metrics(path) if "val/avg@1" in r]
+        print(f"{path.parent}: validation avg@1 " + ", ".join(f"step {s}: {v:.3f}" for s, v in points))
+    print(f"wrote {plot_training_curves(paths, args.out)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="a policy over the seven datasets, k runs each")
+    r.add_argument("--policy", required=True)
+    r.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"])
+    r.add_argument("--data", default="synthetic", help="synthetic, or a FlashRAG-layout directory")
+    r.add_argument("--datasets", default="all", help="all, or a comma list such as nq,hotpotqa")
+    r.add_argument("--split", default="test")
+    r.add_argument("--runs", type=int, default=None, help="k runs per question (default 4)")
+    r.add_argument("--limit", type=int, default=None, help="questions per dataset")
+    r.add_argument("--corpus", default=None, help="passage JSONL for a local dense index")
+    r.add_argument("--retriever-url", default=None, help="a Search-R1 retrieval server")
+    r.add_argument("--quick", action="store_true", help="small defaults that finish in minutes")
+    r.add_argument("--out", required=True)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--no-progress", action="store_true")
+    c = sub.add_parser("compare", help="systems side by side; CI of each against the last")
+    c.add_argument("results", nargs="+")
+    c.add_argument("--resamples", type=int, default=10000)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", default=None, help="also write comparison plots here")
+    v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
+    v.add_argument("logdirs", nargs="+")
+    v.add_argument("--out", default="curves.png")
+    sub.add_parser("perf", help="performance ratios (see benchmarks/perf.py)")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "perf":
+        from benchmarks.perf import main as perf_main
+
+        return perf_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return {"run": _run, "compare": _compare, "curves": _curves}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

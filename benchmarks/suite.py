@@ -1,0 +1,174 @@
+"""The seven-dataset evaluation suite: a policy over the datasets, k runs per question,
+per-question JSONL, a summary JSON, a Table-1 style table and plots.
+
+Every result file records what it takes to reproduce it (PITFALLS 11): the policy, the
+workflow, the data, the retriever and corpus, top-k, k, the seed and the env settings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.collect import collect
+from agents.registry import make_policy
+from benchmarks.metrics import summarize
+from envs.data import DATASETS, load_qa
+
+NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "HotpotQA",
+         "2wikimultihopqa": "2Wiki", "musique": "MuSiQue", "bamboogle": "Bamboogle"}
+QUICK = {"limit": 20, "runs": 4}
+
+
+def build_policy(spec: str, seed: int = 0) -> Any:
+    """Registry policies plus ``ckpt:<dir>`` (a learner run or checkpoint, as HFPolicy)."""
+    if spec.startswith("ckpt:"):
+        from agents.hf import HFPolicy
+        from algos.checkpoint import resolve_model_path
+
+        return HFPolicy(resolve_model_path(spec[5:]), seed=seed)
+    if "=" in spec and "ckpt:" in spec:
+        from agents.router import RoleRouter
+
+        return RoleRouter({role: build_policy(sub, seed) for role, _, sub in
+                           (part.partition("=") for part in spec.split(","))})
+    return make_policy(spec, seed=seed)
+
+
+def policy_tokenizer(policy: Any) -> Any:
+    """The tokenizer the env must use: the (first) LM policy's own, else the default."""
+    for p in [policy, *getattr(policy, "policies", {}).values()]:
+        if getattr(p, "tokenizer", None) is not None:
+            return p.tokenizer
+    from envs.search_team import default_tokenizer
+
+    return default_tokenizer()
+
+
+def build_retriever(data: str, corpus: str | None, retriever_url: str | None) -> tuple[Any, str]:
+    if retriever_url:
+        from envs.retrieval import RemoteRetriever
+
+        return RemoteRetriever(retriever_url), retriever_url
+    if corpus:
+        from envs.retrieval import DenseRetriever
+
+        return DenseRetriever(corpus), corpus
+    if data != "synthetic":
+        raise SystemExit(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
+    from envs.search_team import default_retriever
+
+    return default_retriever(), "synthetic world corpus (MiniLM, flat)"
+
+
+def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical", data: str = "synthetic",
+              datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
+              corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
+              env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print) -> dict[str, Any]:
+    from envs import search_team_v0
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    agent = build_policy(policy, seed)
+    tokenizer = policy_tokenizer(agent)
+    retriever, retriever_desc = build_retriever(data, corpus, retriever_url)
+    root = "synthetic" if data == "synthetic" else data
+    env_kwargs = dict(env_kwargs or {})
+    records, skipped = [], []
+    start = time.perf_counter()
+    for name in datasets:
+        try:
+            questions = load_qa(name, split, root=root, limit=limit)
+        except FileNotFoundError as err:
+            skipped.append(name)
+            log(f"skipping {name}: {err}")
+            continue
+        groups = collect(lambda: search_team_v0.raw_env(workflow=workflow, tokenizer=tokenizer,
+                                                        retriever=retriever, questions=questions, **env_kwargs),
+                         agent, questions, runs, seed=seed, progress=progress)
+        for q, eps in zip(questions, groups):
+            records.append({
+                "dataset": name, "id": q.id, "question": q.question, "golden_answers": list(q.golden_answers),
+                "correct": [ep.final_em for ep in eps], "team_em": [ep.team_em for ep in eps],
+                "final_answers": [ep.final_answer for ep in eps], "candidates": [ep.candidates for ep in eps],
+                "searches": [ep.num_searches for ep in eps], "input_tokens": [ep.input_tokens for ep in eps],
+                "output_tokens": [ep.output_tokens for ep in eps], "invalid_turns": [ep.invalid_turns for ep in eps],
+            })
+    if not records:
+        raise SystemExit(f"no questions found for {list(datasets)} ({split}) under {root}")
+    summary = summarize(records)
+    summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
+                       "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
+                       "seed": seed, "env_kwargs": env_kwargs, "skipped": skipped,
+                       "seconds": round(time.perf_counter() - start, 1)}
+    with open(out / "questions.jsonl", "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    table = markdown_table([(label_of(summary), summary)])
+    (out / "table.md").write_text(table + "\n")
+    plot_results([(label_of(summary), summary)], out)
+    log(table)
+    log(f"wrote {out}/questions.jsonl, summary.json, table.md, accuracy_vs_cost.png, per_dataset.png")
+    return summary
+
+
+def label_of(summary: dict[str, Any]) -> str:
+    meta = summary.get("meta", {})
+    short = {"hierarchical": "H-MAS", "cascade": "C-MAS"}.get(meta.get("workflow"), meta.get("workflow", ""))
+    return f"{short} {meta.get('policy', '?')}".strip()
+
+
+def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Table 1's layout: avg@k per dataset and macro, then pass@k, all-k and the costs."""
+    names = [n for n in DATASETS if any(n in s["datasets"] for _, s in rows)]
+    k = min(s.get("k", 0) for _, s in rows)
+    head = (["Method"] + [NAMES.get(n, n) for n in names] + ["Macro", f"pass@{k}", f"all-{k}", "searches",
+                                                            "in tok", "out tok"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, s in rows:
+        cells = [label] + [f"{100 * s['datasets'][n]['avg@k']:.1f}" if n in s["datasets"] else "-" for n in names]
+        cells += [f"{100 * s['macro_avg@k']:.2f}", f"{100 * s['macro_pass@k']:.2f}", f"{100 * s['macro_all_k']:.2f}",
+                  f"{s['macro_searches_per_workflow']:.2f}", f"{s['macro_input_tokens_per_workflow']:.0f}",
+                  f"{s['macro_output_tokens_per_workflow']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_results(rows: Sequence[tuple[str, dict[str, Any]]], out_dir: str | Path) -> None:
+    """Accuracy against each cost (the paper's Figure 4) and per-dataset bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out = Path(out_dir)
+    costs = [("searches_per_workflow", "search actions / workflow"),
+             ("input_tokens_per_workflow", "input tokens / workflow"),
+             ("output_tokens_per_workflow", "output tokens / workflow")]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for label, s in rows:
+        for ax, (key, title) in zip(axes, costs):
+            ax.scatter([s[f"macro_{key}"]], [100 * s["macro_avg@k"]], s=50, label=label)
+            ax.set_xlabel(title)
+            ax.set_ylabel("macro avg@k (%)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_vs_cost.png", dpi=110)
+    plt.close(fig)
+    names = [n for n in DATASETS if any(n in s["datasets"] for _, s in rows)]
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    width = 0.8 / max(1, len(rows))
+    for i, (label, s) in enumerate(rows):
+        ys = [100 * s["datasets"][n]["avg@k"] if n in s["datasets"] else 0 for n in names]
+        ax.bar(np.arange(len(names)) + i * width, ys, width, label=label)
+    ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, [NAMES.get(n, n) for n in names])
+    ax.set_ylabel("avg@k (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "per_dataset.png", dpi=110)
+    plt.close(fig)
