@@ -27,8 +27,14 @@ SMOLLM2_CACHE = ("models", "smollm2-135m-instruct")
 def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if dtype not in names:
         raise ValueError(f"dtype must be one of {sorted(names)} or a torch.dtype, got {dtype!r}")
     return names[dtype]
@@ -80,7 +86,9 @@ def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
     """Batched generation pads; models without a pad token pad with EOS."""
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token")
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token"
+            )
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
@@ -131,10 +139,13 @@ def tiny_causal_lm(
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
     initializer_range: float = 0.02,
+    tie_word_embeddings: bool = False,
 ) -> Any:
     """A randomly initialised ``LlamaForCausalLM`` in eval mode, the same weights for the
     same arguments (the global torch RNG is left untouched). ``initializer_range`` is the
-    std of the weights: larger values give peakier next-token distributions."""
+    std of the weights: larger values give peakier next-token distributions.
+    ``tie_word_embeddings`` shares the input embedding with the output layer (as SmolLM2
+    does), halving the parameters a large vocabulary costs."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if hidden_size % num_heads:
@@ -151,7 +162,7 @@ def tiny_causal_lm(
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id if pad_token_id is not None else eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

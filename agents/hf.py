@@ -1,0 +1,357 @@
+"""A transformers causal LM as a batched policy, and teacher-forced scoring of token sequences.
+
+:class:`HFPolicy` samples with its own loop (left-padded batch, KV cache) rather than
+``model.generate``, so that each returned log-prob is exactly the log-prob of the sampled
+token under the distribution it was drawn from. :func:`sequence_logprobs` scores given
+tokens teacher-forced; with ``temperature=1`` and ``top_p=1`` the two agree to float
+rounding, which is what the learner's importance ratios assume (PITFALLS 2 and 8).
+
+>>> policy = HFPolicy("smollm2", temperature=0.7, top_p=0.9)   # doctest: +SKIP
+>>> [action] = policy.act([observation])                       # doctest: +SKIP
+>>> action.token_ids, action.logprobs, action.text             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+from agents.base import Action, Observation
+from agents.models import load_causal_lm
+
+# transformers 5 can project only chosen positions per row onto the vocabulary
+# (`logits_to_keep` as a boolean (B, T) mask); older releases need the full logits.
+_BOOL_LOGITS_TO_KEEP = int(transformers.__version__.split(".")[0]) >= 5
+
+
+def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only, so left padding shifts nothing: (B, T)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Log-probs of the tokens ``input_ids[targets]``, each under ``model`` given the tokens
+    before it in its row: a float32 tensor (N,), N = ``targets.sum()``, in row-major order.
+
+    ``input_ids``, ``attention_mask``: (B, T), padding anywhere the mask is 0 (left or right).
+    ``targets``: (B, T) bool, True only where a real token precedes in the row (column 0
+    can never be a target: nothing predicts it). Keeps the
+    graph: call it under ``torch.no_grad()`` to score, without to train.
+    """
+    if targets[:, 0].any():
+        raise ValueError("the first token of a row has no prediction; targets[:, 0] must be False")
+    predictors = torch.zeros_like(targets)  # position t-1 predicts token t
+    predictors[:, :-1] = targets[:, 1:]
+    kwargs = {"logits_to_keep": predictors} if _BOOL_LOGITS_TO_KEEP else {}
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=_position_ids(attention_mask),
+        use_cache=False,
+        **kwargs,
+    )
+    logits = out.logits if _BOOL_LOGITS_TO_KEEP else out.logits[predictors]  # (N, V)
+    logits = logits.float()
+    chosen = logits.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
+    return chosen - logits.logsumexp(-1)
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids_list: Sequence[Sequence[int] | np.ndarray],
+    start_positions: Sequence[int],
+    *,
+    batch_size: int = 16,
+) -> list[np.ndarray]:
+    """Teacher-forced log-probs (plain softmax, temperature 1) of ``seq[start:]`` for each
+    sequence: one float32 array of length ``len(seq) - start`` per sequence, in order.
+
+    ``start`` is at least 1 (the first token has no prediction) and at most ``len(seq)``.
+    Sequences are scored in right-padded batches of ``batch_size``; no gradient.
+    """
+    if len(input_ids_list) != len(start_positions):
+        raise ValueError(
+            f"{len(input_ids_list)} sequences but {len(start_positions)} start positions"
+        )
+    device = next(model.parameters()).device
+    pad = 0
+    results: list[np.ndarray] = []
+    for lo in range(0, len(input_ids_list), batch_size):
+        seqs = [
+            np.asarray(s, dtype=np.int64).reshape(-1) for s in input_ids_list[lo : lo + batch_size]
+        ]
+        starts = list(start_positions[lo : lo + batch_size])
+        for i, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
+            if not 1 <= start <= len(seq):
+                raise ValueError(
+                    f"sequence {lo + i} has {len(seq)} tokens; start {start} is not in [1, {len(seq)}]"
+                )
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        targets = torch.zeros((len(seqs), width), dtype=torch.bool)
+        for b, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
+            input_ids[b, : len(seq)] = torch.from_numpy(seq)
+            attention_mask[b, : len(seq)] = 1
+            targets[b, start : len(seq)] = True
+        with torch.inference_mode():
+            flat = token_logprobs(
+                model, input_ids.to(device), attention_mask.to(device), targets.to(device)
+            )
+        flat_np = flat.cpu().numpy()
+        offset = 0
+        for seq, start in zip(seqs, starts, strict=True):
+            n = len(seq) - start
+            results.append(flat_np[offset : offset + n].copy())
+            offset += n
+    return results
+
+
+def nucleus_logprobs(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Restrict log-probs (B, V) to the nucleus and renormalise: the most likely tokens are
+    kept while the mass before them is below ``top_p`` (so the top token always stays);
+    the rest get ``-inf``."""
+    vocab = logp.shape[-1]
+    # A full sort of a 49k vocabulary costs more than a small model's decoding step, and
+    # the nucleus of a trained LM is usually tiny: sort only the top k, growing k until
+    # the top k hold ``top_p`` of every row's mass (tokens beyond them cannot be in it).
+    k = min(vocab, 256)
+    while True:
+        top_logp, top_index = logp.topk(k, dim=-1)  # (B, k), descending
+        if k == vocab or bool((top_logp.exp().sum(-1) >= top_p).all()):
+            break
+        k = min(vocab, k * 8)
+    top_p_ = top_logp.exp()
+    mass_before = top_p_.cumsum(-1) - top_p_
+    top_logp = top_logp.masked_fill(mass_before >= top_p, float("-inf"))
+    top_logp = top_logp - top_logp.logsumexp(-1, keepdim=True)
+    return torch.full_like(logp, float("-inf")).scatter(-1, top_index, top_logp)
+
+
+def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token (B,) per row of log-probs (B, V), drawn exactly from ``exp(logp)``
+    (inverse CDF; tokens with probability 0 are never drawn). ``torch.multinomial`` is
+    20-30x slower on a CPU over a 49k vocabulary."""
+    cdf = logp.exp().double().cumsum(-1)  # (B, V); float64 sums keep the tail exact
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=logp.device)
+    # u in (0, total]: the first index whose cdf reaches u has positive probability
+    u = torch.minimum((u * total).clamp_min(torch.finfo(torch.float64).tiny), total)
+    return torch.searchsorted(cdf, u).squeeze(-1)
+
+
+class HFPolicy:
+    """A transformers causal LM that acts for every observation it is given, in batches.
+
+    ``model``: a name or path for :func:`agents.models.load_causal_lm` (then ``device`` and
+    ``dtype`` apply), or a model object (then ``tokenizer`` is required and the model stays
+    on its own device and dtype).
+    ``temperature``: 0 means greedy; the returned log-probs are then those of the plain
+    softmax (temperature 1), i.e. the model's own log-probs of the chosen tokens.
+    ``top_p``: nucleus sampling; the smallest set of most likely tokens whose mass reaches
+    ``top_p`` is kept and renormalised (ignored when greedy).
+    ``max_new_tokens``: a cap on every turn, on top of each observation's own budget.
+    ``seed``: seeds the policy's own ``torch.Generator``; the same seed and the same calls
+    give the same tokens. ``batch_size``: observations per forward batch.
+
+    A turn ends at EOS (``tokenizer.eos_token_id``, kept in the returned ids), when the
+    generated text comes to contain one of ``obs.stop`` (the completing token is kept), or
+    after ``min(obs.max_new_tokens, max_new_tokens)`` tokens. ``Action.text`` is the
+    decoding of exactly ``Action.token_ids``, special tokens included.
+    """
+
+    def __init__(
+        self,
+        model: Any = "smollm2",
+        tokenizer: Any = None,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype = "float32",
+        seed: int = 0,
+        batch_size: int = 16,
+    ) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if isinstance(model, str):
+            model, loaded_tokenizer = load_causal_lm(model, dtype=dtype, device=device)
+            tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+        elif tokenizer is None:
+            raise ValueError(
+                f"a {type(model).__name__} model object needs its tokenizer: pass tokenizer="
+            )
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_new_tokens = int(max_new_tokens)
+        self.batch_size = int(batch_size)
+        self.device = next(model.parameters()).device
+        self.eos_token_id = int(tokenizer.eos_token_id)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else self.eos_token_id
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        # transformers >= 5.2x renamed the KV-cache argument `past_key_values` to `cache`.
+        forward_params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_params else "past_key_values"
+        # prefill projects only the last position onto the vocabulary when the model can
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_params else {}
+
+    # -- the policy interface -------------------------------------------------------------
+
+    def act(self, observations: Sequence[Observation]) -> list[Action]:
+        """One :class:`Action` per observation, in order."""
+        # Batches of similar prompt lengths waste less compute on padding.
+        order = sorted(range(len(observations)), key=lambda i: -len(observations[i].token_ids))
+        actions: list[Action | None] = [None] * len(observations)
+        for lo in range(0, len(order), self.batch_size):
+            chunk = order[lo : lo + self.batch_size]
+            for i, action in zip(
+                chunk, self._generate([observations[i] for i in chunk]), strict=True
+            ):
+                actions[i] = action
+        return actions  # type: ignore[return-value]
+
+    # -- sampling ---------------------------------------------------------------------------
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next tokens (B,) and their log-probs (B,) under the distribution sampled from."""
+        logits = logits.float()
+        if self.temperature == 0:
+            logp = logits.log_softmax(-1)
+            tokens = logp.argmax(-1)
+        else:
+            logp = (logits / self.temperature if self.temperature != 1 else logits).log_softmax(-1)
+            if self.top_p < 1:
+                logp = nucleus_logprobs(logp, self.top_p)
+            tokens = sample_from_logprobs(logp, self.generator)
+        return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+    def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
+        # Only the last few tokens are decoded: a stop string of n UTF-8 bytes spans at most
+        # n byte-level tokens, and it can only just have been completed (we check every step).
+        tail = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)
+        return any(stop in tail for stop in stops)
+
+    def _cache_of(self, out: Any) -> Any:
+        return out.cache if self._cache_arg == "cache" else out.past_key_values
+
+    @torch.inference_mode()
+    def _generate(self, observations: Sequence[Observation]) -> list[Action]:
+        n = len(observations)
+        prompts = [np.asarray(o.token_ids, dtype=np.int64).reshape(-1) for o in observations]
+        for o, p in zip(observations, prompts, strict=True):
+            if len(p) == 0:
+                raise ValueError(
+                    f"observation of {o.agent} (env {o.env_index}) has an empty context"
+                )
+        limits = [min(int(o.max_new_tokens), self.max_new_tokens) for o in observations]
+        stops = [tuple(s for s in o.stop if s) for o in observations]
+        windows = [max((len(s.encode()) for s in st), default=0) + 2 for st in stops]
+        generated: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+
+        rows = [i for i in range(n) if limits[i] > 0]  # batch row -> observation index
+        if rows:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                self._decode_loop(prompts, rows, limits, stops, windows, generated, logprobs)
+            finally:
+                self.model.train(was_training)
+        return [
+            Action(
+                token_ids=generated[i],
+                logprobs=logprobs[i],
+                text=self.tokenizer.decode(generated[i], skip_special_tokens=False),
+            )
+            for i in range(n)
+        ]
+
+    def _decode_loop(
+        self,
+        prompts: list[np.ndarray],
+        rows: list[int],
+        limits: list[int],
+        stops: list[tuple[str, ...]],
+        windows: list[int],
+        generated: list[list[int]],
+        logprobs: list[list[float]],
+    ) -> None:
+        """Fill ``generated``/``logprobs`` for the observations in ``rows``. Finished rows are
+        dropped from the batch (and the KV cache), so they cost nothing afterwards."""
+        width = max(len(prompts[i]) for i in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, i in enumerate(rows):  # left padding: every row's next token is column -1
+            input_ids[b, width - len(prompts[i]) :] = torch.from_numpy(prompts[i])
+            attention_mask[b, width - len(prompts[i]) :] = 1
+        input_ids = input_ids.to(self.device)
+        attention_mask = attention_mask.to(self.device)
+        position_ids = _position_ids(attention_mask)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **self._last_logits_only,
+        )
+        cache = self._cache_of(out)
+        logits = out.logits[:, -1, :]  # (B, V)
+        next_position = position_ids[:, -1] + 1  # (B,)
+
+        while True:
+            tokens, token_logprobs_ = self._sample(logits)
+            keep: list[int] = []
+            for b, (i, token, logprob) in enumerate(
+                zip(rows, tokens.tolist(), token_logprobs_.tolist(), strict=True)
+            ):
+                generated[i].append(token)
+                logprobs[i].append(logprob)
+                done = (
+                    token == self.eos_token_id
+                    or len(generated[i]) >= limits[i]
+                    or (stops[i] and self._stopped_by_string(generated[i], stops[i], windows[i]))
+                )
+                if not done:
+                    keep.append(b)
+            if not keep:
+                return
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, dtype=torch.long, device=self.device)
+                cache.reorder_cache(index)
+                tokens = tokens[index]
+                attention_mask = attention_mask[index]
+                next_position = next_position[index]
+                rows = [rows[b] for b in keep]
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1
+            )
+            out = self.model(
+                input_ids=tokens.unsqueeze(-1),
+                attention_mask=attention_mask,
+                position_ids=next_position.unsqueeze(-1),
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
+            cache = self._cache_of(out)
+            logits = out.logits[:, -1, :]
+            next_position = next_position + 1
