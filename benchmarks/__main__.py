@@ -41,8 +41,18 @@ def _run(args: argparse.Namespace) -> int:
     datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
-              seed=args.seed, progress=not args.no_progress)
+              seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress)
     return 0
+
+
+def _env_kwargs(pairs: list[str]) -> dict[str, int]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise SystemExit(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
+        out[name] = int(value)
+    return out
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -95,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--corpus", default=None, help="passage JSONL for a local dense index")
     r.add_argument("--retriever-url", default=None, help="a Search-R1 retrieval server")
     r.add_argument("--quick", action="store_true", help="small defaults that finish in minutes")
+    r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="SearchTeam setting, e.g. --env max_turn_tokens=96 (integers)")
     r.add_argument("--out", required=True)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--no-progress", action="store_true")
