@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from algos.advantages import (answerer_advantages, critic_rewards, group_advantages,
-                              leader_advantages, opd_advantages, outcome_advantages)
+from algos.advantages import (
+    answerer_advantages,
+    critic_rewards,
+    group_advantages,
+    leader_advantages,
+    opd_advantages,
+    outcome_advantages,
+)
 
 
 def test_group_advantage_by_hand():

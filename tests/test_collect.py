@@ -1,7 +1,7 @@
 """The batched collector gives exactly the Episodes the AEC API gives, in one batch per step."""
 
 import pytest
-from conftest import QUESTION, Item, KeywordRetriever, WORLD
+from conftest import QUESTION, WORLD, Item, KeywordRetriever
 from test_env_flow import GOOD
 
 from agents import RoleRouter, collect
