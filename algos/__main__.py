@@ -6,6 +6,7 @@
     python -m algos train --stage team --preset micro --signal outcome --set steps=20
     python -m algos train --preset micro --resume          # continue the same run
     python -m algos sft --episodes scripted.jsonl --model micro --out runs/sft
+    python -m algos train-leader-sb3 --algo ppo --out runs/sb3_leader   # SB3 Leader, scripted team
 
 Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated).
 """
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         from algos.sft import main as sft_main
 
         return sft_main(argv[1:])
+    if argv and argv[0] == "train-leader-sb3":
+        from algos.sb3_leader import main as sb3_main
+
+        return sb3_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m algos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoints")
     t.add_argument("--no-progress", action="store_true")
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
+    sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "
+                   "(see python -m algos train-leader-sb3 --help)")
     args = parser.parse_args(argv)
     return _train(args)
 

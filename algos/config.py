@@ -74,6 +74,10 @@ class TrainConfig:
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
     val_split: str = "dev"
     val_per_dataset: int = 10
+    val_runs: int = 1
+    """Workflows per validation question (avg@k over them; k=1 is the paper's avg@1)."""
+    val_temperature: float = 1.0
+    """Sampling temperature for validation (0 = greedy)."""
     eval_every: int = 10
     """Validation avg@1 every this many steps (and before the first and after the last)."""
     save_every: int = 10
@@ -110,7 +114,7 @@ class TrainConfig:
         if self.stage == "teacher" and self.teacher is not None:
             raise bad("teacher", "Stage I trains the Teacher; it has none itself")
         for name in ("steps", "questions_per_step", "minibatches", "max_turn_tokens", "eval_every",
-                     "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size"):
+                     "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size", "val_runs"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.group_size < 2:

@@ -38,8 +38,8 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
         trainer = Trainer(cfg, resume=resume and (out / stage / "checkpoints").exists(), progress=progress)
         base_em = _base_em(trainer, cfg)
         log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f}")
-        trainer.train(validate_first=False)
-        trained_em = trainer.validate()
+        history = trainer.train(validate_first=False)["history"]
+        trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else trainer.validate()
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
             f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f})")
         summary["stages"][stage] = {"workflow": cfg.workflow, "steps": trainer.step, "base_em": base_em,

@@ -275,16 +275,22 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self, questions: Sequence[Any] | None = None, workflow: str | None = None) -> float:
-        """avg@1: greedy team, one workflow per question, mean EM of the final answer."""
+        """avg@k on the held-out questions: the team samples at the training temperature,
+        ``val_runs`` workflows per question, mean EM of the final answer. The sampler is
+        seeded the same way at every validation, so base and trained models are compared
+        on common random numbers."""
+        cfg = self.config
         questions = list(questions or self.val_questions)
         if not questions:
             return float("nan")
-        greedy = HFPolicy(self.model, self.tokenizer, temperature=0.0, max_new_tokens=self.config.max_turn_tokens,
-                          batch_size=self.config.generation_batch_size)
+        sampler = HFPolicy(self.model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
+                           max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
+                           batch_size=cfg.generation_batch_size)
         self.model.eval()
-        groups = collect(self.env_fn(workflow, questions), greedy, questions, 1, seed=self.config.seed)
+        groups = collect(self.env_fn(workflow, questions), sampler, questions, cfg.val_runs,
+                         seed=cfg.seed + 99_991)
         self.model.train()
-        return float(np.mean([g[0].final_em for g in groups]))
+        return float(np.mean([ep.final_em for g in groups for ep in g]))
 
     def _log(self, metrics: dict[str, float], step: int | None = None) -> None:
         step = self.step if step is None else step

@@ -1,0 +1,434 @@
+"""The CPU "micro" preset's base model: a small byte-level BPE fitted to the synthetic world
+and the turn protocol, a tiny Llama over it, and a warm start by imitation of the scripted
+team (SFT on its episodes).
+
+Why: on a CPU most of a tiny model's cost is its output layer, so a 49k vocabulary makes
+even a 16M-parameter model slow (DESIGN.md, "What things cost"). A 4k vocabulary trained
+on the text the env actually shows (passages, questions, prompts, tags) keeps contexts
+short and the output layer cheap, and the env takes any tokenizer, so nothing else
+changes. The micro model starts from random weights; imitating the scripted team teaches
+it the protocol, so RL begins from a policy that writes valid turns.
+
+>>> tok = micro_tokenizer()                                   # doctest: +SKIP
+>>> model = micro_model(tok)                                  # doctest: +SKIP
+>>> path = build_micro_base()       # cached after the first build (a few minutes)  # doctest: +SKIP
+>>> policy = HFPolicy(str(path), temperature=0)               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envs import protocol as P
+from envs.paths import cache_dir
+
+PAD, IM_START, IM_END = "<|pad|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (PAD, IM_START, IM_END)
+"""The micro tokenizer's special tokens, ids 0, 1, 2: pad, ChatML start, ChatML end (= EOS)."""
+
+PROTOCOL_TOKENS = tuple(f"<{t}>" for t in (*P.TAGS, "information")) + tuple(
+    f"</{t}>" for t in (*P.TAGS, "information"))
+"""Protocol tags added as single (ordinary, not special) tokens: a tiny model then writes a
+tag in one step, and decoding with ``skip_special_tokens=True`` (as the env does) keeps them."""
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+MICRO_ENV: dict[str, int] = {
+    "max_turn_tokens": 64,
+    "max_context_tokens": 1024,
+    "max_waves": 2,
+    "max_searchers": 2,
+    "max_searcher_turns": 3,
+}
+"""SearchTeam arguments of the micro preset (with the micro tokenizer): the scripted team's
+SFT episodes and the RL trainers use the same env shape. Three Searcher turns = at most
+two searches and a summary, the scripted Searcher's budget."""
+
+TOKENIZER_VERSION = 1
+"""Bumped whenever the way the tokenizer is trained changes (cached ones are then retrained)."""
+
+PROTOCOL_WEIGHT = 200
+"""How many times the protocol text counts against the world's text when the BPE is fitted
+(an episode shows the prompts once per agent, so they are far more frequent than any one
+passage)."""
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def _protocol_texts() -> list[str]:
+    """Every fixed string the env and the chat format write, filled as the env fills them."""
+    prompts = [text.format(max_searchers=k, max_waves=w, max_searches=s)
+               for text in P.SYSTEM_PROMPTS.values()
+               for k, w, s in ((2, 2, 2), (3, 3, 3), (1, 1, 1))]
+    env_phrases = [
+        "Waves left: 1. Dispatch another wave with <subtask> tags, or choose the reports "
+        "for the Answerer with <select>numbers</select>.",
+        "No waves left: choose the reports for the Answerer with <select>numbers</select>.",
+        "[1] Sub-task: In which city was Ana born?\nReport: (no report)\n[2] Sub-task: x\nReport: y",
+        "Question: Who was born later?\n\nEvidence:\n[1] (no report)\n[2] (none)",
+        "\nYou have one turn left: write your <summary> now.",
+        "Invalid turn: no <search> or <summary> tag. ",
+        "Invalid turn: no <subtask> or <select> tag. ",
+        "Invalid turn: no <answer> tag. ",
+        "Invalid turn: no waves left; write <select>numbers</select>. ",
+        "Invalid turn: a turn either dispatches sub-tasks or selects reports, not both. ",
+        "<information>Doc 1(Title: A) a\nDoc 2(Title: B) b\nDoc 3(Title: C) c</information>",
+        "<think>I should search.</think><search>query</search><summary>report</summary>",
+        "<subtask>task</subtask><subtask>task</subtask><select>1, 2</select><answer>1976</answer>",
+        "system\nuser\nTask: \nassistant\n",
+    ]
+    return prompts + list(P.FORMAT_REMINDERS.values()) + env_phrases
+
+
+def _world_texts(seed: int) -> list[str]:
+    """The synthetic world's passages (as the env renders them), questions and answers."""
+    from envs.data.qa import DATASETS
+    from envs.data.synthwiki import SPLITS, build_world, default_world
+
+    world = default_world() if seed == 0 else build_world(seed)
+    texts = []
+    for row in world.corpus:
+        title, _, body = row["contents"].partition("\n")
+        texts.append(f"Doc 1(Title: {title}) {body}")
+    for split in SPLITS:
+        for dataset in DATASETS:
+            for q in world.questions(dataset, split):
+                texts.append(f"Question: {q.question}")
+                texts.extend(q.golden_answers)
+    return texts
+
+
+def train_micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
+    """A byte-level BPE of ``vocab_size`` tokens (special and tag tokens included), fitted to
+    the synthetic world of ``seed`` (0 = ``default_world()``, the env's default) and the
+    protocol text, as a ``transformers.PreTrainedTokenizerFast``: pad ``<|pad|>`` (id 0),
+    ``<|im_start|>`` (1), EOS ``<|im_end|>`` (2), a ChatML chat template. Deterministic:
+    the same arguments give the same vocabulary and merges. Byte-level, so every string
+    round-trips: ``decode(encode(s)) == s``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    floor = 256 + len(SPECIAL_TOKENS) + len(PROTOCOL_TOKENS)
+    if vocab_size < floor + 64:
+        raise ValueError(f"vocab_size must be >= {floor + 64} (bytes, special and tag tokens "
+                         f"and some merges), got {vocab_size}")
+    texts = _world_texts(seed) + _protocol_texts() * PROTOCOL_WEIGHT
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(PROTOCOL_TOKENS),
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer)
+    bpe.add_tokens([AddedToken(t, normalized=False, special=False) for t in PROTOCOL_TOKENS])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token=PAD, eos_token=IM_END,
+        additional_special_tokens=[IM_START], clean_up_tokenization_spaces=False,
+    )
+    tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def _tokenizer_fingerprint(vocab_size: int, seed: int) -> str:
+    """What a cached tokenizer was trained from; a mismatch (the protocol text changed,
+    say) retrains it."""
+    inputs = [TOKENIZER_VERSION, vocab_size, seed, PROTOCOL_WEIGHT, SPECIAL_TOKENS,
+              PROTOCOL_TOKENS, _protocol_texts()]
+    return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:16]
+
+
+def micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
+    """:func:`train_micro_tokenizer`'s tokenizer, trained once and then loaded from
+    ``cache_dir("tokenizers", f"micro-{vocab_size}-seed{seed}")`` (retrained when the
+    protocol text it was fitted to has changed since)."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = cache_dir("tokenizers", f"micro-{vocab_size}-seed{seed}")
+    fingerprint = _tokenizer_fingerprint(vocab_size, seed)
+    stamp = path / "micro_tokenizer.json"
+    if not (path / "tokenizer.json").exists() or not stamp.exists() or \
+            json.loads(stamp.read_text()).get("fingerprint") != fingerprint:
+        tok = train_micro_tokenizer(vocab_size, seed)
+        _save_atomically(_Saver([tok], {"micro_tokenizer.json": {"fingerprint": fingerprint}}),
+                         path, replace=True)
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+class _Saver:
+    """Saves objects with ``save_pretrained`` and JSON records, into one directory."""
+
+    def __init__(self, objects: Sequence[Any], records: dict[str, Any]):
+        self.objects, self.records = list(objects), records
+
+    def save_pretrained(self, path: Path) -> None:
+        for obj in self.objects:
+            obj.save_pretrained(path)
+        for name, record in self.records.items():
+            (Path(path) / name).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _save_atomically(saver: Any, target: Path, *, replace: bool = False) -> None:
+    """``saver.save_pretrained`` into a temporary sibling, then moved into place, so a crash
+    or a concurrent reader never sees half a directory. An existing non-empty ``target`` is
+    replaced only when ``replace`` (a cache entry), never otherwise (a user's directory)."""
+    target = Path(target)
+    if target.exists() and any(target.iterdir()) and not replace:
+        raise FileExistsError(f"{target} exists and is not empty; give another directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        saver.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
+                seed: int = 0, max_position_embeddings: int = 2048) -> Any:
+    """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
+    vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
+    arguments. With the defaults and a 4k vocabulary: about 6.3M parameters."""
+    from agents.models import tiny_causal_lm
+
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return tiny_causal_lm(len(tokenizer), hidden_size=hidden_size, num_layers=num_layers,
+                          num_heads=num_heads, max_position_embeddings=max_position_embeddings,
+                          seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)
+
+
+# ----------------------------------------------------------------------------- the SFT base
+
+WORKFLOWS = ("hierarchical", "cascade")
+
+
+class _EosScripted:
+    """The scripted team with every turn closed by EOS, as a model would close it: the env
+    cuts a Searcher or Answerer turn at its closing tag (the EOS is dropped, the env closes
+    the message), but a Leader's wave of sub-tasks ends only at EOS, so imitation has to
+    see that EOS among the generated (loss-masked) tokens."""
+
+    def __init__(self, tokenizer: Any, seed: int = 0):
+        from agents.scripted import ScriptedPolicy
+
+        self.policy = ScriptedPolicy(seed=seed)
+        self.tokenizer = tokenizer
+
+    def act(self, observations: Sequence[Any]) -> list[Any]:
+        from agents.base import Action
+
+        eos = self.tokenizer.eos_token_id
+        return [Action(token_ids=self.tokenizer.encode(text, add_special_tokens=False) + [eos])
+                for text in self.policy.act(observations)]
+
+
+class _MemoRetriever:
+    """Remembers every query's passages: the scripted team asks the same questions in both
+    workflows, and query encoding is most of the collection's cost."""
+
+    def __init__(self, retriever: Any):
+        self.retriever = retriever
+        self.memo: dict[tuple[str, int], list[Any]] = {}
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
+        todo = list(dict.fromkeys(q for q in queries if (q, top_k) not in self.memo))
+        if todo:
+            for q, hits in zip(todo, self.retriever.search(todo, top_k)):
+                self.memo[(q, top_k)] = hits
+        return [self.memo[(q, top_k)] for q in queries]
+
+
+def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any = None,
+                 **overrides: Any) -> Any:
+    """A function that makes one micro-preset SearchTeam env (``MICRO_ENV`` + overrides)
+    over the synthetic world; for :func:`agents.collect.collect`."""
+    import functools
+
+    from envs import search_team_v0
+    from envs.search_team import default_retriever
+
+    return functools.partial(search_team_v0.raw_env, workflow=workflow, tokenizer=tokenizer,
+                             retriever=retriever or default_retriever(),
+                             **{**MICRO_ENV, **overrides})
+
+
+def _questions(split: str, per_dataset: int) -> list[Any]:
+    from envs.data.qa import DATASETS
+    from envs.data.synthwiki import default_world
+
+    world = default_world()
+    return [q for d in DATASETS for q in world.questions(d, split)[:per_dataset]]
+
+
+def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
+                      workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
+                      seed: int = 0, progress: bool = False) -> list[Any]:
+    """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
+    dataset in ``split``, one per question and workflow, in the micro env."""
+    from agents.collect import collect
+    from envs.search_team import default_retriever
+
+    retriever = _MemoRetriever(retriever or default_retriever())
+    questions = _questions(split, per_dataset)
+    episodes = []
+    for workflow in workflows:
+        groups = collect(micro_env_fn(tokenizer, workflow, retriever), _EosScripted(tokenizer, seed),
+                         questions, seed=seed, max_envs=128, progress=progress)
+        episodes += [ep for group in groups for ep in group]
+    return episodes
+
+
+def team_stats(episodes: Sequence[Any]) -> dict[str, float]:
+    """Team EM (any candidate right), final-answer EM, invalid-turn rate, searches per
+    workflow, and per-dataset team EM (``em/<dataset>``) of a list of Episodes."""
+    if not episodes:
+        return {}
+    n = len(episodes)
+    turns = sum(ep.turns for ep in episodes)
+    stats = {
+        "episodes": float(n),
+        "team_em": sum(ep.team_em for ep in episodes) / n,
+        "final_em": sum(ep.final_em for ep in episodes) / n,
+        "invalid_rate": sum(ep.invalid_turns for ep in episodes) / max(1, turns),
+        "searches": sum(ep.num_searches for ep in episodes) / n,
+    }
+    by_dataset: dict[str, list[float]] = {}
+    for ep in episodes:
+        by_dataset.setdefault(ep.question.get("dataset", ""), []).append(ep.team_em)
+    stats.update({f"em/{d}": sum(v) / len(v) for d, v in by_dataset.items()})
+    return stats
+
+
+def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_dataset: int = 10,
+                  workflows: Sequence[str] = WORKFLOWS, retriever: Any = None, seed: int = 0,
+                  progress: bool = False) -> dict[str, dict[str, float]]:
+    """:func:`team_stats` per workflow of ``policy`` on the first ``per_dataset`` synthetic
+    questions of each dataset in ``split``, in the micro env."""
+    from agents.collect import collect
+
+    questions = _questions(split, per_dataset)
+    out = {}
+    for workflow in workflows:
+        groups = collect(micro_env_fn(tokenizer, workflow, retriever), policy, questions,
+                         seed=seed, max_envs=128, progress=progress)
+        out[workflow] = team_stats([ep for group in groups for ep in group])
+    return out
+
+
+BUILD_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 4,
+    "episodes_per_dataset": 100, "epochs": 2, "lr": 2e-3, "batch_tokens": 4096,
+    "only_correct": True,
+}
+
+
+def build_micro_base(
+    out_dir: str | Path | None = None,
+    *,
+    episodes_per_dataset: int = BUILD_DEFAULTS["episodes_per_dataset"],
+    epochs: int = BUILD_DEFAULTS["epochs"],
+    lr: float = BUILD_DEFAULTS["lr"],
+    batch_tokens: int = BUILD_DEFAULTS["batch_tokens"],
+    vocab_size: int = BUILD_DEFAULTS["vocab_size"],
+    hidden_size: int = BUILD_DEFAULTS["hidden_size"],
+    num_layers: int = BUILD_DEFAULTS["num_layers"],
+    num_heads: int = BUILD_DEFAULTS["num_heads"],
+    only_correct: bool = BUILD_DEFAULTS["only_correct"],
+    seed: int = 0,
+    progress: bool = True,
+) -> Path:
+    """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
+    synthetic train questions per dataset, in both workflows (``MICRO_ENV``), imitated by
+    :func:`micro_model` with :func:`algos.sft.sft`. Saved with ``save_pretrained`` (model
+    and tokenizer, loadable by ``HFPolicy(path)``) plus ``micro_build.json`` (settings,
+    losses, timings) in ``out_dir``, by default ``cache_dir("models", "micro-sft-<key>")``
+    keyed by every setting; an existing build there is reused.
+
+    ``only_correct`` keeps the episodes the scripted team answered right (team EM 1):
+    imitating its failures would teach the ways it goes wrong (a broken chain, a guessed
+    comparison) as if they were right.
+    """
+    from algos.sft import sft
+
+    settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
+                "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
+                "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
+                "only_correct": only_correct, "seed": seed, "env": MICRO_ENV,
+                "tokenizer": TOKENIZER_VERSION}
+    if out_dir is None:
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        out_dir = cache_dir("models") / f"micro-sft-{key}"
+    out_dir = Path(out_dir)
+    if _is_build(out_dir):
+        return out_dir
+    started, cpu = time.perf_counter(), time.process_time()
+    log = _log(progress)
+    tokenizer = micro_tokenizer(vocab_size)
+    log(f"micro base: collecting scripted episodes ({episodes_per_dataset} per dataset, "
+        f"{len(WORKFLOWS)} workflows)")
+    episodes = scripted_episodes(tokenizer, episodes_per_dataset, seed=seed, progress=progress)
+    collected = time.perf_counter()
+    scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
+    kept = [ep for ep in episodes if ep.team_em == 1] if only_correct else episodes
+    model = micro_model(tokenizer, hidden_size, num_layers, num_heads, seed=seed)
+    params = sum(p.numel() for p in model.parameters())
+    log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
+        f"{len(episodes)} episodes, {epochs} epochs")
+    losses = sft(model, kept, epochs=epochs, lr=lr, batch_tokens=batch_tokens,
+                 max_len=MICRO_ENV["max_context_tokens"], seed=seed, progress=progress)
+    record = {
+        "settings": settings, "parameters": params, "episodes": len(episodes),
+        "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),
+        "losses": losses,
+        "seconds": {"collect": round(collected - started, 1),
+                    "sft": round(time.perf_counter() - collected, 1),
+                    "total": round(time.perf_counter() - started, 1),
+                    "cpu": round(time.process_time() - cpu, 1)},
+    }
+    _save_build(model, tokenizer, record, out_dir)
+    log(f"micro base: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {record['seconds']['total']}s; "
+        f"saved to {out_dir}")
+    return out_dir
+
+
+def _is_build(path: Path) -> bool:
+    return ((path / "micro_build.json").exists() and (path / "config.json").exists()
+            and (path / "tokenizer.json").exists() and any(path.glob("*.safetensors")))
+
+
+def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path) -> None:
+    """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed)."""
+    _save_atomically(_Saver([model, tokenizer], {"micro_build.json": record}), target,
+                     replace=target.parent == cache_dir("models"))
+
+
+def _log(show: bool) -> Any:
+    def log(message: str) -> None:
+        if show:
+            print(message, flush=True)
+
+    return log

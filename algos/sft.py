@@ -1,0 +1,290 @@
+"""Supervised fine-tuning on recorded episodes: the warm start before RL.
+
+Each segment of an episode is one training row: its exact token ids (never re-tokenised),
+trained where ``loss_mask == 1``, the tokens the agent generated itself: the same mask the
+RL learner uses, so prompts, retrieved passages and reports handed over never enter the
+loss (PITFALLS 1). The loss is the token-mean negative log-likelihood over the masked
+tokens of a batch, computed by :func:`agents.hf.token_logprobs`, the function the learner
+scores with.
+
+>>> losses = sft(model, load_episodes("scripted.jsonl"), epochs=2, lr=1e-3)  # doctest: +SKIP
+
+Command line (``python -m algos sft``)::
+
+    python -m algos sft --episodes FILE.jsonl [--model smollm2|micro|PATH] [--epochs N] [--out DIR]
+    python -m algos sft --preset micro [--out DIR]    # = algos.micro.build_micro_base
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.hf import token_logprobs
+from envs.episode import Episode, load_episodes
+
+Row = tuple[list[int], list[int]]
+"""One training row: token ids and their loss mask (1 = trained on)."""
+
+
+def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) -> list[Row]:
+    """The training rows of ``episodes``: one per segment that has a masked token.
+
+    Tokens after a segment's last masked token carry no loss and are dropped. A row still
+    longer than ``max_len`` keeps its last ``max_len`` tokens (the earliest context goes,
+    every late masked token stays); its first token is never a target (nothing before it
+    predicts it). ``dedupe`` trains identical rows once (a deterministic team's Answerers
+    read the same context and write the same candidate).
+    """
+    if max_len < 2:
+        raise ValueError(f"max_len must be >= 2, got {max_len}")
+    rows: list[Row] = []
+    seen: set[tuple[int, ...]] = set()
+    for ep in episodes:
+        for seg in ep.segments:
+            if len(seg.loss_mask) != len(seg.token_ids):
+                raise ValueError(f"segment {seg.agent} of episode {ep.question.get('id')!r} has "
+                                 f"{len(seg.token_ids)} tokens but {len(seg.loss_mask)} mask values")
+            masked = [i for i, m in enumerate(seg.loss_mask) if m]
+            if not masked:
+                continue
+            end = masked[-1] + 1
+            start = max(0, end - max_len)
+            ids = [int(t) for t in seg.token_ids[start:end]]
+            mask = [int(bool(m)) for m in seg.loss_mask[start:end]]
+            mask[0] = 0
+            if not any(mask):
+                continue
+            if dedupe:
+                key = tuple(ids) + (-1,) + tuple(mask)
+                if key in seen:
+                    continue
+                seen.add(key)
+            rows.append((ids, mask))
+    return rows
+
+
+def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Row indices grouped into batches of at most ``batch_tokens`` padded tokens (rows x
+    longest row; a longer row is a batch of its own). Rows of similar length go together,
+    so padding wastes little; the batch order is shuffled by ``rng``."""
+    order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]), rng.random()))
+    out: list[list[int]] = []
+    current: list[int] = []
+    for i in order:  # ascending length: the newest row is the batch's longest
+        if current and (len(current) + 1) * len(rows[i][0]) > batch_tokens:
+            out.append(current)
+            current = []
+        current.append(i)
+    if current:
+        out.append(current)
+    rng.shuffle(out)
+    return out
+
+
+def collate(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, attention_mask, targets)``, each (B, T); ``targets`` is the
+    loss mask as bool, False on padding and in column 0."""
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    targets = torch.zeros((len(rows), width), dtype=torch.bool)
+    for b, (ids, mask) in enumerate(rows):
+        input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[b, : len(ids)] = 1
+        targets[b, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
+    targets[:, 0] = False
+    return input_ids, attention_mask, targets
+
+
+def sft_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+             targets: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood of the target tokens (token-mean over the batch); a
+    0-d tensor with graph. A token outside ``targets`` is never scored: it enters the loss
+    only as context of the target tokens after it."""
+    if not bool(targets.any()):
+        raise ValueError("the batch has no target token")
+    return -token_logprobs(model, input_ids, attention_mask, targets).mean()
+
+
+def sft(
+    model: Any,
+    episodes: Iterable[Episode],
+    *,
+    epochs: int = 1,
+    lr: float = 1e-4,
+    batch_tokens: int = 8192,
+    max_len: int | None = None,
+    warmup: float = 0.05,
+    weight_decay: float = 0.0,
+    dedupe: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Train ``model`` in place on the generated tokens of ``episodes``; the loss of every
+    optimizer step, in order.
+
+    AdamW (``lr``, ``weight_decay``), gradient norm clipped to 1.0, linear warm-up over the
+    first ``warmup`` fraction of the steps, then cosine decay to a tenth of ``lr``.
+    ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
+    ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
+    ``seed`` fixes the batch order. The model is left in eval mode.
+    """
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if not 0 <= warmup < 1:
+        raise ValueError(f"warmup is a fraction of the steps in [0, 1), got {warmup}")
+    if max_len is None:
+        max_len = int(getattr(model.config, "max_position_embeddings", 2048))
+    rows = sft_rows(episodes, max_len, dedupe=dedupe)
+    if not rows:
+        raise ValueError("no segment has a token with loss_mask == 1: nothing to train on")
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    top = max(max(ids) for ids, _ in rows)
+    if top >= vocab:
+        raise ValueError(f"token id {top} is outside the model's vocabulary of {vocab}: were "
+                         "the episodes collected with another tokenizer?")
+    pad_id = getattr(model.config, "pad_token_id", None) or 0
+    rng = random.Random(seed)
+    plan = [batches(rows, batch_tokens, rng) for _ in range(epochs)]
+    total = sum(len(p) for p in plan)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    warm = max(1, int(warmup * total))
+
+    def schedule(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        t = (step - warm) / max(1, total - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    device = next(model.parameters()).device
+    bar = _progress(total, progress)
+    losses: list[float] = []
+    model.train()
+    try:
+        for epoch_batches in plan:
+            for batch in epoch_batches:
+                input_ids, attention_mask, targets = (
+                    t.to(device) for t in collate([rows[i] for i in batch], pad_id))
+                loss = sft_loss(model, input_ids, attention_mask, targets)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                scheduler.step()
+                losses.append(float(loss.detach()))
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    finally:
+        bar.close()
+        model.eval()
+    return losses
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix(self, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, show: bool) -> Any:
+    if not show:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="sft", unit="step")
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _load_model(name: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: ``micro`` is a fresh micro model with the micro tokenizer;
+    anything else goes to :func:`agents.models.load_causal_lm`."""
+    if name == "micro":
+        from algos.micro import micro_model, micro_tokenizer
+
+        tokenizer = micro_tokenizer()
+        return micro_model(tokenizer), tokenizer
+    from agents.models import load_causal_lm
+
+    return load_causal_lm(name)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m algos sft",
+        description="Supervised fine-tuning on the generated tokens (loss_mask == 1) of "
+                    "recorded episodes, or --preset micro to build the CPU micro base model.")
+    parser.add_argument("--episodes", type=Path, help="episodes JSONL (envs.episode.save_episodes)")
+    parser.add_argument("--preset", choices=["micro"],
+                        help="micro: build the micro base (scripted-team episodes, micro "
+                             "tokenizer and model); --epochs and --out apply")
+    parser.add_argument("--model", default="smollm2",
+                        help="smollm2 (default), micro (a fresh micro model; the episodes "
+                             "must use the micro tokenizer), or a model directory / hub id")
+    parser.add_argument("--epochs", type=int, default=None, help="passes over the data (default 1; micro preset: its own)")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-4; micro: 2e-3)")
+    parser.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per step")
+    parser.add_argument("--max-len", type=int, default=None, help="longest row in tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="where to save model and tokenizer")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m algos sft ...``; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    progress = not args.no_progress
+    if args.preset == "micro":
+        from algos.micro import build_micro_base
+
+        kwargs: dict[str, Any] = {"seed": args.seed, "progress": progress}
+        if args.epochs is not None:
+            kwargs["epochs"] = args.epochs
+        if args.lr is not None:
+            kwargs["lr"] = args.lr
+        path = build_micro_base(args.out, **kwargs)
+        print(path)
+        return 0
+    if args.episodes is None:
+        parser.error("give --episodes FILE.jsonl (or --preset micro)")
+    if not args.episodes.exists():
+        parser.error(f"--episodes {args.episodes} does not exist")
+    episodes = load_episodes(args.episodes)
+    model, tokenizer = _load_model(args.model)
+    epochs = 1 if args.epochs is None else args.epochs
+    lr = 1e-4 if args.lr is None else args.lr
+    started = time.perf_counter()
+    losses = sft(model, episodes, epochs=epochs, lr=lr, batch_tokens=args.batch_tokens,
+                 max_len=args.max_len, seed=args.seed, progress=progress)
+    out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    record = {"episodes": str(args.episodes), "model": args.model, "epochs": epochs, "lr": lr, "batch_tokens": args.batch_tokens, "max_len": args.max_len,
+              "seed": args.seed, "steps": len(losses), "losses": losses,
+              "seconds": round(time.perf_counter() - started, 1)}
+    (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
+    first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
+    print(f"{len(losses)} steps, loss {first:.3f} -> {last:.3f}; saved to {out}")
+    return 0
