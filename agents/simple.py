@@ -1,0 +1,130 @@
+"""Two policies without a model: ``RandomPolicy`` (the floor any team must clear) and
+``HumanPolicy`` (a person at the terminal plays the awaiting agents, one turn each).
+
+>>> RandomPolicy(seed=0).act([observation])                  # doctest: +SKIP
+['<search>born Kessa</search> the']
+>>> HumanPolicy().act([observation])                         # doctest: +SKIP
+=== searcher_0 (searcher) ===
+Task: Where was Maren Tolvik born?
+searcher_0> <search>Maren Tolvik</search>
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from agents.base import Action, Observation
+from envs import protocol as P
+
+TEXT, TOKENS = "text", "tokens"
+
+_WORDS = ("the", "of", "in", "who", "what", "was", "born", "city", "film", "year", "founded",
+          "director", "river", "capital", "country", "answer", "search", "report", "Doc", "Title",
+          "1901", "1850", "and", "is", "a", "by", "1", "2", "3")
+
+
+class RandomPolicy:
+    """Random turns: protocol-looking text (``mode="text"``: random tags, often unclosed,
+    around random words) or uniformly random token ids (``mode="tokens"``).
+
+    Seeded: the same seed and the same sequence of ``act`` calls give the same turns.
+    Most turns are invalid; an answer is never right but by accident.
+
+    Args:
+        mode: ``"text"`` (returns ``str``) or ``"tokens"`` (returns :class:`Action` with
+            token ids and their log-probs under the uniform distribution, ``-log V``).
+        vocab_size: V, required for ``"tokens"``.
+        max_tokens: most tokens (``"tokens"``) or words (``"text"``) in one turn; a turn
+            never exceeds the observation's ``max_new_tokens`` either.
+        seed: seeds the generator.
+    """
+
+    def __init__(self, mode: str = TEXT, vocab_size: int | None = None, max_tokens: int = 32, seed: int = 0):
+        if mode not in (TEXT, TOKENS):
+            raise ValueError(f"mode must be 'text' or 'tokens', got {mode!r}")
+        if mode == TOKENS and (vocab_size is None or vocab_size < 1):
+            raise ValueError(f"mode='tokens' needs vocab_size >= 1, got {vocab_size!r}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.mode = mode
+        self.vocab_size = vocab_size
+        self.max_tokens = max_tokens
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observations: Sequence[Observation]) -> list[Action | str]:
+        return [self._tokens(obs) if self.mode == TOKENS else self._text(obs) for obs in observations]
+
+    def _limit(self, obs: Observation) -> int:
+        return max(1, min(self.max_tokens, obs.max_new_tokens))
+
+    def _tokens(self, obs: Observation) -> Action:
+        n = int(self.rng.integers(1, self._limit(obs) + 1))
+        ids = self.rng.integers(0, self.vocab_size, size=n, dtype=np.int64)
+        return Action(token_ids=ids, logprobs=np.full(n, -math.log(self.vocab_size)))
+
+    def _words(self, n: int) -> str:
+        return " ".join(_WORDS[int(i)] for i in self.rng.integers(0, len(_WORDS), size=n))
+
+    def _text(self, obs: Observation) -> str:
+        budget = max(1, self._limit(obs) // 2)  # words are often two tokens or more
+        parts = []
+        for _ in range(int(self.rng.integers(1, 4))):
+            n = int(self.rng.integers(1, min(budget, 6) + 1))
+            if self.rng.random() < 0.6:
+                tag = P.TAGS[int(self.rng.integers(len(P.TAGS)))]
+                body = (", ".join(str(int(k)) for k in self.rng.integers(0, 6, size=n))
+                        if tag == "select" else self._words(n))
+                closed = self.rng.random() < 0.5
+                parts.append(f"<{tag}>{body}" + (f"</{tag}>" if closed else ""))
+            else:
+                parts.append(self._words(n))
+        return " ".join(parts)
+
+
+def last_user_message(text: str) -> str:
+    """The newest message the env wrote into a context (ChatML or ``User:`` layout)."""
+    if "<|im_start|>user\n" in text:
+        part = text.rsplit("<|im_start|>user\n", 1)[1]
+        return part.split("<|im_end|>", 1)[0].strip()
+    if "User: " in text:
+        part = text.rsplit("User: ", 1)[1]
+        return re.split(r"\n\nAssistant:", part, maxsplit=1)[0].strip()
+    return text.strip()
+
+
+class HumanPolicy:
+    """A person types each turn. For every observation it shows the agent, its role and
+    the newest message in its context, then reads one line: the turn, sent as typed.
+
+    An empty line asks again; ``:ctx`` shows the whole context first. End of input
+    (``EOFError``) propagates, so a session ends cleanly on Ctrl-D.
+
+    Args:
+        input_fn: reads one line given a prompt (``input`` by default).
+        output_fn: shows text (``print`` by default).
+    """
+
+    def __init__(self, input_fn: Callable[[str], str] = input, output_fn: Callable[[str], object] = print):
+        self.input_fn = input_fn
+        self.output_fn = output_fn
+
+    def act(self, observations: Sequence[Observation]) -> list[str]:
+        return [self._turn(obs) for obs in observations]
+
+    def _turn(self, obs: Observation) -> str:
+        text = obs.text
+        self.output_fn(f"\n=== {obs.agent} ({obs.role}) ===")
+        self.output_fn(last_user_message(text))
+        hint = P.FORMAT_REMINDERS.get(obs.role, "")
+        self.output_fn(f"[{hint} ':ctx' shows the whole context.]")
+        while True:
+            line = self.input_fn(f"{obs.agent}> ")
+            command = line.strip()
+            if command == ":ctx":
+                self.output_fn(text)
+            elif command:
+                return line
