@@ -24,13 +24,18 @@ QUICK = {"limit": 20, "runs": 4}
 
 
 def build_policy(spec: str, seed: int = 0) -> Any:
-    """Registry policies plus ``ckpt:<dir>`` (a learner run or checkpoint, as HFPolicy)."""
+    """Registry policies plus ``ckpt:<dir>`` (a learner run or checkpoint, as HFPolicy) and
+    ``sb3:<path>`` (a stable-baselines3 Leader, for the leader role)."""
+    if spec.startswith("sb3:"):
+        from agents.sb3_leader import SB3LeaderPolicy
+
+        return SB3LeaderPolicy(spec[4:], seed=seed)
     if spec.startswith("ckpt:"):
         from agents.hf import HFPolicy
         from algos.checkpoint import resolve_model_path
 
         return HFPolicy(resolve_model_path(spec[5:]), seed=seed)
-    if "=" in spec and "ckpt:" in spec:
+    if "=" in spec and ("ckpt:" in spec or "sb3:" in spec):
         from agents.router import RoleRouter
 
         return RoleRouter({role: build_policy(sub, seed) for role, _, sub in

@@ -1,0 +1,245 @@
+"""Gymnasium single-agent views of SearchTeam: one role learns, fixed policies play the rest.
+
+:class:`SingleRoleEnv` turns the multi-agent episode into a ``gymnasium.Env`` for classic
+single-agent RL libraries. It controls one role (``"leader"``, ``"searcher"``,
+``"answerer"``) or one agent (``"searcher_1"``); every other agent is played by ``others``,
+any object with ``act(observations) -> actions`` (every ``agents`` policy qualifies; the
+records it gets are :class:`RoleObservation`, duck-typed like ``agents.Observation``).
+
+==================  ===========================================================
+Observation         ``Dict(observation=Box(0, V-1, (L,), int64), length=Box(0, L, (1,),
+                    int64))``: the controlled agent's context, as in the AEC env
+Action              ``Sequence(Discrete(V), stack=True)``: one whole turn of token ids
+                    (a ``str`` or an ``agents.Action`` is accepted too, tokenised once)
+Reward              0 until the end; then the mean role reward of the controlled agents
+                    that took part (the Leader's ``0.9 R_EM + 0.1 R_assign`` for ``leader``)
+Episode end         ``terminated`` when the team has answered; never truncated (the env's
+                    budgets end every role)
+==================  ===========================================================
+
+When several controlled agents await a turn (the Searchers of one wave), they act one per
+step in cycle order; ``info["agent"]`` names the agent whose context the observation is.
+``reset`` redraws the question (from ``self.np_random``) when the episode ended before the
+controlled role got a turn (a Leader that never dispatched a Searcher); with a question
+forced through ``options``, it returns an empty context and the next step ends the episode.
+
+>>> from envs import search_team_v0
+>>> from envs.wrappers import SingleRoleEnv
+>>> # env = SingleRoleEnv(search_team_v0.raw_env(), "leader", ScriptedPolicy())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from envs import protocol as P
+
+MAX_REDRAWS = 32
+"""Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
+
+
+@dataclass
+class RoleObservation:
+    """What one awaiting agent sees; the fields ``agents.Observation`` has, so any policy
+    of the ``agents`` package reads it."""
+
+    agent: str
+    role: str
+    token_ids: np.ndarray
+    """The agent's whole context, 1-D int64 token ids (no padding)."""
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int = 256
+    env_index: int = 0
+    decode: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)
+
+    @cached_property
+    def text(self) -> str:
+        if self.decode is None:
+            raise ValueError(f"observation of {self.agent} has no decoder to render its text")
+        return self.decode(self.token_ids.tolist())
+
+
+def observation_of(raw: Any, agent: str) -> RoleObservation:
+    """The record of ``agent``'s context in a SearchTeam ``raw_env`` (after reset)."""
+    core = raw.core
+    role = P.role_of(agent)
+    return RoleObservation(agent=agent, role=role, token_ids=np.asarray(core.context(agent), dtype=np.int64),
+                           stop=P.STOP_STRINGS[role], max_new_tokens=core.turn_budget(agent),
+                           decode=raw.tokenizer.decode)
+
+
+def play_turn(raw: Any, agent: str, action: Any) -> Any:
+    """Apply one whole turn of ``agent`` (any action form the AEC env accepts) and answer
+    its search at once; returns the core's ``TurnResult``."""
+    ids, logprobs, note = raw.prepare_turn(agent, action)
+    result = raw.core.play(agent, ids, logprobs)
+    if result.query is not None:
+        raw.core.deliver(agent, raw.retriever.search([result.query], raw.config.top_k)[0])
+    result.reason = result.reason or note
+    return result
+
+
+def play_others(raw: Any, others: Any, controls: Callable[[str], bool]) -> None:
+    """Let ``others`` play every awaiting agent that ``controls`` rejects, in batches (one
+    retriever call per batch), until a controlled agent awaits or the episode is over."""
+    core = raw.core
+    while not core.done and not any(controls(a) for a in core.awaiting):
+        waiting = list(core.awaiting)
+        if not waiting:  # the core always has someone awaiting before it is done
+            raise RuntimeError(f"no agent awaits a turn in phase {core.phase!r}")
+        observations = [observation_of(raw, a) for a in waiting]
+        actions = others.act(observations)
+        if len(actions) != len(observations):
+            raise ValueError(f"others returned {len(actions)} actions for {len(observations)} observations")
+        searches = []
+        for agent, action in zip(waiting, actions):
+            ids, logprobs, _ = raw.prepare_turn(agent, action)
+            result = core.play(agent, ids, logprobs)
+            if result.query is not None:
+                searches.append((agent, result.query))
+        if searches:
+            hits = raw.retriever.search([q for _, q in searches], raw.config.top_k)
+            for (agent, _), passages in zip(searches, hits):
+                core.deliver(agent, passages)
+
+
+class SingleRoleEnv(gymnasium.Env):
+    """One role (or one agent) of a SearchTeam env as a ``gymnasium.Env``; see the module
+    docstring.
+
+    Args:
+        env: a SearchTeam env (``search_team_v0.raw_env`` or ``env``; its step mode does
+            not matter: this view always acts in whole turns).
+        role: ``leader``, ``searcher``, ``answerer``, or one agent name (``searcher_0``).
+        others: the policy of every agent not controlled: ``act(observations) -> actions``.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"]}
+
+    def __init__(self, env: Any, role: str, others: Any, *, render_mode: str | None = None):
+        raw = env.unwrapped
+        if not hasattr(raw, "core") or not hasattr(raw, "prepare_turn"):
+            raise TypeError(f"env must be a SearchTeam env (search_team_v0.raw_env), got {type(env).__name__}")
+        if role not in P.ROLES and role not in raw.possible_agents:
+            raise ValueError(f"role must be one of {P.ROLES} or an agent of {raw.possible_agents}, got {role!r}")
+        self.controlled = [a for a in raw.possible_agents if a == role or P.role_of(a) == role]
+        if not self.controlled:
+            raise ValueError(f"the {raw.config.workflow} workflow has no {role!r} agent "
+                             f"(agents: {raw.possible_agents})")
+        if not callable(getattr(others, "act", None)):
+            raise TypeError(f"others must have act(observations) -> actions, got {type(others).__name__}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None, 'ansi' or 'human', got {render_mode!r}")
+        self.raw, self.role, self.others, self.render_mode = raw, role, others, render_mode
+        L, V = raw.config.max_context_tokens, raw.vocab_size
+        self.observation_space = gymnasium.spaces.Dict({
+            "observation": gymnasium.spaces.Box(0, V - 1, (L,), np.int64),
+            "length": gymnasium.spaces.Box(0, L, (1,), np.int64),
+        })
+        self.action_space = gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
+        self._controlled = frozenset(self.controlled)
+        self.agent: str | None = None
+        """The controlled agent whose turn is next (None when the episode is over)."""
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def episode(self) -> Any:
+        """The current (or last) ``envs.episode.Episode``."""
+        return self.raw.episode
+
+    def context(self) -> list[int]:
+        """The token ids of the current agent's context (empty when no agent is current)."""
+        return self.raw.core.context(self.agent) if self.agent is not None else []
+
+    def context_text(self) -> str:
+        return self.raw.tokenizer.decode(self.context())
+
+    def role_reward(self) -> float:
+        """Mean reward of the controlled agents that took part (0.0 before the end)."""
+        ep = self.raw.episode
+        if ep is None or not self.raw.core.done:
+            return 0.0
+        played = {s.agent for s in ep.segments} & self._controlled
+        return float(np.mean([ep.rewards[a] for a in played])) if played else 0.0
+
+    # ------------------------------------------------------------------ gymnasium API
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        forced = options.get("question") is not None
+        for _ in range(1 if forced else MAX_REDRAWS):
+            if not forced:
+                questions = self.raw.questions
+                options["question"] = questions[int(self.np_random.integers(len(questions)))]
+            self.raw.reset(seed=seed, options=options)
+            play_others(self.raw, self.others, self._controls)
+            if not self.raw.core.done:
+                break
+        self.agent = self._next_agent()
+        return self._observe(), self._info()
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        if self.raw.core is None:
+            raise RuntimeError("call reset() before step()")
+        info: dict[str, Any] = {}
+        if self.agent is not None:
+            result = play_turn(self.raw, self.agent, action)
+            info = {"kind": result.kind, "invalid": result.invalid, "reason": result.reason}
+            play_others(self.raw, self.others, self._controls)
+        done = self.raw.core.done
+        self.agent = None if done else self._next_agent()
+        return self._observe(), self.role_reward(), done, False, {**self._info(), **info}
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
+            return None
+        core = self.raw.core
+        if core is None:
+            text = "(not reset)"
+        elif core.done:
+            ep = core.episode
+            text = (f"Candidates: {ep.candidates}  final: {ep.final_answer!r}  "
+                    f"gold: {ep.question['golden_answers']}  reward: {self.role_reward():.3f}")
+        else:
+            text = f"[{self.agent}]\n{self.context_text()}"
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ helpers
+
+    def _controls(self, agent: str) -> bool:
+        return agent in self._controlled
+
+    def _next_agent(self) -> str | None:
+        core = self.raw.core
+        if core.done:
+            return None
+        return next(a for a in self.raw.possible_agents if a in core.awaiting and a in self._controlled)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        context = self.context()
+        L = self.raw.config.max_context_tokens
+        obs = np.full(L, self.raw.pad_id, dtype=np.int64)
+        obs[: len(context)] = context
+        return {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
+
+    def _info(self) -> dict[str, Any]:
+        ep = self.raw.episode
+        info: dict[str, Any] = {"agent": self.agent, "searches": ep.num_searches, "waves": ep.num_waves}
+        if self.raw.core.done:
+            info.update(team_em=float(ep.team_em), final_answer=ep.final_answer)
+        return info

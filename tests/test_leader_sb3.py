@@ -1,0 +1,291 @@
+"""The Gymnasium single-role view, the Leader's macro-action view, and a Leader trained with
+stable-baselines3 that beats a random Leader on held-out questions and plays in benchmarks."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import QUESTION, WORLD, Doc, KeywordRetriever
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+from agents.base import Observation
+from agents.collect import collect, observations_of
+from agents.router import RoleRouter
+from agents.scripted import ScriptedPolicy
+from envs import search_team_v0
+from envs.leader_view import FEATURES, LeaderMacro, LeaderMacroEnv, LeaderState, Proposal
+from envs.wrappers import SingleRoleEnv
+
+torch.set_num_threads(1)
+
+
+class IndexedKeywordRetriever(KeywordRetriever):
+    """conftest's ranking (shared words, ties in corpus order), word sets built once."""
+
+    def __init__(self, docs):
+        super().__init__(docs)
+        self._words = [set(f"{d.title} {d.text}".lower().split()) for d in self.docs]
+
+    def search(self, queries, top_k=3):
+        self.calls += 1
+        out = []
+        for q in queries:
+            words = set(q.lower().split())
+            best = sorted(range(len(self.docs)), key=lambda i: (-len(words & self._words[i]), i))[:top_k]
+            out.append([Doc(self.docs[i].id, self.docs[i].title, self.docs[i].text,
+                            float(len(words & self._words[i]))) for i in best])
+        return out
+
+
+@pytest.fixture(scope="module")
+def synth_retriever():
+    from envs.data.synthwiki import default_world
+
+    rows = default_world().corpus
+    return IndexedKeywordRetriever([Doc(r["id"], *r["contents"].split("\n", 1)) for r in rows])
+
+
+@pytest.fixture(scope="module")
+def splits():
+    from algos.sb3_leader import synthetic_questions
+
+    return synthetic_questions("train", 4), synthetic_questions("dev", 3)  # 28 train, 21 held out
+
+
+def small_env(tokenizer, **kwargs):
+    return search_team_v0.raw_env(tokenizer=tokenizer, retriever=KeywordRetriever(WORLD), questions=[QUESTION],
+                                  **kwargs)
+
+
+def checked(env_fn):
+    """Both checkers on fresh envs; any SB3 warning fails the test."""
+    check_env(env_fn(), skip_close_check=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sb3_check_env(env_fn())
+
+
+# ---------------------------------------------------------------------------- SingleRoleEnv
+
+
+@pytest.mark.parametrize("role", ["leader", "searcher", "answerer_1"])
+def test_single_role_env_passes_both_checkers(tokenizer, role):
+    checked(lambda: SingleRoleEnv(small_env(tokenizer), role, ScriptedPolicy(), render_mode="ansi"))
+
+
+def test_single_role_leader_with_scripted_turns_reproduces_collect(tokenizer):
+    scripted = ScriptedPolicy()
+    env = SingleRoleEnv(small_env(tokenizer), "leader", scripted)
+    obs, info = env.reset(seed=0)
+    assert info["agent"] == "leader_0" and obs["length"][0] == len(env.context()) > 0
+    steps, done, reward = 0, False, 0.0
+    while not done:
+        assert reward == 0.0
+        text = scripted.turn("leader", env.context_text())
+        obs, reward, done, truncated, info = env.step(text)
+        steps += 1
+        assert truncated is False
+    [[expected]] = collect(lambda: small_env(tokenizer), scripted, [QUESTION], 1)
+    assert steps == 3  # country <- born_place: two waves, then the selection
+    assert reward == pytest.approx(expected.rewards["leader_0"]) == pytest.approx(0.9 + 0.1 * 2 / 6)
+    assert [s.token_ids for s in env.episode.segments] == [s.token_ids for s in expected.segments]
+    assert info["team_em"] == 1.0 and obs["length"][0] == 0  # no agent left to observe
+
+
+def test_single_role_searchers_act_one_per_step_and_get_the_mean_searcher_reward(tokenizer):
+    scripted = ScriptedPolicy()
+    env = SingleRoleEnv(small_env(tokenizer), "searcher", scripted)
+    _, info = env.reset(seed=0)
+    agents, done = [], False
+    while not done:
+        agents.append(info["agent"])
+        _, reward, done, _, info = env.step(scripted.turn("searcher", env.context_text()))
+    assert set(agents) == {"searcher_0"} and len(agents) >= 2  # search, then summary, per wave
+    ep = env.episode
+    assert reward == pytest.approx(ep.rewards["searcher_0"])
+
+
+def test_single_role_env_rejects_what_it_cannot_control(tokenizer):
+    with pytest.raises(ValueError, match="'coach'"):
+        SingleRoleEnv(small_env(tokenizer), "coach", ScriptedPolicy())
+    with pytest.raises(ValueError, match="no 'leader' agent"):
+        SingleRoleEnv(small_env(tokenizer, workflow="cascade"), "leader", ScriptedPolicy())
+    with pytest.raises(TypeError, match="act"):
+        SingleRoleEnv(small_env(tokenizer), "leader", object())
+
+
+# ---------------------------------------------------------------------------- the macro view
+
+
+def test_leader_macro_env_passes_both_checkers(tokenizer):
+    scripted = ScriptedPolicy()
+    checked(lambda: LeaderMacroEnv(small_env(tokenizer), scripted, scripted, search_cost=0.01,
+                                   render_mode="ansi"))
+
+
+def test_macro_actions_dispatch_n_searchers_then_stop(tokenizer):
+    scripted = ScriptedPolicy()
+    env = LeaderMacroEnv(small_env(tokenizer), scripted, scripted, search_cost=0.05)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and env.action_space.n == 4
+    assert obs[FEATURES.index("proposed")] == pytest.approx(1 / 3)  # one chain to follow
+    assert obs[FEATURES.index("waves_left")] == 1.0 and obs[FEATURES.index("reports")] == 0.0
+    obs, r1, done, _, info = env.step(3)  # three Searchers: the sub-task, the question, the sub-task
+    tasks = [s.task for s in env.episode.segments if s.role == "searcher"]
+    assert not done and len(tasks) == 3 and tasks[1] == QUESTION.question and tasks[0] == tasks[2] != tasks[1]
+    assert r1 == pytest.approx(-0.05 * info["searches"])
+    assert obs[FEATURES.index("waves_done")] == pytest.approx(1 / 3)
+    assert obs[FEATURES.index("last_wave")] == 1.0 and obs[FEATURES.index("support_mean")] > 0
+    obs, r2, done, _, info = env.step(0)  # stop: the Answerers read what the decomposer selects
+    ep = env.episode
+    assert done and info["team_em"] == ep.team_em
+    assert r1 + r2 == pytest.approx(ep.rewards["leader_0"] - 0.05 * ep.num_searches)
+    assert ep.num_waves == 1 and ep.invalid_turns == 0
+
+
+def test_the_last_wave_ends_the_episode_without_a_decision(tokenizer):
+    scripted = ScriptedPolicy()
+    env = LeaderMacroEnv(small_env(tokenizer, max_waves=2), scripted, scripted)
+    env.reset(seed=0)
+    _, _, done, _, _ = env.step(1)
+    assert not done
+    _, reward, done, _, info = env.step(2)
+    assert done and info["waves"] == 2 and env.episode.selection  # selected for the Leader
+    assert reward == pytest.approx(env.episode.rewards["leader_0"])
+
+
+def test_leader_state_and_turns_from_context_text():
+    text = ("system ... per Searcher (at most 2) ... at most 4 waves ...<|im_end|>\n<|im_start|>user\n"
+            "Question: Who founded Kessa Mills?<|im_end|>\n<|im_start|>assistant\n<subtask>a</subtask><|im_end|>\n"
+            "<|im_start|>user\n[1] Sub-task: Who founded Kessa Mills?\nReport: Kessa Mills was founded by Ivo Ro.\n"
+            "[2] Sub-task: Kessa Mills founder\nReport: (no report)\n\nWaves left: 3. Dispatch ...<|im_end|>\n")
+    state = LeaderState.parse(text)
+    assert state.question == "Who founded Kessa Mills?" and state.max_searchers == 2 and state.max_waves == 4
+    assert state.reports == ((1, "Who founded Kessa Mills?", "Kessa Mills was founded by Ivo Ro."),
+                             (2, "Kessa Mills founder", "(no report)"))
+    assert (state.waves_done, state.waves_left, state.wave_of) == (1, 3, (0, 0))
+    macro = LeaderMacro(max_waves=4, max_searchers=2)
+    f = dict(zip(FEATURES, macro.features(state, 100, Proposal(subtasks=("x",)))))
+    assert f["empty_reports"] == 0.5 and f["support_min"] == 0.0 and f["support_mean"] == pytest.approx(0.5)
+    assert f["coverage"] == 1.0 and f["tokens"] == pytest.approx(100 / 4096) and f["proposed"] == 0.5
+    assert macro.turn(2, state, Proposal(subtasks=("x",))) == (
+        "<subtask>x</subtask><subtask>Who founded Kessa Mills?</subtask>")
+    assert macro.turn(0, state, Proposal()) == "<select>1, 2</select>"
+    assert macro.turn(0, state, Proposal(selection=(1,))) == "<select>1</select>"
+    with pytest.raises(ValueError, match="0..2, got 3"):
+        macro.turn(3, state, Proposal())
+
+
+def test_a_callable_decomposer_gives_the_subtasks(tokenizer):
+    seen = []
+
+    def decompose(question, wave, reports):
+        seen.append((question, wave, len(reports)))
+        return ["Where was Velmora Quist born?", "Velmora Quist birthplace"]
+
+    env = LeaderMacroEnv(small_env(tokenizer), ScriptedPolicy(), decompose)
+    env.reset(seed=0)
+    env.step(2)
+    tasks = [s.task for s in env.episode.segments if s.role == "searcher"]
+    assert tasks == ["Where was Velmora Quist born?", "Velmora Quist birthplace"]
+    assert seen[0] == (QUESTION.question, 0, 0) and seen[-1] == (QUESTION.question, 1, 2)
+
+
+# ---------------------------------------------------------------------------- SB3 Leader
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tokenizer, synth_retriever, splits):
+    """A seeded, small PPO run over scripted Searchers and Answerers (one candidate: the
+    scripted Answerers all write the same one)."""
+    from algos.sb3_leader import train_leader_sb3
+
+    train, held_out = splits
+    out = tmp_path_factory.mktemp("sb3_leader")
+    meta = train_leader_sb3("ppo", 256, "scripted", out, seed=0, train_questions=train, eval_questions=held_out[:7],
+                            retriever=synth_retriever, tokenizer=tokenizer, env_kwargs={"num_candidates": 1},
+                            algo_kwargs={"n_steps": 64}, log=lambda _: None)
+    return out, meta
+
+
+def test_ppo_leader_beats_a_random_leader_on_held_out_questions(trained, tokenizer, synth_retriever, splits):
+    from agents.sb3_leader import SB3LeaderPolicy
+    from algos.sb3_leader import make_leader_env
+
+    out, meta = trained
+    _, held_out = splits
+    model = SB3LeaderPolicy(out).model
+    env = make_leader_env(held_out, retriever=synth_retriever, tokenizer=tokenizer, env_kwargs={"num_candidates": 1})
+    rng = np.random.default_rng(0)
+
+    def returns_of(choose):
+        returns = []
+        for i, q in enumerate(held_out):
+            obs, _ = env.reset(seed=i, options={"question": q})
+            done, total = False, 0.0
+            while not done:
+                obs, reward, done, _, _ = env.step(choose(obs))
+                total += reward
+            returns.append(total)
+        return returns
+
+    learned = returns_of(lambda obs: int(model.predict(obs, deterministic=True)[0]))
+    random = returns_of(lambda obs: int(rng.integers(env.action_space.n)))
+    assert len(held_out) == 21 and not {q.id for q in held_out} & {q.id for q in splits[0]}
+    assert np.mean(learned) > np.mean(random) + 0.1, (np.mean(learned), np.mean(random))
+    # the trainer's own report, on the first 7 held-out questions
+    assert meta["eval"]["trained"]["mean_reward"] == pytest.approx(np.mean(learned[:7]))
+    saved = json.loads((out / "leader.json").read_text())
+    assert saved["features"] == list(FEATURES) and saved["algo"] == "ppo" and saved["timesteps"] == 256
+
+
+def test_sb3_leader_plays_benchmark_episodes_as_in_its_env(trained, tokenizer, synth_retriever, splits):
+    """``sb3:<path>`` through benchmarks' build_policy gives the episodes the macro env gives."""
+    from agents.sb3_leader import SB3LeaderPolicy
+    from algos.sb3_leader import make_leader_env
+    from benchmarks.suite import build_policy
+
+    out, _ = trained
+    questions = splits[1][::3]
+    team = build_policy(f"leader=sb3:{out},searcher=scripted,answerer=scripted")
+    assert isinstance(team, RoleRouter) and isinstance(team.policies["leader"], SB3LeaderPolicy)
+    groups = collect(lambda: search_team_v0.raw_env(tokenizer=tokenizer, retriever=synth_retriever,
+                                                   questions=questions, num_candidates=1), team, questions, 1)
+    env = make_leader_env(questions, retriever=synth_retriever, tokenizer=tokenizer, env_kwargs={"num_candidates": 1})
+    model = team.policies["leader"].model
+    for q, [ep] in zip(questions, groups):
+        obs, _ = env.reset(seed=0, options={"question": q})
+        done = False
+        while not done:
+            obs, _, done, _, _ = env.step(int(model.predict(obs, deterministic=True)[0]))
+        assert ep.invalid_turns == 0
+        assert [s.token_ids for s in ep.segments] == [s.token_ids for s in env.episode.segments]
+    searcher = Observation("searcher_0", "searcher", np.array([1, 2], dtype=np.int64))
+    with pytest.raises(ValueError, match="Leader only"):
+        team.policies["leader"].act([*observations_of(env.raw), searcher])
+
+
+def test_sb3_leader_refuses_a_missing_model(tmp_path):
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    with pytest.raises(FileNotFoundError, match="train-leader-sb3"):
+        SB3LeaderPolicy(tmp_path)
+
+
+def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, capsys):
+    import envs.search_team
+    from algos.__main__ import main
+
+    monkeypatch.setattr(envs.search_team, "default_retriever", lambda: synth_retriever)
+    rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path),
+               "--train-per-dataset", "1", "--eval-per-dataset", "1", "--env", "num_candidates=1",
+               "--search-cost", "0.01"])
+    assert rc == 0 and (tmp_path / "leader.zip").exists()
+    meta = json.loads((tmp_path / "leader.json").read_text())
+    assert meta["algo"] == "a2c" and meta["search_cost"] == 0.01 and meta["env_kwargs"] == {"num_candidates": 1}
+    assert meta["eval_questions"] == 7 and "held-out (7 questions)" in capsys.readouterr().out
