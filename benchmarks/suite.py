@@ -91,9 +91,11 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
             skipped.append(name)
             log(f"skipping {name}: {err}")
             continue
-        groups = collect(lambda: search_team_v0.raw_env(workflow=workflow, tokenizer=tokenizer,
-                                                        retriever=retriever, questions=questions, **env_kwargs),
-                         agent, questions, runs, seed=seed, progress=progress)
+        def env_fn(questions=questions):
+            return search_team_v0.raw_env(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
+                                          questions=questions, **env_kwargs)
+
+        groups = collect(env_fn, agent, questions, runs, seed=seed, progress=progress)
         for q, eps in zip(questions, groups):
             records.append({
                 "dataset": name, "id": q.id, "question": q.question, "golden_answers": list(q.golden_answers),
