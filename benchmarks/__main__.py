@@ -60,16 +60,17 @@ def _compare(args: argparse.Namespace) -> int:
     from benchmarks.suite import label_of, markdown_table, plot_results
 
     loaded = [_load(d) for d in args.results]
-    print(markdown_table([(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]))
-    base_summary, base_records = loaded[-1]
-    for d, (summary, records) in zip(args.results[:-1], loaded[:-1]):
+    rows = [(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]
+    print(markdown_table(rows))
+    base_records = loaded[-1][1]
+    for d, (_, records) in zip(args.results[:-1], loaded[:-1]):
         ci = paired_macro_difference(records, base_records, n_resamples=args.resamples, seed=args.seed)
         print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: macro avg@k {100 * ci['difference']:+.2f} "
               f"points, paired bootstrap 95% CI [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}] "
               f"over {ci['questions']} shared questions")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        plot_results([(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)], args.out)
+        plot_results(rows, args.out)
         print(f"plots in {args.out}")
     return 0
 
