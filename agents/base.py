@@ -8,39 +8,15 @@ once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from envs.observation import Observation
 
-@dataclass
-class Observation:
-    """What one awaiting agent sees."""
-
-    agent: str
-    """PettingZoo agent name, e.g. ``searcher_1``."""
-    role: str
-    """``leader``, ``searcher`` or ``answerer`` (the name before the last ``_``)."""
-    token_ids: np.ndarray
-    """The agent's whole context, 1-D int64 token ids (no padding)."""
-    stop: tuple[str, ...] = ()
-    """Strings that end this role's turn (the env also ends a turn at EOS)."""
-    max_new_tokens: int = 256
-    """How many tokens this turn may still take (turn budget and context room)."""
-    env_index: int = 0
-    """Which env copy the agent lives in (the collector's bookkeeping)."""
-    decode: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)
-    """Turns token ids into text; ``text`` uses it."""
-
-    @cached_property
-    def text(self) -> str:
-        """The context as text (decoded once, on first use)."""
-        if self.decode is None:
-            raise ValueError(f"observation of {self.agent} has no decoder to render its text")
-        return self.decode(self.token_ids.tolist())
+__all__ = ["Action", "Observation", "Policy"]
 
 
 @dataclass

@@ -14,24 +14,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from agents.base import Observation, Policy
-from envs import protocol as P
+from agents.base import Policy
 from envs.episode import Episode, save_episodes
+from envs.observation import apply_turns, observe_awaiting
 
-
-def observations_of(env: Any, env_index: int = 0) -> list[Observation]:
-    """One Observation per agent awaiting a turn in ``env`` (a SearchTeam env after reset)."""
-    raw = env.unwrapped
-    core = raw.core
-    return [
-        Observation(agent=agent, role=P.role_of(agent),
-                    token_ids=np.asarray(core.context(agent), dtype=np.int64),
-                    stop=P.STOP_STRINGS[P.role_of(agent)], max_new_tokens=core.turn_budget(agent),
-                    env_index=env_index, decode=raw.tokenizer.decode)
-        for agent in core.awaiting
-    ]
+observations_of = observe_awaiting
+"""One Observation per agent awaiting a turn in a SearchTeam env (after reset)."""
 
 
 def collect(
@@ -59,14 +47,13 @@ def collect(
     width = max_envs or len(jobs) or 1
     bar = _progress(len(jobs), progress)
     envs = [env_fn() for _ in range(min(width, len(jobs)))]
-    retriever = envs[0].unwrapped.retriever if envs else None
     for start in range(0, len(jobs), width):
         live = []
         for env, (i, k) in zip(envs, jobs[start:start + width]):
             env.reset(seed=seed + i * group_size + k, options={"question": questions[i]})
             live.append((env, i, k))
         while live:
-            live = _advance(live, policy, retriever, results, bar)
+            live = _advance(live, policy, results, bar)
     bar.close()
     grouped: list[list[Episode]] = results  # type: ignore[assignment]
     if out is not None:
@@ -74,24 +61,13 @@ def collect(
     return grouped
 
 
-def _advance(live, policy, retriever, results, bar) -> list:
+def _advance(live, policy, results, bar) -> list:
     """One batched step over the live copies; returns the copies still running."""
     observations = [obs for n, (env, _, _) in enumerate(live) for obs in observations_of(env, n)]
     actions = policy.act(observations)
     if len(actions) != len(observations):
         raise ValueError(f"policy returned {len(actions)} actions for {len(observations)} observations")
-    searches = []
-    for obs, action in zip(observations, actions):
-        raw = live[obs.env_index][0].unwrapped
-        ids, logprobs, _ = raw.prepare_turn(obs.agent, action)
-        result = raw.core.play(obs.agent, ids, logprobs)
-        if result.query is not None:
-            searches.append((raw.core, obs.agent, result.query))
-    if searches:
-        top_k = live[0][0].unwrapped.config.top_k
-        hits = retriever.search([q for _, _, q in searches], top_k)
-        for (core, agent, _), passages in zip(searches, hits):
-            core.deliver(agent, passages)
+    apply_turns([(live[obs.env_index][0], obs.agent, action) for obs, action in zip(observations, actions)])
     still = []
     for env, i, k in live:
         core = env.unwrapped.core

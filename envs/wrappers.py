@@ -4,7 +4,7 @@
 single-agent RL libraries. It controls one role (``"leader"``, ``"searcher"``,
 ``"answerer"``) or one agent (``"searcher_1"``); every other agent is played by ``others``,
 any object with ``act(observations) -> actions`` (every ``agents`` policy qualifies; the
-records it gets are :class:`RoleObservation`, duck-typed like ``agents.Observation``).
+records it gets are :class:`envs.observation.Observation`, which ``agents.Observation`` names).
 
 ==================  ===========================================================
 Observation         ``Dict(observation=Box(0, V-1, (L,), int64), length=Box(0, L, (1,),
@@ -30,59 +30,31 @@ forced through ``options``, it returns an empty context and the next step ends t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import numpy as np
 
 from envs import protocol as P
+from envs.observation import Observation, apply_turns, observe
 
 MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
 
 
-@dataclass
-class RoleObservation:
-    """What one awaiting agent sees; the fields ``agents.Observation`` has, so any policy
-    of the ``agents`` package reads it."""
-
-    agent: str
-    role: str
-    token_ids: np.ndarray
-    """The agent's whole context, 1-D int64 token ids (no padding)."""
-    stop: tuple[str, ...] = ()
-    max_new_tokens: int = 256
-    env_index: int = 0
-    decode: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)
-
-    @cached_property
-    def text(self) -> str:
-        if self.decode is None:
-            raise ValueError(f"observation of {self.agent} has no decoder to render its text")
-        return self.decode(self.token_ids.tolist())
+RoleObservation = Observation  # the name this module used first
 
 
-def observation_of(raw: Any, agent: str) -> RoleObservation:
+def observation_of(raw: Any, agent: str) -> Observation:
     """The record of ``agent``'s context in a SearchTeam ``raw_env`` (after reset)."""
-    core = raw.core
-    role = P.role_of(agent)
-    return RoleObservation(agent=agent, role=role, token_ids=np.asarray(core.context(agent), dtype=np.int64),
-                           stop=P.STOP_STRINGS[role], max_new_tokens=core.turn_budget(agent),
-                           decode=raw.tokenizer.decode)
+    return observe(raw, agent)
 
 
 def play_turn(raw: Any, agent: str, action: Any) -> Any:
     """Apply one whole turn of ``agent`` (any action form the AEC env accepts) and answer
     its search at once; returns the core's ``TurnResult``."""
-    ids, logprobs, note = raw.prepare_turn(agent, action)
-    result = raw.core.play(agent, ids, logprobs)
-    if result.query is not None:
-        raw.core.deliver(agent, raw.retriever.search([result.query], raw.config.top_k)[0])
-    result.reason = result.reason or note
-    return result
+    return apply_turns([(raw, agent, action)])[0]
 
 
 def play_others(raw: Any, others: Any, controls: Callable[[str], bool]) -> None:
@@ -93,20 +65,11 @@ def play_others(raw: Any, others: Any, controls: Callable[[str], bool]) -> None:
         waiting = list(core.awaiting)
         if not waiting:  # the core always has someone awaiting before it is done
             raise RuntimeError(f"no agent awaits a turn in phase {core.phase!r}")
-        observations = [observation_of(raw, a) for a in waiting]
+        observations = [observe(raw, a) for a in waiting]
         actions = others.act(observations)
         if len(actions) != len(observations):
             raise ValueError(f"others returned {len(actions)} actions for {len(observations)} observations")
-        searches = []
-        for agent, action in zip(waiting, actions):
-            ids, logprobs, _ = raw.prepare_turn(agent, action)
-            result = core.play(agent, ids, logprobs)
-            if result.query is not None:
-                searches.append((agent, result.query))
-        if searches:
-            hits = raw.retriever.search([q for _, q in searches], raw.config.top_k)
-            for (agent, _), passages in zip(searches, hits):
-                core.deliver(agent, passages)
+        apply_turns([(raw, agent, action) for agent, action in zip(waiting, actions)])
 
 
 class SingleRoleEnv(gymnasium.Env):
