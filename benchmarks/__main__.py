@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
     v.add_argument("logdirs", nargs="+")
     v.add_argument("--out", default="curves.png")
-    sub.add_parser("perf", help="performance ratios (see benchmarks/perf.py)")
+    sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "perf":
         from benchmarks.perf import main as perf_main

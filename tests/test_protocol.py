@@ -75,3 +75,14 @@ def test_first_end_agrees_with_the_token_by_token_rule(tokenizer):
             ids.insert(rng.randint(0, len(ids)), tokenizer.eos_token_id)
         linear = next((i for i in range(len(ids)) if ender.ends_at(ids, i, P.STOP_STRINGS["searcher"])), None)
         assert ender.first_end(ids, P.STOP_STRINGS["searcher"]) == linear, text
+
+
+def test_chat_format_without_chatml_tokens_falls_back_to_plain():
+    from transformers import AutoTokenizer
+
+    from envs.retrieval import default_encoder_path
+
+    bert = AutoTokenizer.from_pretrained(default_encoder_path())  # MiniLM's WordPiece: no ChatML
+    chat = P.ChatFormat(bert)
+    assert not chat.chatml and chat.end_id == bert.eos_token_id
+    assert bert.decode(chat.prompt("sys", "hello")).startswith("system : sys")
