@@ -1,0 +1,325 @@
+"""OpenAIPolicy: message splitting and stop restoring (pure), the retry and error contract
+(a scripted HTTP server on 127.0.0.1), and real generation from llama-cpp-python's
+OpenAI-compatible server serving SmolLM2-135M-Instruct (skipped if llama_cpp is missing)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from agents.base import Action, Observation
+from agents.openai_chat import OpenAIError, OpenAIPolicy, restore_stop, split_messages
+from envs.protocol import ANSWERER, LEADER, SEARCHER, STOP_STRINGS, ChatFormat
+
+
+@pytest.fixture(scope="module")
+def chat(tokenizer):
+    return ChatFormat(tokenizer)
+
+
+def observation(chat, role, system, user, *, max_new_tokens=32, agent=None):
+    ids = chat.prompt(system, user)
+    return Observation(agent=agent or f"{role}_0", role=role, token_ids=np.asarray(ids),
+                       stop=STOP_STRINGS[role], max_new_tokens=max_new_tokens,
+                       decode=chat.tokenizer.decode)
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_split_messages_chatml_multi_turn(chat):
+    turn = chat.encode("<search>Port Velm</search>")
+    ids = (chat.prompt("You search.", "Where is Port Velm?") + turn + chat.closing(turn)
+           + chat.observation("<information>Doc 1(Title: Port Velm) in Ostria</information>"))
+    assert split_messages(chat.tokenizer.decode(ids)) == [
+        {"role": "system", "content": "You search."},
+        {"role": "user", "content": "Where is Port Velm?"},
+        {"role": "assistant", "content": "<search>Port Velm</search>"},
+        {"role": "user", "content": "<information>Doc 1(Title: Port Velm) in Ostria</information>"},
+    ]
+
+
+class CharTokenizer:
+    """One id per character, id 0 is EOS; no ChatML tokens, so ChatFormat uses plain text."""
+
+    eos_token_id = 0
+
+    def get_vocab(self):
+        return {}
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join("</s>" if i == 0 else chr(i) for i in ids)
+
+
+def test_split_messages_plain_layout():
+    plain = ChatFormat(CharTokenizer())
+    assert not plain.chatml
+    turn = plain.encode(" <answer>Ostria</answer>")
+    ids = (plain.prompt("Answer briefly.", "Where?") + turn + plain.closing(turn)
+           + plain.observation("Try again."))
+    assert split_messages(plain.tokenizer.decode(ids)) == [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Where?"},
+        {"role": "assistant", "content": "<answer>Ostria</answer>"},  # EOS text dropped
+        {"role": "user", "content": "Try again."},
+    ]
+
+
+def test_split_messages_refuses_what_a_chat_api_cannot_take():
+    with pytest.raises(ValueError, match="partial assistant turn"):
+        split_messages("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<search>half")
+    with pytest.raises(ValueError, match="neither ChatML nor the plain layout"):
+        split_messages("just some text")
+
+
+@pytest.mark.parametrize("text, stops, expected", [
+    ("<search>foo", ("</search>", "</summary>"), "<search>foo</search>"),
+    ("<think>x</think> <summary>done", ("</search>", "</summary>"), "<think>x</think> <summary>done</summary>"),
+    ("<summary>a <search>b", ("</search>", "</summary>"), "<summary>a <search>b</search>"),
+    ("<search>foo</search>", ("</search>",), "<search>foo</search>"),  # already closed
+    ("no tag at all", ("</answer>",), "no tag at all"),
+    ("<answer>x", (), "<answer>x"),
+])
+def test_restore_stop(text, stops, expected):
+    assert restore_stop(text, stops) == expected
+
+
+# --------------------------------------------------------------------------- scripted server
+
+
+class ScriptedServer:
+    """An HTTP server on 127.0.0.1 that answers each POST with the next scripted
+    ``(status, body)``, repeating the last one (a callable body is called with the request
+    body); it records every request it got."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests: list[tuple[dict, dict]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((body, dict(self.headers)))
+                status, reply = outer.script[min(len(outer.requests), len(outer.script)) - 1]
+                reply = reply(body) if callable(reply) else reply
+                data = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def completion(content, finish_reason="stop"):
+    return {"choices": [{"index": 0, "finish_reason": finish_reason,
+                         "message": {"role": "assistant", "content": content}}]}
+
+
+def test_retries_503_then_answers_and_restores_the_stop(chat, monkeypatch):
+    monkeypatch.delenv("MOPD_TEST_KEY", raising=False)
+    unavailable = (503, {"error": {"message": "loading"}})
+    with ScriptedServer([unavailable, unavailable, (200, completion("<search>Ostria"))]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, api_key_env="MOPD_TEST_KEY",
+                              max_tokens=100, backoff=0.01, retries=3)
+        obs = observation(chat, SEARCHER, "S", "Where?", max_new_tokens=40)
+        [action] = policy.act([obs])
+    assert isinstance(action, Action)
+    assert action.text == "<search>Ostria</search>" and action.token_ids is None
+    assert len(srv.requests) == 3
+    body, headers = srv.requests[-1]
+    assert body["max_tokens"] == 40 and body["stop"] == ["</search>", "</summary>"]
+    assert body["messages"] == [{"role": "system", "content": "S"},
+                                {"role": "user", "content": "Where?"}]
+    assert "Authorization" not in headers
+
+
+def test_sends_the_key_and_keeps_a_cut_off_turn_open(chat, monkeypatch):
+    monkeypatch.setenv("MOPD_TEST_KEY", "sk-test")
+    with ScriptedServer([(200, completion("<answer>Ost", finish_reason="length"))]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, api_key_env="MOPD_TEST_KEY")
+        [action] = policy.act([observation(chat, ANSWERER, "A", "Q", max_new_tokens=999)])
+    assert action.text == "<answer>Ost"  # stopped by length, not by </answer>
+    body, headers = srv.requests[0]
+    assert headers["Authorization"] == "Bearer sk-test" and body["max_tokens"] == 256
+
+
+def test_a_concurrent_batch_keeps_its_order(chat):
+    def echo(body):
+        time.sleep(0.05 * (len(body["messages"][-1]["content"]) % 3))  # finish out of order
+        return completion(f"<answer>{body['messages'][-1]['content']}")
+
+    with ScriptedServer([(200, echo)]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, concurrency=3)
+        batch = [observation(chat, ANSWERER, "A", "q" * n) for n in range(1, 8)]
+        actions = policy.act(batch)
+    assert [a.text for a in actions] == [f"<answer>{'q' * n}</answer>" for n in range(1, 8)]
+    assert len(srv.requests) == 7
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"stop_reason": "</summary>"}, "<search>a <summary>done</summary>"),  # vLLM: trusted
+    ({"stop_reason": None}, "<search>a <summary>done"),  # vLLM: EOS, nothing to restore
+    ({"matched_stop": 2}, "<search>a <summary>done"),  # SGLang: a stop token id
+    ({}, "<search>a <summary>done</summary>"),  # no field: the last open tag is closed
+])
+def test_a_named_stop_reason_wins_over_the_tag_rule(chat, extra, expected):
+    reply = completion("<search>a <summary>done")
+    reply["choices"][0].update(extra)
+    with ScriptedServer([(200, reply)]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url)
+        [action] = policy.act([observation(chat, SEARCHER, "S", "Q")])
+    assert action.text == expected
+
+
+def test_400_raises_at_once_with_url_status_and_message(chat):
+    with ScriptedServer([(400, {"error": {"message": "context too long"}})]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, backoff=0.01)
+        with pytest.raises(OpenAIError) as err:
+            policy.act([observation(chat, LEADER, "L", "Q")])
+    assert len(srv.requests) == 1
+    assert f"{srv.base_url}/chat/completions" in str(err.value)
+    assert "400" in str(err.value) and "context too long" in str(err.value)
+
+
+def test_gives_up_after_the_retries_naming_the_url(chat):
+    with ScriptedServer([(500, "boom")]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, backoff=0.01, retries=2)
+        with pytest.raises(OpenAIError, match=r"failed after 3 attempts.*HTTP 500: boom"):
+            policy.act([observation(chat, LEADER, "L", "Q")])
+    assert len(srv.requests) == 3
+
+
+def test_connection_refused_is_retried_then_raises(chat):
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = OpenAIPolicy("m", base_url=f"http://127.0.0.1:{port}/v1", backoff=0.01, retries=1)
+    with pytest.raises(OpenAIError, match=rf"127.0.0.1:{port}/v1/chat/completions failed"):
+        policy.act([observation(chat, LEADER, "L", "Q")])
+
+
+@pytest.mark.parametrize("reply", [
+    {"choices": [{"message": {"role": "assistant"}}]},
+    {"choices": []},
+    {"id": "x", "object": "chat.completion"},
+    "<html>not json</html>",
+])
+def test_a_bad_response_shape_raises_with_the_body(chat, reply):
+    with ScriptedServer([(200, reply)]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url)
+        with pytest.raises(OpenAIError, match="choices|not JSON") as err:
+            policy.act([observation(chat, ANSWERER, "A", "Q")])
+    expected = reply if isinstance(reply, str) else json.dumps(reply)
+    assert expected[:20] in str(err.value)
+
+
+# --------------------------------------------------------------------------- llama-cpp-python
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama_cpp is not importable: pip install 'llama-cpp-python[server]'")
+    from envs.tokenizer import smollm2_gguf_path
+
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    log_path = tmp_path_factory.mktemp("llama") / "server.log"
+    log = log_path.open("wb")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf_path()),
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+         "--model_alias", "smollm2", "--verbose", "False"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base_url}/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = log_path.read_text(errors="replace")[-2000:]
+                pytest.fail(f"llama_cpp.server did not come up on {base_url}:\n{err}")
+            time.sleep(0.25)
+        yield base_url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_llama_server_batch_of_three_roles(chat, llama_server):
+    policy = OpenAIPolicy("smollm2", base_url=llama_server, temperature=0.0, max_tokens=16,
+                          extra={"seed": 0})
+    batch = [
+        observation(chat, LEADER, "You lead a team.", "Who founded Port Velm?"),
+        observation(chat, SEARCHER, "You search.", "Find the capital of Ostria."),
+        observation(chat, ANSWERER, "You answer.", "What is the capital of France?"),
+    ]
+    actions = policy.act(batch)
+    assert len(actions) == 3
+    assert all(isinstance(a, Action) and a.text and a.text.strip() for a in actions)
+    assert all(a.token_ids is None and a.logprobs is None for a in actions)
+
+
+def test_llama_server_stop_is_restored(chat, llama_server):
+    """A grammar (llama.cpp's ``grammar`` request field, sent through ``extra``) makes the
+    model write a whole ``<search>`` tag; the server stops on ``</search>`` and strips it,
+    and the policy puts it back."""
+    grammar = ('root ::= "<search>" ("capital" | "city" | "country") " of " '
+               '("Ostria" | "Kesh") "</search>"')
+    policy = OpenAIPolicy("smollm2", base_url=llama_server, temperature=0.0,
+                          extra={"grammar": grammar})
+    obs = observation(chat, SEARCHER, "You search.", "Find the capital of Ostria.")
+    raw = policy._post(policy.request_body(obs))["choices"][0]
+    assert raw["finish_reason"] == "stop"
+    assert raw["message"]["content"].startswith("<search>")
+    assert "</search>" not in raw["message"]["content"]  # the server dropped the stop string
+    [action] = policy.act([obs])
+    assert action.text == raw["message"]["content"] + "</search>"
+    assert re.fullmatch(r"<search>(capital|city|country) of (Ostria|Kesh)</search>", action.text)
