@@ -21,15 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.client import HTTPException
 from typing import Any
 
 from agents.base import Action, Observation
+from envs.http import excerpt, post_json
 
 # --------------------------------------------------------------------------- chat messages
 
@@ -102,24 +99,6 @@ def restore_stop(text: str, stops: Sequence[str]) -> str:
 
 class OpenAIError(RuntimeError):
     """A chat-completions request that failed: the message names the URL and the cause."""
-
-
-def _excerpt(body: bytes | str, n: int = 300) -> str:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return text if len(text) <= n else text[:n] + "..."
-
-
-def _server_message(body: bytes) -> str:
-    """The ``error.message`` of an OpenAI-style error body, else an excerpt of the body."""
-    try:
-        err = json.loads(body).get("error")
-        if isinstance(err, Mapping) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    except (ValueError, AttributeError):
-        pass
-    return _excerpt(body)
 
 
 class OpenAIPolicy:
@@ -211,7 +190,7 @@ class OpenAIPolicy:
         if not isinstance(text, str):
             raise OpenAIError(
                 f"POST {self.url}: the response has no choices[0].message.content: "
-                f"{_excerpt(json.dumps(reply))}"
+                f"{excerpt(json.dumps(reply))}"
             )
         if choice.get("finish_reason") == "length":  # a cut-off turn closed nothing
             return Action(text=text)
@@ -234,40 +213,8 @@ class OpenAIPolicy:
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """The decoded JSON reply to one request, after retrying transient failures."""
-        data = json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.retries + 1):
-            wait = self.backoff * 2**attempt
-            request = urllib.request.Request(self.url, data=data, headers=self._headers(),
-                                             method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    raw = response.read()
-            except urllib.error.HTTPError as err:
-                raw = err.read()
-                message = _server_message(raw)
-                if err.code != 429 and err.code < 500:
-                    raise OpenAIError(f"POST {self.url} -> HTTP {err.code}: {message}") from None
-                last = f"HTTP {err.code}: {message}"
-                retry_after = err.headers.get("Retry-After", "") if err.headers else ""
-                if retry_after.strip().isdigit():
-                    wait = max(wait, min(float(retry_after), 30.0))
-            except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException) as err:
-                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-            else:
-                try:
-                    reply = json.loads(raw)
-                except ValueError:
-                    raise OpenAIError(
-                        f"POST {self.url}: the response is not JSON: {_excerpt(raw)}"
-                    ) from None
-                if not isinstance(reply, dict):
-                    raise OpenAIError(
-                        f"POST {self.url}: the response is not a JSON object: {_excerpt(raw)}"
-                    )
-                return reply
-            if attempt < self.retries:
-                time.sleep(wait)
-        raise OpenAIError(
-            f"POST {self.url} failed after {self.retries + 1} attempts; last error: {last}"
-        )
+        reply = post_json(self.url, body, headers=self._headers(), timeout=self.timeout, retries=self.retries,
+                          backoff=self.backoff, error=OpenAIError)
+        if not isinstance(reply, dict):
+            raise OpenAIError(f"POST {self.url}: the response is not a JSON object: {excerpt(json.dumps(reply))}")
+        return reply

@@ -3,15 +3,13 @@ Search-R1's own e5 + wiki-18 server), with urllib only."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from envs.http import post_json
 from envs.retrieval.passage import Passage
 
 
@@ -79,39 +77,8 @@ class RemoteRetriever:
         return results
 
     def _post(self, payload: dict[str, Any]) -> Any:
-        body = json.dumps(payload).encode()
-        last: str = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(
-                self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    raw = response.read()
-            except urllib.error.HTTPError as e:
-                message = _error_message(e)
-                if e.code < 500:
-                    raise RetrievalError(
-                        f"{self.url} refused the request: HTTP {e.code}: {message}"
-                    ) from None
-                last = f"HTTP {e.code}: {message}"
-                continue
-            except (
-                urllib.error.URLError,
-                OSError,
-                http.client.HTTPException,
-            ) as e:  # refused, reset, timed out, cut
-                last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-                continue
-            try:
-                return json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise RetrievalError(f"{self.url} answered with malformed JSON: {e}") from None
-        raise RetrievalError(
-            f"retrieval server {self.url} failed after {self.retries + 1} attempts; last error: {last}"
-        )
+        return post_json(self.url, payload, timeout=self.timeout, retries=self.retries, backoff=self.backoff,
+                         error=RetrievalError)
 
     def _parse(self, answer: Any, n_queries: int) -> list[list[Passage]]:
         try:
@@ -128,14 +95,3 @@ def _passage(hit: Any) -> Passage:
     if isinstance(hit, dict) and "document" in hit:
         return Passage.from_row(hit["document"], score=float(hit.get("score", 0.0)))
     return Passage.from_row(hit)
-
-
-def _error_message(e: urllib.error.HTTPError) -> str:
-    try:
-        raw = e.read()
-    except OSError:
-        return e.reason
-    try:
-        return json.loads(raw)["error"]
-    except (ValueError, KeyError, TypeError):
-        return raw.decode("utf-8", "replace")[:200] or str(e.reason)
