@@ -79,17 +79,7 @@ def _advance(live, policy, results, bar) -> list:
     return still
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress(total: int, show: bool) -> Any:
-    if not show:
-        return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="episodes", unit="ep")
+    return tqdm(total=total, desc="episodes", unit="ep", disable=not show)

@@ -17,13 +17,14 @@ it the protocol, so RL begins from a policy that writes valid turns.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -341,9 +342,10 @@ def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_datase
 
 BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 4,
-    "episodes_per_dataset": 100, "epochs": 2, "lr": 2e-3, "batch_tokens": 4096,
-    "only_correct": True,
+    "episodes_per_dataset": 60, "epochs": 1, "lr": 3e-3, "batch_tokens": 1024,
+    "context_weight": 0.5, "only_correct": True,
 }
+"""The build's defaults, sized to take at most ~8 minutes on a busy 2-core CPU."""
 
 
 def build_micro_base(
@@ -353,11 +355,14 @@ def build_micro_base(
     epochs: int = BUILD_DEFAULTS["epochs"],
     lr: float = BUILD_DEFAULTS["lr"],
     batch_tokens: int = BUILD_DEFAULTS["batch_tokens"],
+    context_weight: float = BUILD_DEFAULTS["context_weight"],
     vocab_size: int = BUILD_DEFAULTS["vocab_size"],
     hidden_size: int = BUILD_DEFAULTS["hidden_size"],
     num_layers: int = BUILD_DEFAULTS["num_layers"],
     num_heads: int = BUILD_DEFAULTS["num_heads"],
     only_correct: bool = BUILD_DEFAULTS["only_correct"],
+    retriever: Any = None,
+    threads: int | None = 1,
     seed: int = 0,
     progress: bool = True,
 ) -> Path:
@@ -370,36 +375,58 @@ def build_micro_base(
 
     ``only_correct`` keeps the episodes the scripted team answered right (team EM 1):
     imitating its failures would teach the ways it goes wrong (a broken chain, a guessed
-    comparison) as if they were right.
+    comparison) as if they were right. ``context_weight``: the model starts from random
+    weights, so it also learns to predict the contexts (prompts, passages, reports) at this
+    weight (see :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags
+    but not the copying of names and questions that valid turns need. ``retriever``: what the scripted team searches
+    (default: ``envs.search_team.default_retriever()``, MiniLM over the synthetic world);
+    a custom one needs an explicit ``out_dir``. ``threads``: torch's intra-op threads
+    during the build (restored after; None leaves them): one thread is the fastest for a
+    model this small on a shared 2-core machine, where two threads that wait on each other
+    make each step several times slower.
     """
-    from algos.sft import sft
-
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
                 "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
-                "only_correct": only_correct, "seed": seed, "env": MICRO_ENV,
-                "tokenizer": TOKENIZER_VERSION}
+                "context_weight": context_weight, "only_correct": only_correct, "seed": seed, "env": MICRO_ENV,
+                "tokenizer": TOKENIZER_VERSION,
+                "retriever": None if retriever is None else type(retriever).__name__}
+    if out_dir is None and retriever is not None:
+        raise ValueError("a build with a custom retriever needs an explicit out_dir (the "
+                         "default cache directory is keyed for the default retriever)")
     if out_dir is None:
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
         out_dir = cache_dir("models") / f"micro-sft-{key}"
     out_dir = Path(out_dir)
     if _is_build(out_dir):
         return out_dir
+    with _torch_threads(threads):
+        _build(out_dir, settings, retriever, progress)
+    return out_dir
+
+
+def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bool) -> None:
+    from algos.sft import sft
+
+    s = settings
     started, cpu = time.perf_counter(), time.process_time()
     log = _log(progress)
-    tokenizer = micro_tokenizer(vocab_size)
-    log(f"micro base: collecting scripted episodes ({episodes_per_dataset} per dataset, "
+    tokenizer = micro_tokenizer(s["vocab_size"])
+    log(f"micro base: collecting scripted episodes ({s['episodes_per_dataset']} per dataset, "
         f"{len(WORKFLOWS)} workflows)")
-    episodes = scripted_episodes(tokenizer, episodes_per_dataset, seed=seed, progress=progress)
+    episodes = scripted_episodes(tokenizer, s["episodes_per_dataset"], retriever=retriever,
+                                 seed=s["seed"], progress=progress)
     collected = time.perf_counter()
     scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
-    kept = [ep for ep in episodes if ep.team_em == 1] if only_correct else episodes
-    model = micro_model(tokenizer, hidden_size, num_layers, num_heads, seed=seed)
+    kept = [ep for ep in episodes if ep.team_em == 1] if s["only_correct"] else episodes
+    model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
+                        seed=s["seed"])
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
-        f"{len(episodes)} episodes, {epochs} epochs")
-    losses = sft(model, kept, epochs=epochs, lr=lr, batch_tokens=batch_tokens,
-                 max_len=MICRO_ENV["max_context_tokens"], seed=seed, progress=progress)
+        f"{len(episodes)} episodes, {s['epochs']} epochs")
+    losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
+                 context_weight=s["context_weight"], max_len=MICRO_ENV["max_context_tokens"],
+                 seed=s["seed"], progress=progress)
     record = {
         "settings": settings, "parameters": params, "episodes": len(episodes),
         "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),
@@ -412,7 +439,6 @@ def build_micro_base(
     _save_build(model, tokenizer, record, out_dir)
     log(f"micro base: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {record['seconds']['total']}s; "
         f"saved to {out_dir}")
-    return out_dir
 
 
 def _is_build(path: Path) -> bool:
@@ -424,6 +450,19 @@ def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path
     """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed)."""
     _save_atomically(_Saver([model, tokenizer], {"micro_build.json": record}), target,
                      replace=target.parent == cache_dir("models"))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _log(show: bool) -> Any:

@@ -3,7 +3,8 @@
 Each segment of an episode is one training row: its exact token ids (never re-tokenised),
 trained where ``loss_mask == 1``, the tokens the agent generated itself: the same mask the
 RL learner uses, so prompts, retrieved passages and reports handed over never enter the
-loss (PITFALLS 1). The loss is the token-mean negative log-likelihood over the masked
+loss (PITFALLS 1), unless ``context_weight`` asks for language-model pre-training on them
+(for a model that starts from random weights, like the micro preset's). The loss is the token-mean negative log-likelihood over the masked
 tokens of a batch, computed by :func:`agents.hf.token_logprobs`, the function the learner
 scores with.
 
@@ -74,7 +75,7 @@ def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) 
 
 def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[list[int]]:
     """Row indices grouped into batches of at most ``batch_tokens`` padded tokens (rows x
-    longest row; a longer row is a batch of its own). Rows of similar length go together,
+    longest row; a row longer than that is a batch of its own). Rows of similar length go together,
     so padding wastes little; the batch order is shuffled by ``rng``."""
     order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]), rng.random()))
     out: list[list[int]] = []
@@ -106,13 +107,32 @@ def collate(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.T
 
 
 def sft_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-             targets: torch.Tensor) -> torch.Tensor:
+             targets: torch.Tensor, context_weight: float = 0.0) -> torch.Tensor:
     """Mean negative log-likelihood of the target tokens (token-mean over the batch); a
     0-d tensor with graph. A token outside ``targets`` is never scored: it enters the loss
-    only as context of the target tokens after it."""
+    only as context of the target tokens after it.
+
+    ``context_weight`` > 0 also scores every other real token (prompts, passages, reports)
+    at that weight relative to a target token: language-model pre-training on the
+    contexts, for a model that starts from random weights (never for RL-style updates)."""
+    return _losses(model, input_ids, attention_mask, targets, context_weight)[0]
+
+
+def _losses(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+            targets: torch.Tensor, context_weight: float) -> tuple[torch.Tensor, float]:
+    """(the objective, the masked tokens' mean NLL as a float)."""
     if not bool(targets.any()):
         raise ValueError("the batch has no target token")
-    return -token_logprobs(model, input_ids, attention_mask, targets).mean()
+    if context_weight == 0:
+        loss = -token_logprobs(model, input_ids, attention_mask, targets).mean()
+        return loss, float(loss.detach())
+    scored = attention_mask.bool().clone()
+    scored[:, 0] = False
+    logp = token_logprobs(model, input_ids, attention_mask, scored)  # (N,) every real token
+    is_target = targets[scored]
+    weights = torch.where(is_target, 1.0, float(context_weight))
+    loss = -(logp * weights).sum() / weights.sum()
+    return loss, float(-logp.detach()[is_target].mean())
 
 
 def sft(
@@ -125,23 +145,29 @@ def sft(
     max_len: int | None = None,
     warmup: float = 0.05,
     weight_decay: float = 0.0,
+    context_weight: float = 0.0,
     dedupe: bool = True,
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
     """Train ``model`` in place on the generated tokens of ``episodes``; the loss of every
-    optimizer step, in order.
+    optimizer step, in order (the masked tokens' mean NLL).
 
     AdamW (``lr``, ``weight_decay``), gradient norm clipped to 1.0, linear warm-up over the
     first ``warmup`` fraction of the steps, then cosine decay to a tenth of ``lr``.
     ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
     ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
-    ``seed`` fixes the batch order. The model is left in eval mode.
+    ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
+    tokens only). ``seed`` fixes the batch order. The model is left in eval mode.
     """
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
     if lr <= 0:
         raise ValueError(f"lr must be > 0, got {lr}")
+    if context_weight < 0:
+        raise ValueError(f"context_weight must be >= 0, got {context_weight}")
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
     if not 0 <= warmup < 1:
         raise ValueError(f"warmup is a fraction of the steps in [0, 1), got {warmup}")
     if max_len is None:
@@ -178,13 +204,14 @@ def sft(
             for batch in epoch_batches:
                 input_ids, attention_mask, targets = (
                     t.to(device) for t in collate([rows[i] for i in batch], pad_id))
-                loss = sft_loss(model, input_ids, attention_mask, targets)
+                loss, masked_nll = _losses(model, input_ids, attention_mask, targets,
+                                           context_weight)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
                 scheduler.step()
-                losses.append(float(loss.detach()))
+                losses.append(masked_nll)
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     finally:
@@ -193,23 +220,10 @@ def sft(
     return losses
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def set_postfix(self, **kwargs: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress(total: int, show: bool) -> Any:
-    if not show:
-        return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="sft", unit="step")
+    return tqdm(total=total, desc="sft", unit="step", disable=not show)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -236,16 +250,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=Path, help="episodes JSONL (envs.episode.save_episodes)")
     parser.add_argument("--preset", choices=["micro"],
                         help="micro: build the micro base (scripted-team episodes, micro "
-                             "tokenizer and model); --epochs and --out apply")
+                             "tokenizer and model; algos.micro.build_micro_base); the "
+                             "training options below override its own defaults")
     parser.add_argument("--model", default="smollm2",
                         help="smollm2 (default), micro (a fresh micro model; the episodes "
                              "must use the micro tokenizer), or a model directory / hub id")
-    parser.add_argument("--epochs", type=int, default=None, help="passes over the data (default 1; micro preset: its own)")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-4; micro: 2e-3)")
-    parser.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per step")
-    parser.add_argument("--max-len", type=int, default=None, help="longest row in tokens")
+    parser.add_argument("--epochs", type=int, help="passes over the data (default 1)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default 1e-4)")
+    parser.add_argument("--batch-tokens", type=int, help="padded tokens per step (default 8192)")
+    parser.add_argument("--context-weight", type=float,
+                        help="weight of the context tokens' NLL (default 0: generated tokens only)")
+    parser.add_argument("--max-len", type=int, help="longest row in tokens (default: the model's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="where to save model and tokenizer")
+    parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -255,16 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     progress = not args.no_progress
+    given = {key: value for key, value in (
+        ("epochs", args.epochs), ("lr", args.lr), ("batch_tokens", args.batch_tokens),
+        ("context_weight", args.context_weight)) if value is not None}
     if args.preset == "micro":
         from algos.micro import build_micro_base
 
-        kwargs: dict[str, Any] = {"seed": args.seed, "progress": progress}
-        if args.epochs is not None:
-            kwargs["epochs"] = args.epochs
-        if args.lr is not None:
-            kwargs["lr"] = args.lr
-        path = build_micro_base(args.out, **kwargs)
-        print(path)
+        print(build_micro_base(args.out, seed=args.seed, progress=progress, **given))
         return 0
     if args.episodes is None:
         parser.error("give --episodes FILE.jsonl (or --preset micro)")
@@ -272,17 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--episodes {args.episodes} does not exist")
     episodes = load_episodes(args.episodes)
     model, tokenizer = _load_model(args.model)
-    epochs = 1 if args.epochs is None else args.epochs
-    lr = 1e-4 if args.lr is None else args.lr
+    settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
+                "max_len": args.max_len, "seed": args.seed}
     started = time.perf_counter()
-    losses = sft(model, episodes, epochs=epochs, lr=lr, batch_tokens=args.batch_tokens,
-                 max_len=args.max_len, seed=args.seed, progress=progress)
+    losses = sft(model, episodes, progress=progress, **settings)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    record = {"episodes": str(args.episodes), "model": args.model, "epochs": epochs, "lr": lr, "batch_tokens": args.batch_tokens, "max_len": args.max_len,
-              "seed": args.seed, "steps": len(losses), "losses": losses,
+    record = {"episodes": str(args.episodes), "model": args.model, **settings,
+              "steps": len(losses), "losses": losses,
               "seconds": round(time.perf_counter() - started, 1)}
     (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
     first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))

@@ -1,0 +1,175 @@
+"""The micro preset: its tokenizer round-trips what the env writes and knows ChatML, its
+model fits the tokenizer, and a tiny build runs end to end into a model that reloads and
+writes protocol tags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import QUESTION, WORLD, Doc, KeywordRetriever
+
+from algos.micro import (
+    MICRO_ENV,
+    PROTOCOL_TOKENS,
+    SPECIAL_TOKENS,
+    _EosScripted,
+    _MemoRetriever,
+    build_micro_base,
+    micro_env_fn,
+    micro_model,
+    micro_tokenizer,
+    train_micro_tokenizer,
+)
+from envs import protocol as P
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return micro_tokenizer()
+
+
+def test_tokenizer_shape_special_tokens_and_chatml(tok):
+    assert len(tok) == 4096
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|pad|>"
+    assert tok.pad_token_id != tok.eos_token_id
+    chat = P.ChatFormat(tok)
+    assert chat.chatml and chat.end_id == tok.eos_token_id
+    for token in SPECIAL_TOKENS + PROTOCOL_TOKENS:
+        ids = tok.encode(token, add_special_tokens=False)
+        assert len(ids) == 1, (token, ids)
+        assert tok.decode(ids) == token
+    # the env decodes turns without special tokens: tags must survive that
+    ids = tok.encode("<search>Kessa</search><|im_end|>", add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == "<search>Kessa</search>"
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                   add_generation_prompt=True) == (
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_tokenizer_round_trips_what_the_env_writes(tok):
+    chat = P.ChatFormat(tok)
+    texts = [render.format(max_searchers=2, max_waves=2, max_searches=2)
+             for render in P.SYSTEM_PROMPTS.values()]
+    texts += list(P.FORMAT_REMINDERS.values())
+    texts += [P.render_passages([Doc("1", "Velmora Quist", "Velmora Quist was born in 1901."),
+                                 Doc("2", "Zoë Café", "«Zoë» — a café in Ostria; née 1876.\n\tIt is.")]),
+              P.render_reports([(1, "Who is the father of X?", "Y is."), (2, "Z?", "")]),
+              "Waves left: 1. Report: Evidence: Doc 1(Title: T) text  double  spaces\n\n"]
+    for text in texts:
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+    system, user = texts[0], "Question: In which country was Velmora Quist born?"
+    assert tok.decode(chat.prompt(system, user)) == (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+        "<|im_start|>assistant\n")
+    assert tok.decode(chat.observation(texts[-1])) == (
+        f"\n<|im_start|>user\n{texts[-1]}<|im_end|>\n<|im_start|>assistant\n")
+    # fitted to the protocol: the system prompts cost about a token per word
+    words = len(texts[0].split())
+    assert len(tok.encode(texts[0], add_special_tokens=False)) < 1.6 * words
+
+
+def test_tokenizer_is_deterministic(tok):
+    again = train_micro_tokenizer()
+    assert again.get_vocab() == tok.get_vocab()
+    text = P.SYSTEM_PROMPTS[P.LEADER] + " Maren Tolvik 1976"
+    assert again.encode(text) == tok.encode(text)
+
+
+def test_scripted_team_plays_the_micro_env_and_closes_dispatches_with_eos(tok):
+    from agents.collect import collect
+
+    env_fn = micro_env_fn(tok, "hierarchical", KeywordRetriever(WORLD), questions=[QUESTION])
+    [[ep]] = collect(env_fn, _EosScripted(tok), [QUESTION])
+    assert ep.team_em == 1.0 and ep.invalid_turns == 0 and ep.num_searches >= 1
+    assert ep.num_waves <= MICRO_ENV["max_waves"]
+    for seg in ep.segments:
+        assert len(seg.token_ids) <= MICRO_ENV["max_context_tokens"]
+    leader = ep.segments_of(P.LEADER)[0]
+    # the wave's EOS is generated (mask 1); a Searcher's closing EOS is the env's (mask 0)
+    ends = [i for i, t in enumerate(leader.token_ids) if t == tok.eos_token_id and leader.loss_mask[i]]
+    assert ends, "the Leader's dispatch turn should end in a generated EOS"
+    searcher = ep.segments_of(P.SEARCHER)[0]
+    assert all(not m for t, m in zip(searcher.token_ids, searcher.loss_mask)
+               if t == tok.eos_token_id)
+
+
+def test_memo_retriever_asks_each_query_once():
+    inner = KeywordRetriever(WORLD)
+    memo = _MemoRetriever(inner)
+    first = memo.search(["Port Velm", "Ostria capital", "Port Velm"], 2)
+    assert first == inner.search(["Port Velm", "Ostria capital", "Port Velm"], 2)
+    calls = inner.calls
+    assert memo.search(["Ostria capital"], 2) == [first[1]] and inner.calls == calls
+
+
+def test_micro_model_fits_the_tokenizer(tok):
+    model = micro_model(tok)
+    config = model.config
+    assert config.vocab_size == len(tok)
+    assert config.eos_token_id == tok.eos_token_id and config.pad_token_id == tok.pad_token_id
+    assert config.max_position_embeddings >= 2048
+    assert (config.hidden_size, config.num_hidden_layers) == (256, 4)
+    assert 5e6 < sum(p.numel() for p in model.parameters()) < 8e6
+    again = micro_model(tok)
+    assert torch.equal(model.lm_head.weight, again.lm_head.weight)
+
+
+def synthetic_keyword_retriever():
+    from envs.data.synthwiki import default_world
+
+    return KeywordRetriever([Doc(r["id"], *r["contents"].split("\n", 1))
+                             for r in default_world().corpus])
+
+
+def test_tiny_build_end_to_end(tmp_path, tok):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.collect import observations_of
+    from agents.hf import HFPolicy
+
+    out = tmp_path / "micro"
+    path = build_micro_base(out, episodes_per_dataset=1, epochs=8, lr=5e-3, batch_tokens=2048,
+                            hidden_size=64, num_layers=1, num_heads=2, only_correct=False,
+                            retriever=synthetic_keyword_retriever(), progress=False)
+    assert path == out
+    record = json.loads((out / "micro_build.json").read_text())
+    assert record["episodes"] == 14 and record["steps"] == len(record["losses"])
+    assert record["losses"][-1] < 0.7 * record["losses"][0]
+    stamp = (out / "micro_build.json").stat().st_mtime_ns
+    assert build_micro_base(out, episodes_per_dataset=1, retriever=object()) == out  # reused
+    assert (out / "micro_build.json").stat().st_mtime_ns == stamp
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    loaded = AutoTokenizer.from_pretrained(out)
+    assert loaded.get_vocab() == tok.get_vocab()
+    env = micro_env_fn(loaded, "cascade", KeywordRetriever(WORLD), questions=[QUESTION])()
+    env.reset(seed=0)
+    [obs] = observations_of(env)
+    [action] = HFPolicy(model, loaded, temperature=0).act([obs])
+    assert action.token_ids and isinstance(action.text, str)
+    # SFT made the protocol likely: a Searcher's opening tag scores far better than before
+    from agents.hf import sequence_logprobs
+    from algos.micro import micro_model
+
+    turn = loaded.encode("<search>", add_special_tokens=False)
+    seq = list(obs.token_ids) + turn
+    start = len(obs.token_ids)
+    untrained = micro_model(loaded, hidden_size=64, num_layers=1, num_heads=2)
+    trained_lp = sequence_logprobs(model, [seq], [start])[0].sum()
+    untrained_lp = sequence_logprobs(untrained, [seq], [start])[0].sum()
+    assert trained_lp > untrained_lp + 1.0, (trained_lp, untrained_lp)
+
+
+def test_default_build_needs_the_default_retriever():
+    with pytest.raises(ValueError, match="explicit out_dir"):
+        build_micro_base(retriever=object())
