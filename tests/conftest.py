@@ -58,6 +58,18 @@ class Item:
 QUESTION = Item("q1", "In which country was Velmora Quist born?", ("Ostria", "the Ostrian Republic"))
 
 
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine two
+    threads waiting on each other make every step many times slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from envs.tokenizer import load_tokenizer

@@ -18,14 +18,7 @@ from envs.tokenizer import load_tokenizer
 SMOLLM2_EOS = 2
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine two
-    # threads waiting on each other make every step ~10x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

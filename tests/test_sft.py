@@ -16,14 +16,7 @@ from envs.episode import Episode, Segment, save_episodes
 V = 48
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # a tiny model gains nothing from intra-op threads, and on a busy 2-core machine they
-    # make every step many times slower
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def segment(agent: str, pieces: list[tuple[list[int], bool]]) -> Segment:
