@@ -151,14 +151,16 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
     from envs.data import DATASETS, load_qa
 
     policy = make_policy(args.policy, seed=args.seed)
+    tokenizer = getattr(policy, "tokenizer", None)  # an LM policy plays with its own tokenizer
+    questions = [q for name in DATASETS for q in load_qa(name, args.split, root="synthetic")[: args.per_dataset]]
     results: dict[str, dict[str, float]] = {}
     for workflow in args.workflows.split(","):
+        groups = collect(lambda wf=workflow: search_team_v0.raw_env(workflow=wf, tokenizer=tokenizer,
+                                                                    max_turn_tokens=args.max_turn_tokens),
+                         policy, questions, seed=args.seed)  # every question in one batch
         rows = {}
         for name in DATASETS:
-            questions = load_qa(name, args.split, root="synthetic")[: args.per_dataset]
-            groups = collect(lambda wf=workflow: search_team_v0.raw_env(workflow=wf), policy, questions,
-                             seed=args.seed)
-            eps = [ep for g in groups for ep in g]
+            eps = [g[0] for g, q in zip(groups, questions) if q.dataset == name]
             rows[name] = {
                 "em": sum(ep.final_em for ep in eps) / len(eps),
                 "searches": sum(ep.num_searches for ep in eps) / len(eps),
@@ -200,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--per-dataset", type=int, default=20)
     d.add_argument("--split", default="dev")
     d.add_argument("--workflows", default="hierarchical,cascade")
+    d.add_argument("--max-turn-tokens", type=int, default=256, help="per-turn token budget")
     d.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "play":
