@@ -71,7 +71,9 @@ passage)."""
 
 
 def _protocol_texts() -> list[str]:
-    """Every fixed string the env and the chat format write, filled as the env fills them."""
+    """The fixed strings the env and the chat format write (``envs.protocol``, and phrases of
+    ``envs.team`` copied here), filled as the env fills them. Only a frequency hint: the
+    BPE is byte-level, so any text left out still round-trips, in more tokens."""
     prompts = [text.format(max_searchers=k, max_waves=w, max_searches=s)
                for text in P.SYSTEM_PROMPTS.values()
                for k, w, s in ((2, 2, 2), (3, 3, 3), (1, 1, 1))]
@@ -342,7 +344,7 @@ def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_datase
 
 BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 4,
-    "episodes_per_dataset": 60, "epochs": 1, "lr": 3e-3, "batch_tokens": 1024,
+    "episodes_per_dataset": 60, "epochs": 1, "lr": 3e-3, "batch_tokens": 512,
     "context_weight": 0.5, "only_correct": True,
 }
 """The build's defaults, sized to take at most ~8 minutes on a busy 2-core CPU."""
