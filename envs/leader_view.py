@@ -45,8 +45,9 @@ import gymnasium
 import numpy as np
 
 from envs import protocol as P
+from envs.observation import observe
 from envs.rewards import normalize_answer
-from envs.wrappers import SingleRoleEnv, observation_of
+from envs.wrappers import SingleRoleEnv
 
 FEATURES = (
     "waves_done",       # waves dispatched so far / max_waves
@@ -299,7 +300,7 @@ class LeaderMacroEnv(gymnasium.Env):
 
     def _proposal(self, state: LeaderState) -> Proposal:
         if callable(getattr(self.decompose, "act", None)):
-            obs = observation_of(self.raw, "leader_0")
+            obs = observe(self.raw, "leader_0")
             return Proposal.of_turn(turn_text(self.decompose.act([obs])[0], self.raw.tokenizer.decode), state)
         subtasks = [str(t).strip() for t in self.decompose(state.question, state.waves_done, list(state.reports))]
         return Proposal(subtasks=tuple(t for t in subtasks if t))

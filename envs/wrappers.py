@@ -37,18 +37,10 @@ import gymnasium
 import numpy as np
 
 from envs import protocol as P
-from envs.observation import Observation, apply_turns, observe
+from envs.observation import apply_turns, observe
 
 MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
-
-
-RoleObservation = Observation  # the name this module used first
-
-
-def observation_of(raw: Any, agent: str) -> Observation:
-    """The record of ``agent``'s context in a SearchTeam ``raw_env`` (after reset)."""
-    return observe(raw, agent)
 
 
 def play_turn(raw: Any, agent: str, action: Any) -> Any:
