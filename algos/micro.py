@@ -209,11 +209,16 @@ def _save_atomically(saver: Any, target: Path, *, replace: bool = False) -> None
 # ----------------------------------------------------------------------------- model
 
 
-def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
-                seed: int = 0, max_position_embeddings: int = 2048) -> Any:
+def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 8,
+                seed: int = 0, max_position_embeddings: int = 2048,
+                tie_word_embeddings: bool = True) -> Any:
     """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
-    arguments. With the defaults and a 4k vocabulary: about 6.3M parameters."""
+    arguments. With the defaults and a 4k vocabulary: about 5.3M parameters.
+
+    Tied input and output embeddings: a head that moves a context token's embedding into the
+    residual stream then raises that same token's logit, so copying a name from the context
+    (what most turns of this env are) is a short circuit to learn."""
     from agents.models import tiny_causal_lm
 
     if tokenizer.eos_token_id is None:
@@ -221,7 +226,8 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return tiny_causal_lm(len(tokenizer), hidden_size=hidden_size, num_layers=num_layers,
                           num_heads=num_heads, max_position_embeddings=max_position_embeddings,
-                          seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)
+                          seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
+                          tie_word_embeddings=tie_word_embeddings)
 
 
 # ----------------------------------------------------------------------------- the SFT base
@@ -343,11 +349,14 @@ def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_datase
 
 
 BUILD_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 4,
-    "episodes_per_dataset": 60, "epochs": 1, "lr": 3e-3, "batch_tokens": 512,
+    "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
+    "episodes_per_dataset": 60, "epochs": 4, "lr": 2e-3, "batch_tokens": 1024,
     "context_weight": 0.5, "only_correct": True,
 }
-"""The build's defaults, sized to take at most ~8 minutes on a busy 2-core CPU."""
+"""The build's defaults. One or two epochs leave the model an unconditional language model
+of the turns (it writes well-formed turns about memorised names, team EM 0); in the third
+epoch it learns to copy from its context (the loss on its own tokens falls from 1.5 to 0.2).
+About 15-25 minutes on a 2-core CPU, once; the result is cached."""
 
 
 def build_micro_base(

@@ -132,7 +132,7 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     from agents.hf import HFPolicy
 
     out = tmp_path / "micro"
-    path = build_micro_base(out, episodes_per_dataset=1, epochs=8, lr=5e-3, batch_tokens=2048,
+    path = build_micro_base(out, episodes_per_dataset=1, epochs=12, lr=1e-2, batch_tokens=2048,
                             hidden_size=64, num_layers=1, num_heads=2, only_correct=False,
                             retriever=synthetic_keyword_retriever(), progress=False)
     assert path == out
