@@ -86,6 +86,10 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        if not resume and (self.out / "metrics.jsonl").exists():
+            raise FileExistsError(f"{self.out} already holds a run (metrics.jsonl); a new run there "
+                                  "would mix its metrics into the old ones. Pass --resume to continue "
+                                  "it, or give another --out")
         torch.manual_seed(cfg.seed)
         if checkpoint is not None:  # the checkpoint's weights win over any model given
             model, tokenizer = load_model(str(checkpoint), cfg.device, cfg.dtype)
