@@ -154,7 +154,7 @@ class TrainConfig:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # A 5.3M-parameter Llama (tied embeddings) with a 4k-token vocabulary, warmed up by SFT on the scripted
+    # A 5.2M-parameter Llama (tied embeddings) with a 4k-token vocabulary, warmed up by SFT on the scripted
     # team (algos.micro), trained on all seven synthetic styles. Larger learning rate and
     # smaller budgets than the paper so that both stages finish in minutes on 2 cores.
     "micro": dict(model="micro", steps=12, questions_per_step=8, group_size=4, learning_rate=2e-4,

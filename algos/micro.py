@@ -214,7 +214,7 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
                 tie_word_embeddings: bool = True) -> Any:
     """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
-    arguments. With the defaults and a 4k vocabulary: about 5.3M parameters.
+    arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
 
     Tied input and output embeddings: a head that moves a context token's embedding into the
     residual stream then raises that same token's logit, so copying a name from the context
@@ -401,6 +401,7 @@ def build_micro_base(
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
                 "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
                 "context_weight": context_weight, "only_correct": only_correct, "seed": seed, "env": MICRO_ENV,
+                "tied_embeddings": True,
                 "tokenizer": TOKENIZER_VERSION,
                 "retriever": None if retriever is None else type(retriever).__name__}
     if out_dir is None and retriever is not None:
