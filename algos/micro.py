@@ -30,6 +30,7 @@ from typing import Any
 
 from envs import protocol as P
 from envs.paths import cache_dir
+from envs.retrieval.passage import MemoRetriever
 
 PAD, IM_START, IM_END = "<|pad|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, IM_START, IM_END)
@@ -255,22 +256,6 @@ class _EosScripted:
                 for text in self.policy.act(observations)]
 
 
-class _MemoRetriever:
-    """Remembers every query's passages: the scripted team asks the same questions in both
-    workflows, and query encoding is most of the collection's cost."""
-
-    def __init__(self, retriever: Any):
-        self.retriever = retriever
-        self.memo: dict[tuple[str, int], list[Any]] = {}
-
-    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
-        todo = list(dict.fromkeys(q for q in queries if (q, top_k) not in self.memo))
-        if todo:
-            for q, hits in zip(todo, self.retriever.search(todo, top_k)):
-                self.memo[(q, top_k)] = hits
-        return [self.memo[(q, top_k)] for q in queries]
-
-
 def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any = None,
                  **overrides: Any) -> Any:
     """A function that makes one micro-preset SearchTeam env (``MICRO_ENV`` + overrides)
@@ -301,7 +286,7 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
     from agents.collect import collect
     from envs.search_team import default_retriever
 
-    retriever = _MemoRetriever(retriever or default_retriever())
+    retriever = MemoRetriever(retriever or default_retriever())
     questions = _questions(split, per_dataset)
     episodes = []
     for workflow in workflows:

@@ -25,6 +25,7 @@ import numpy as np
 
 from agents.sb3_leader import ALGOS, META_FILE, MODEL_FILE, algo_class, make_decomposer
 from envs.leader_view import FEATURES, LeaderMacroEnv
+from envs.retrieval.passage import MemoRetriever
 
 DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
     # Short episodes (at most max_waves decisions) with all reward at the end: no discount.
@@ -36,22 +37,6 @@ DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
             "exploration_fraction": 0.3, "gamma": 1.0, "policy_kwargs": {"net_arch": [64, 64]}},
 }
 """Per-algorithm defaults; ``algo_kwargs`` overrides them key by key."""
-
-
-class MemoRetriever:
-    """Remembers each (query, top_k) answer of a deterministic retriever: the same
-    questions come back every few episodes, and with scripted Searchers so do the queries."""
-
-    def __init__(self, retriever: Any):
-        self.retriever = retriever
-        self._hits: dict[tuple[str, int], list[Any]] = {}
-
-    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
-        missing = list(dict.fromkeys(q for q in queries if (q, top_k) not in self._hits))
-        if missing:
-            for query, passages in zip(missing, self.retriever.search(missing, top_k), strict=True):
-                self._hits[(query, top_k)] = passages
-        return [self._hits[(q, top_k)] for q in queries]
 
 
 def synthetic_questions(split: str, per_dataset: int) -> list[Any]:

@@ -15,7 +15,6 @@ from algos.micro import (
     PROTOCOL_TOKENS,
     SPECIAL_TOKENS,
     _EosScripted,
-    _MemoRetriever,
     build_micro_base,
     micro_env_fn,
     micro_model,
@@ -23,6 +22,7 @@ from algos.micro import (
     train_micro_tokenizer,
 )
 from envs import protocol as P
+from envs.retrieval import MemoRetriever
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -99,7 +99,7 @@ def test_scripted_team_plays_the_micro_env_and_closes_dispatches_with_eos(tok):
 
 def test_memo_retriever_asks_each_query_once():
     inner = KeywordRetriever(WORLD)
-    memo = _MemoRetriever(inner)
+    memo = MemoRetriever(inner)
     first = memo.search(["Port Velm", "Ostria capital", "Port Velm"], 2)
     assert first == inner.search(["Port Velm", "Ostria capital", "Port Velm"], 2)
     calls = inner.calls

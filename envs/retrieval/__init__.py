@@ -3,12 +3,13 @@
 client. ``python -m envs.retrieval serve --corpus FILE`` starts the server."""
 
 from envs.retrieval.dense import DenseRetriever, default_encoder_path
-from envs.retrieval.passage import Passage, Retriever, load_corpus
+from envs.retrieval.passage import MemoRetriever, Passage, Retriever, load_corpus
 from envs.retrieval.remote import RemoteRetriever, RetrievalError
 from envs.retrieval.server import RetrievalServer
 
 __all__ = [
     "DenseRetriever",
+    "MemoRetriever",
     "Passage",
     "RemoteRetriever",
     "RetrievalError",
