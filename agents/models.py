@@ -140,12 +140,15 @@ def tiny_causal_lm(
     pad_token_id: int | None = None,
     initializer_range: float = 0.02,
     tie_word_embeddings: bool = False,
+    attention_bias: bool = False,
+    rope_theta: float = 10000.0,
 ) -> Any:
     """A randomly initialised ``LlamaForCausalLM`` in eval mode, the same weights for the
     same arguments (the global torch RNG is left untouched). ``initializer_range`` is the
     std of the weights: larger values give peakier next-token distributions.
     ``tie_word_embeddings`` shares the input embedding with the output layer (as SmolLM2
-    does), halving the parameters a large vocabulary costs."""
+    does), halving the parameters a large vocabulary costs. ``attention_bias`` and
+    ``rope_theta`` are Llama's (``agents.induction`` needs both changed)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if hidden_size % num_heads:
@@ -163,6 +166,8 @@ def tiny_causal_lm(
         pad_token_id=pad_token_id if pad_token_id is not None else eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=tie_word_embeddings,
+        attention_bias=attention_bias,
+        rope_theta=rope_theta,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

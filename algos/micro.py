@@ -212,23 +212,33 @@ def _save_atomically(saver: Any, target: Path, *, replace: bool = False) -> None
 
 def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 8,
                 seed: int = 0, max_position_embeddings: int = 2048,
-                tie_word_embeddings: bool = True) -> Any:
+                tie_word_embeddings: bool = True, induction: bool = False) -> Any:
     """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
     arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
 
-    Tied input and output embeddings: a head that moves a context token's embedding into the
-    residual stream then raises that same token's logit, so copying a name from the context
-    (what most turns of this env are) is a short circuit to learn."""
+    ``induction`` wires a copy circuit into layers 0 and 1
+    (``agents.induction``): a quarter of layer 0's heads look one position back, and half of
+    layer 1's copy the token that followed an earlier occurrence of the current one. The
+    model then copies names out of its context before any training; learned from scratch,
+    that circuit did not form within the build's budget. It needs tied embeddings, query/key
+    biases and a RoPE base at which only two frequency pairs turn (``ROPE_THETA``), so the
+    config has those."""
+    from agents.induction import ROPE_THETA, wire_induction_heads
     from agents.models import tiny_causal_lm
 
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return tiny_causal_lm(len(tokenizer), hidden_size=hidden_size, num_layers=num_layers,
-                          num_heads=num_heads, max_position_embeddings=max_position_embeddings,
-                          seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
-                          tie_word_embeddings=tie_word_embeddings)
+    model = tiny_causal_lm(len(tokenizer), hidden_size=hidden_size, num_layers=num_layers,
+                           num_heads=num_heads, max_position_embeddings=max_position_embeddings,
+                           seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
+                           tie_word_embeddings=tie_word_embeddings, attention_bias=induction,
+                           rope_theta=ROPE_THETA if induction else 10000.0)
+    if induction:
+        wire_induction_heads(model, prev_heads=range(max(1, num_heads // 4)),
+                             induction_heads=range(max(1, num_heads // 2)), seed=seed)
+    return model
 
 
 # ----------------------------------------------------------------------------- the SFT base
@@ -270,29 +280,44 @@ def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any 
                              **{**MICRO_ENV, **overrides})
 
 
-def _questions(split: str, per_dataset: int) -> list[Any]:
-    from envs.data.qa import DATASETS
-    from envs.data.synthwiki import default_world
+def _world(seed: int) -> Any:
+    from envs.data.synthwiki import build_world, default_world
 
-    world = default_world()
+    return default_world() if seed == 0 else build_world(seed)
+
+
+def _questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:
+    from envs.data.qa import DATASETS
+
+    world = _world(world_seed)
     return [q for d in DATASETS for q in world.questions(d, split)[:per_dataset]]
 
 
 def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
                       workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
-                      seed: int = 0, progress: bool = False) -> list[Any]:
+                      worlds: Sequence[int] = (0,), seed: int = 0,
+                      progress: bool = False) -> list[Any]:
     """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
-    dataset in ``split``, one per question and workflow, in the micro env."""
+    dataset in ``split``, one per question and workflow, in the micro env, for each world
+    seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
+    serves world 0 (default: ``envs.search_team.default_retriever()``); any other world is
+    searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk)."""
     from agents.collect import collect
+    from envs.retrieval import DenseRetriever
     from envs.search_team import default_retriever
 
-    retriever = MemoRetriever(retriever or default_retriever())
-    questions = _questions(split, per_dataset)
     episodes = []
-    for workflow in workflows:
-        groups = collect(micro_env_fn(tokenizer, workflow, retriever), _EosScripted(tokenizer, seed),
-                         questions, seed=seed, max_envs=128, progress=progress)
-        episodes += [ep for group in groups for ep in group]
+    for world_seed in worlds:
+        if world_seed == 0:
+            searched = retriever or default_retriever()
+        else:
+            searched = DenseRetriever(_world(world_seed).corpus)
+        memo = MemoRetriever(searched)
+        questions = _questions(split, per_dataset, world_seed)
+        for workflow in workflows:
+            groups = collect(micro_env_fn(tokenizer, workflow, memo), _EosScripted(tokenizer, seed),
+                             questions, seed=seed, max_envs=128, progress=progress)
+            episodes += [ep for group in groups for ep in group]
     return episodes
 
 
@@ -336,7 +361,7 @@ def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_datase
 BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
     "episodes_per_dataset": 60, "epochs": 4, "lr": 2e-3, "batch_tokens": 1024,
-    "context_weight": 0.5, "only_correct": True,
+    "context_weight": 0.5, "only_correct": True, "worlds": (0,), "induction": False,
 }
 """The build's defaults. One or two epochs leave the model an unconditional language model
 of the turns (it writes well-formed turns about memorised names, team EM 0); after four it
@@ -358,6 +383,8 @@ def build_micro_base(
     num_layers: int = BUILD_DEFAULTS["num_layers"],
     num_heads: int = BUILD_DEFAULTS["num_heads"],
     only_correct: bool = BUILD_DEFAULTS["only_correct"],
+    worlds: Sequence[int] = BUILD_DEFAULTS["worlds"],
+    induction: bool = BUILD_DEFAULTS["induction"],
     retriever: Any = None,
     threads: int | None = 1,
     seed: int = 0,
@@ -385,7 +412,8 @@ def build_micro_base(
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
                 "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
-                "context_weight": context_weight, "only_correct": only_correct, "seed": seed, "env": MICRO_ENV,
+                "context_weight": context_weight, "only_correct": only_correct,
+                "worlds": list(worlds), "induction": induction, "seed": seed, "env": MICRO_ENV,
                 "tied_embeddings": True,
                 "tokenizer": TOKENIZER_VERSION,
                 "retriever": None if retriever is None else type(retriever).__name__}
@@ -413,12 +441,13 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     log(f"micro base: collecting scripted episodes ({s['episodes_per_dataset']} per dataset, "
         f"{len(WORKFLOWS)} workflows)")
     episodes = scripted_episodes(tokenizer, s["episodes_per_dataset"], retriever=retriever,
+                                 worlds=s["worlds"],
                                  seed=s["seed"], progress=progress)
     collected = time.perf_counter()
     scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
     kept = [ep for ep in episodes if ep.team_em == 1] if s["only_correct"] else episodes
     model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
-                        seed=s["seed"])
+                        seed=s["seed"], induction=s["induction"])
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
         f"{len(episodes)} episodes, {s['epochs']} epochs")

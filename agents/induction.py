@@ -1,0 +1,176 @@
+"""A copy circuit wired into a freshly initialised Llama, so that a tiny model trained from
+scratch can copy names out of its context from its first step.
+
+Why: almost every turn in a search team copies. The Leader copies the question into a
+sub-task, the Searcher copies the sub-task into a query, the summary copies sentences
+from passages, and the Answerer copies a name from the evidence. Transformers copy with
+*induction heads* (a head that attends to the token after an earlier occurrence of the
+current token, fed by a head that looks one position back). On the micro preset's budget
+(about 2,000 SFT steps on a 2-core CPU) they never form. A 5M-parameter model trained on
+fresh names still had NLL 6-10 on a name printed a few lines above. On a synthetic task of
+repeated random tokens, 600 steps reached 0.6% accuracy. So we write the circuit in by hand,
+and SFT then only has to learn *when* to copy.
+
+The circuit (``d`` = hidden size; the last ``s_dims`` residual dimensions form the space S,
+the other ``d - s_dims`` form T, where token embeddings live):
+
+1. **Layer 0, previous-token heads.** Queries and keys come from biases alone (their
+   weights are zero), so the attention score depends on position only. Their RoPE phases
+   put the peak at distance 1, so each position attends to the one before it. The value is
+   ``R x`` (``R``: orthonormal rows on T), and it is written into S. After layer 0,
+   position ``j`` carries its own token in T and the previous token in S.
+2. **Layer 1, induction heads.** The query is ``A R x_i`` (the current token). The key is
+   ``A`` applied to S at ``j`` (the token before ``j``). A head therefore attends to the
+   positions ``j`` whose previous token is the current token. Its value ``B x_j`` is
+   written back into T as ``B^T B x_j``, which, with tied embeddings, raises the logit of
+   the token that followed the earlier occurrence.
+3. **Everything else starts silent.** Every other residual write (each layer's ``o_proj``
+   and ``down_proj``) starts at zero, so at initialisation the model is exactly the
+   embeddings plus the circuit. The final norm's weight is ``out_scale``, because
+   unit-norm logits over a 4k vocabulary are too flat to express a confident copy.
+
+RoPE has to leave the induction heads' content match alone at every distance. The config
+therefore needs a ``rope_theta`` (``ROPE_THETA``) at which only the two fastest frequency
+pairs turn. Pair 0 turns 1 rad per position and pair 1 0.005 rad, which together give the
+previous-token heads a peak at distance 1 with a logit margin of at least 12 up to 1,100
+positions. The induction heads use pairs 2 and up, which turn at most 2.5e-5 rad per
+position.
+
+>>> model = tiny_causal_lm(4096, hidden_size=256, num_layers=4, num_heads=8, tie_word_embeddings=True,
+...                        attention_bias=True, rope_theta=ROPE_THETA)   # doctest: +SKIP
+>>> wire_induction_heads(model)                                          # doctest: +SKIP
+
+At initialisation, on repeated random tokens, a micro-sized model wired this way predicts
+96% of the repeated tokens (``tests/test_induction.py``). A plain initialisation predicts
+none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+ROPE_THETA = 200.0 ** 16
+"""RoPE base at which frequency pair 0 turns 1 rad per position, pair 1 0.005 rad (one turn
+in 1,257 positions), and pair 2 and up at most 2.5e-5 rad."""
+
+PREV_AMPLITUDES = (12.0, 380.0)
+"""Query/key bias amplitudes on pairs 0 and 1 of a previous-token head: the score
+``a0^2 cos(d - 1) + a1^2 cos(0.005 (d - 1))`` peaks at distance ``d = 1`` with a margin of at
+least 12 (after the 1/sqrt(head_dim) scale) over every other distance below 1,100."""
+
+
+def wire_induction_heads(
+    model: Any,
+    *,
+    prev_heads: Sequence[int] = (0, 1),
+    induction_heads: Sequence[int] = (0, 1, 2, 3),
+    prev_write: float = 0.03,
+    match_scale: float = 1.7,
+    copy_write: float = 0.075,
+    out_scale: float = 3.0,
+    seed: int = 0,
+) -> Any:
+    """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
+    ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
+    ``ROPE_THETA``, in place; returns it.
+
+    Heads ``prev_heads`` of layer 0 look one position back (their value dimensions, together,
+    are S: ``len(prev_heads) * head_dim`` residual dimensions). Heads ``induction_heads`` of
+    layer 1 copy. The scales set how strongly: ``prev_write`` is the size of the previous
+    token in S relative to a unit-norm token, ``match_scale`` the query/key scale of an
+    induction head, ``copy_write`` the size of the copied token, and ``out_scale`` the final
+    norm's weight. The defaults give 96% top-1 accuracy on repeated random tokens at a 4k
+    vocabulary and a 256-wide model, with NLL about 9 on the tokens that cannot be copied.
+    ``seed`` draws the random projections."""
+    cfg = model.config
+    _check_model(model, prev_heads, induction_heads)
+    d, n_heads = cfg.hidden_size, cfg.num_attention_heads
+    hd = d // n_heads
+    half = hd // 2
+    s_dims = len(prev_heads) * hd
+    t_dims = d - s_dims
+    inv_freq = model.model.rotary_emb.inv_freq.double()
+    gen = torch.Generator().manual_seed(seed)
+
+    def orthonormal_rows(rows: int, cols: int) -> torch.Tensor:
+        q, _ = torch.linalg.qr(torch.randn(cols, rows, generator=gen, dtype=torch.float64))
+        return q.T.float()
+
+    layer0, layer1 = (model.model.layers[i].self_attn for i in (0, 1))
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, t_dims:] = 0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        read_token = torch.zeros(s_dims, d)
+        read_token[:, :t_dims] = orthonormal_rows(s_dims, t_dims)
+        for k, head in enumerate(prev_heads):
+            rows, part = _head(head, hd), slice(k * hd, (k + 1) * hd)
+            q_bias, k_bias = torch.zeros(hd), torch.zeros(hd)
+            for pair, amp in enumerate(PREV_AMPLITUDES):
+                q_bias[pair] = amp
+                k_bias[pair] = amp * math.cos(inv_freq[pair])
+                k_bias[pair + half] = amp * math.sin(inv_freq[pair])
+            layer0.q_proj.weight[rows] = 0
+            layer0.k_proj.weight[rows] = 0
+            layer0.q_proj.bias[rows] = q_bias
+            layer0.k_proj.bias[rows] = k_bias
+            layer0.v_proj.weight[rows] = read_token[part]
+            layer0.o_proj.weight[t_dims:, rows] = prev_write * torch.eye(s_dims)[:, part]
+        content = [i for i in range(hd) if i % half >= len(PREV_AMPLITUDES)]
+        copy = orthonormal_rows(len(induction_heads) * hd, t_dims)
+        for k, head in enumerate(induction_heads):
+            rows, part = _head(head, hd), slice(k * hd, (k + 1) * hd)
+            match = orthonormal_rows(len(content), s_dims)
+            query, key, value = torch.zeros(hd, d), torch.zeros(hd, d), torch.zeros(hd, d)
+            query[content] = match_scale * (match @ read_token)
+            key[content, t_dims:] = match_scale * match
+            value[:, :t_dims] = copy[part]
+            layer1.q_proj.weight[rows] = query
+            layer1.k_proj.weight[rows] = key
+            layer1.v_proj.weight[rows] = value
+            layer1.o_proj.weight[:t_dims, rows] = copy_write * copy[part].T
+        model.model.norm.weight.fill_(out_scale)
+    return model
+
+
+def _head(head: int, head_dim: int) -> slice:
+    return slice(head * head_dim, (head + 1) * head_dim)
+
+
+def _check_model(model: Any, prev_heads: Sequence[int], induction_heads: Sequence[int]) -> None:
+    cfg = model.config
+    problems = []
+    if getattr(cfg, "model_type", None) != "llama":
+        problems.append(f"model_type is {getattr(cfg, 'model_type', None)!r}, not 'llama'")
+    if not getattr(cfg, "tie_word_embeddings", False):
+        problems.append("the copied token reaches the logits through tied embeddings: "
+                        "tie_word_embeddings must be True")
+    if not getattr(cfg, "attention_bias", False):
+        problems.append("previous-token heads need query/key biases: attention_bias must be True")
+    if getattr(cfg, "num_key_value_heads", cfg.num_attention_heads) != cfg.num_attention_heads:
+        problems.append("grouped-query attention is not supported (num_key_value_heads must equal "
+                        "num_attention_heads)")
+    if cfg.num_hidden_layers < 2:
+        problems.append(f"needs 2 layers, the model has {cfg.num_hidden_layers}")
+    hd = cfg.hidden_size // cfg.num_attention_heads
+    if getattr(cfg, "head_dim", hd) != hd or hd // 2 <= len(PREV_AMPLITUDES):
+        problems.append(f"head_dim must be hidden_size / num_attention_heads and > {2 * len(PREV_AMPLITUDES)}")
+    heads = range(cfg.num_attention_heads)
+    for name, chosen in (("prev_heads", prev_heads), ("induction_heads", induction_heads)):
+        if not chosen or any(h not in heads for h in chosen) or len(set(chosen)) != len(chosen):
+            problems.append(f"{name}={tuple(chosen)} must be distinct heads in 0..{cfg.num_attention_heads - 1}")
+    if len(prev_heads) * hd >= cfg.hidden_size:
+        problems.append("the previous-token heads would take the whole residual stream")
+    if not problems:
+        inv_freq = model.model.rotary_emb.inv_freq
+        slow = float(inv_freq[len(PREV_AMPLITUDES)]) * cfg.max_position_embeddings
+        if abs(float(inv_freq[1]) - 0.005) > 1e-4 or slow > 0.5:
+            problems.append(f"RoPE: pair 1 must turn 0.005 rad per position and the rest almost not "
+                            f"at all; build the config with rope_theta=ROPE_THETA ({ROPE_THETA:.3g})")
+    if problems:
+        raise ValueError("wire_induction_heads: " + "; ".join(problems))
