@@ -47,8 +47,9 @@ none.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -68,31 +69,38 @@ def wire_induction_heads(
     *,
     prev_heads: Sequence[int] = (0, 1),
     induction_heads: Sequence[int] = (0, 1, 2, 3),
-    prev_write: float = 0.03,
+    prev_write: float = 1.5,
     match_scale: float = 1.7,
-    copy_write: float = 0.075,
+    copy_write: float = 3.75,
     out_scale: float = 3.0,
+    embed_std: float = 0.2,
     seed: int = 0,
 ) -> Any:
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
-    ``ROPE_THETA``, in place; returns it.
+    ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``
+    (saved with the model) for :func:`frozen_circuit`.
 
-    Heads ``prev_heads`` of layer 0 look one position back (their value dimensions, together,
-    are S: ``len(prev_heads) * head_dim`` residual dimensions). Heads ``induction_heads`` of
-    layer 1 copy. The scales set how strongly: ``prev_write`` is the size of the previous
-    token in S relative to a unit-norm token, ``match_scale`` the query/key scale of an
-    induction head, ``copy_write`` the size of the copied token, and ``out_scale`` the final
-    norm's weight. The defaults give 96% top-1 accuracy on repeated random tokens at a 4k
-    vocabulary and a 256-wide model, with NLL about 9 on the tokens that cannot be copied.
-    ``seed`` draws the random projections."""
+    The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back and writes that token into
+    its own block of S (``head_dim`` residual dimensions each). Heads ``induction_heads`` of
+    layer 1 then match the last ``len(prev_heads)`` tokens at once: with two previous-token
+    heads a head attends where the previous *two* tokens recur, so ``'The`` finds the title
+    that follows ``'The`` rather than every word that follows ``The``. The scales set how
+    strongly: ``prev_write`` is the size of a looked-back token in S and ``copy_write`` that
+    of the copied token, both in units of the embeddings' std; ``match_scale`` is the
+    query/key scale of an induction head; ``out_scale`` the final norm's weight at an
+    embedding std of 0.02 (scaled by 0.02 / ``embed_std``, which keeps the logits the same).
+    ``embed_std``: the embeddings are rescaled to this std (RMSNorm makes the forward pass
+    blind to it). Larger than the usual 0.02 so that an optimizer's early steps, which move
+    every embedding by about the learning rate and in similar directions, leave the tokens
+    distinguishable, which the circuit's matching relies on. ``seed`` draws the random
+    projections."""
     cfg = model.config
     _check_model(model, prev_heads, induction_heads)
     d, n_heads = cfg.hidden_size, cfg.num_attention_heads
     hd = d // n_heads
     half = hd // 2
-    s_dims = len(prev_heads) * hd
-    t_dims = d - s_dims
+    t_dims = d - len(prev_heads) * hd
     inv_freq = model.model.rotary_emb.inv_freq.double()
     gen = torch.Generator().manual_seed(seed)
 
@@ -100,42 +108,97 @@ def wire_induction_heads(
         q, _ = torch.linalg.qr(torch.randn(cols, rows, generator=gen, dtype=torch.float64))
         return q.T.float()
 
+    def block(k: int) -> torch.Tensor:
+        """(hd, d): reads block k of S, the token k + 1 positions back."""
+        out = torch.zeros(hd, d)
+        out[:, t_dims + k * hd:t_dims + (k + 1) * hd] = torch.eye(hd)
+        return out
+
     layer0, layer1 = (model.model.layers[i].self_attn for i in (0, 1))
     with torch.no_grad():
-        model.model.embed_tokens.weight[:, t_dims:] = 0
+        emb = model.model.embed_tokens.weight
+        emb[:, t_dims:] = 0
+        emb[:, :t_dims] *= embed_std / emb[:, :t_dims].std()
+        prev_write, copy_write = prev_write * embed_std, copy_write * embed_std
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
-        read_token = torch.zeros(s_dims, d)
-        read_token[:, :t_dims] = orthonormal_rows(s_dims, t_dims)
+        read_token = torch.zeros(hd, d)  # one projection R for every block, so blocks compare
+        read_token[:, :t_dims] = orthonormal_rows(hd, t_dims)
         for k, head in enumerate(prev_heads):
-            rows, part = _head(head, hd), slice(k * hd, (k + 1) * hd)
+            rows, back = _head(head, hd), k + 1
             q_bias, k_bias = torch.zeros(hd), torch.zeros(hd)
             for pair, amp in enumerate(PREV_AMPLITUDES):
                 q_bias[pair] = amp
-                k_bias[pair] = amp * math.cos(inv_freq[pair])
-                k_bias[pair + half] = amp * math.sin(inv_freq[pair])
+                k_bias[pair] = amp * math.cos(back * inv_freq[pair])
+                k_bias[pair + half] = amp * math.sin(back * inv_freq[pair])
             layer0.q_proj.weight[rows] = 0
             layer0.k_proj.weight[rows] = 0
             layer0.q_proj.bias[rows] = q_bias
             layer0.k_proj.bias[rows] = k_bias
-            layer0.v_proj.weight[rows] = read_token[part]
-            layer0.o_proj.weight[t_dims:, rows] = prev_write * torch.eye(s_dims)[:, part]
+            layer0.v_proj.weight[rows] = read_token
+            layer0.o_proj.weight[:, rows] = prev_write * block(k).T
         content = [i for i in range(hd) if i % half >= len(PREV_AMPLITUDES)]
+        parts = [content[m::len(prev_heads)] for m in range(len(prev_heads))]
         copy = orthonormal_rows(len(induction_heads) * hd, t_dims)
         for k, head in enumerate(induction_heads):
             rows, part = _head(head, hd), slice(k * hd, (k + 1) * hd)
-            match = orthonormal_rows(len(content), s_dims)
             query, key, value = torch.zeros(hd, d), torch.zeros(hd, d), torch.zeros(hd, d)
-            query[content] = match_scale * (match @ read_token)
-            key[content, t_dims:] = match_scale * match
+            for m, dims in enumerate(parts):  # token i - m against token j - 1 - m
+                match = match_scale * orthonormal_rows(len(dims), hd)
+                query[dims] = match @ (read_token if m == 0 else block(m - 1))
+                key[dims] = match @ block(m)
             value[:, :t_dims] = copy[part]
             layer1.q_proj.weight[rows] = query
             layer1.k_proj.weight[rows] = key
             layer1.v_proj.weight[rows] = value
             layer1.o_proj.weight[:t_dims, rows] = copy_write * copy[part].T
-        model.model.norm.weight.fill_(out_scale)
+        model.model.norm.weight.fill_(out_scale * 0.02 / embed_std)
+    cfg.induction = {"prev_heads": list(prev_heads), "induction_heads": list(induction_heads)}
     return model
+
+
+@contextlib.contextmanager
+def frozen_circuit(model: Any) -> Iterator[None]:
+    """Inside the block, gradients never reach the wired circuit of ``model`` (its layout
+    from ``model.config.induction``): all of layer 0 (so it adds the looked-back tokens and
+    nothing else), the embeddings' S dimensions, layer 1's input norm, and the queries, keys
+    and values of the induction heads. Every other weight trains as usual, including how
+    strongly the induction heads write (their ``o_proj`` columns). With AdamW and no weight
+    decay, a zero gradient leaves a weight exactly where it was, so SFT learns *when* to
+    copy without unlearning *how*.
+    """
+    layout = getattr(model.config, "induction", None)
+    if not layout:
+        raise ValueError("frozen_circuit: the model has no wired circuit (config.induction is "
+                         "missing; see wire_induction_heads)")
+    d = model.config.hidden_size
+    hd = d // model.config.num_attention_heads
+    t_dims = d - len(layout["prev_heads"]) * hd
+    layer0, layer1 = model.model.layers[0], model.model.layers[1]
+    everything = slice(None)
+    frozen: list[tuple[torch.Tensor, Any]] = [
+        (model.model.embed_tokens.weight, (everything, slice(t_dims, None))),
+        (layer1.input_layernorm.weight, everything),
+    ]
+    # layer 0 is the look-back heads and nothing else: what layer 1 reads stays exactly
+    # the embeddings plus the looked-back tokens
+    frozen += [(p, everything) for p in layer0.parameters()]
+    for head in layout["induction_heads"]:  # where they look and what they read; how much
+        rows = _head(head, hd)              # they write (o_proj) trains
+        for proj in (layer1.self_attn.q_proj, layer1.self_attn.k_proj, layer1.self_attn.v_proj):
+            frozen += [(proj.weight, rows), (proj.bias, rows)]
+    masks: dict[int, torch.Tensor] = {}
+    params = {id(p): p for p, _ in frozen}
+    for param, index in frozen:
+        mask = masks.setdefault(id(param), torch.ones_like(param))
+        mask[index] = 0
+    handles = [params[key].register_hook(lambda grad, m=mask: grad * m) for key, mask in masks.items()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _head(head: int, head_dim: int) -> slice:
