@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -246,11 +247,28 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
 WORKFLOWS = ("hierarchical", "cascade")
 
 
+_OPENING_TAG = re.compile("(" + "|".join(f"<{t}>" for t in P.TAGS) + r")(?=\S)")
+
+
+def spaced_tags(text: str) -> str:
+    """``text`` with a space after each opening protocol tag that a word follows directly:
+    ``<answer>Ludina Tovar</answer>`` becomes ``<answer> Ludina Tovar</answer>``. A byte-level
+    BPE fuses a word's leading space into its token, so a name mid-sentence in a passage
+    (`` Ludina``) and the same name right after a tag (``L`` + ``udina``) share no token,
+    and a copy head cannot copy it. The parsers strip the space, so the turn means the same.
+
+    >>> spaced_tags("<search>Who wrote it?</search><summary> Kept.</summary>")
+    '<search> Who wrote it?</search><summary> Kept.</summary>'
+    """
+    return _OPENING_TAG.sub(r"\1 ", text)
+
+
 class _EosScripted:
-    """The scripted team with every turn closed by EOS, as a model would close it: the env
-    cuts a Searcher or Answerer turn at its closing tag (the EOS is dropped, the env closes
-    the message), but a Leader's wave of sub-tasks ends only at EOS, so imitation has to
-    see that EOS among the generated (loss-masked) tokens."""
+    """The scripted team as a model should write it: every turn closed by EOS, and a space
+    after each opening tag (:func:`spaced_tags`). The env cuts a Searcher or Answerer turn at
+    its closing tag (the EOS is dropped, the env closes the message), but a Leader's wave of
+    sub-tasks ends only at EOS, so imitation has to see that EOS among the generated
+    (loss-masked) tokens."""
 
     def __init__(self, tokenizer: Any, seed: int = 0):
         from agents.scripted import ScriptedPolicy
@@ -262,7 +280,7 @@ class _EosScripted:
         from agents.base import Action
 
         eos = self.tokenizer.eos_token_id
-        return [Action(token_ids=self.tokenizer.encode(text, add_special_tokens=False) + [eos])
+        return [Action(token_ids=self.tokenizer.encode(spaced_tags(text), add_special_tokens=False) + [eos])
                 for text in self.policy.act(observations)]
 
 
@@ -414,7 +432,7 @@ def build_micro_base(
                 "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
                 "context_weight": context_weight, "only_correct": only_correct,
                 "worlds": list(worlds), "induction": induction, "seed": seed, "env": MICRO_ENV,
-                "tied_embeddings": True,
+                "tied_embeddings": True, "spaced_tags": True,
                 "tokenizer": TOKENIZER_VERSION,
                 "retriever": None if retriever is None else type(retriever).__name__}
     if out_dir is None and retriever is not None:
@@ -432,6 +450,7 @@ def build_micro_base(
 
 
 def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bool) -> None:
+    from agents.induction import frozen_circuit
     from algos.sft import sft
 
     s = settings
@@ -451,9 +470,10 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
         f"{len(episodes)} episodes, {s['epochs']} epochs")
-    losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
-                 context_weight=s["context_weight"], max_len=MICRO_ENV["max_context_tokens"],
-                 seed=s["seed"], progress=progress)
+    with frozen_circuit(model) if s["induction"] else contextlib.nullcontext():
+        losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
+                     context_weight=s["context_weight"], max_len=MICRO_ENV["max_context_tokens"],
+                     seed=s["seed"], progress=progress)
     record = {
         "settings": settings, "parameters": params, "episodes": len(episodes),
         "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),

@@ -19,6 +19,7 @@ from algos.micro import (
     micro_env_fn,
     micro_model,
     micro_tokenizer,
+    spaced_tags,
     train_micro_tokenizer,
 )
 from envs import protocol as P
@@ -95,6 +96,17 @@ def test_scripted_team_plays_the_micro_env_and_closes_dispatches_with_eos(tok):
     searcher = ep.segments_of(P.SEARCHER)[0]
     assert all(not m for t, m in zip(searcher.token_ids, searcher.loss_mask)
                if t == tok.eos_token_id)
+
+
+def test_spaced_tags_let_a_name_after_a_tag_share_its_tokens_with_the_passage(tok):
+    assert spaced_tags("<answer>Ludina Tovar</answer>") == "<answer> Ludina Tovar</answer>"
+    assert spaced_tags("<summary> Already spaced.</summary>") == "<summary> Already spaced.</summary>"
+    assert spaced_tags("no tags <b>here</b>") == "no tags <b>here</b>"
+    passage = tok.encode("a novel by Ludina Tovar.", add_special_tokens=False)
+    name = lambda text: tok.encode(text, add_special_tokens=False)[1:-1]  # noqa: E731  (between the tags)
+    spaced, fused = name(spaced_tags("<answer>Ludina Tovar</answer>")), name("<answer>Ludina Tovar</answer>")
+    assert spaced == passage[3:-1] and fused != passage[3:-1]
+    assert P.parse_answerer(spaced_tags("<answer>Ludina Tovar</answer>")).text == "Ludina Tovar"
 
 
 def test_memo_retriever_asks_each_query_once():
