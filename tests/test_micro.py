@@ -145,7 +145,7 @@ def test_tiny_build_end_to_end(tmp_path, tok):
 
     out = tmp_path / "micro"
     path = build_micro_base(out, episodes_per_dataset=1, epochs=12, lr=1e-2, batch_tokens=2048,
-                            hidden_size=64, num_layers=2, num_heads=2, only_correct=False, induction=True,
+                            hidden_size=64, num_layers=2, num_heads=2, only_correct=False, induction=True, worlds=(0,),
                             retriever=synthetic_keyword_retriever(), progress=False)
     assert path == out
     record = json.loads((out / "micro_build.json").read_text())
