@@ -218,11 +218,11 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
     arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
 
-    ``induction`` wires a copy circuit into layers 0 and 1
-    (``agents.induction``): a quarter of layer 0's heads look one position back, and half of
-    layer 1's copy the token that followed an earlier occurrence of the current one. The
-    model then copies names out of its context before any training; learned from scratch,
-    that circuit did not form within the build's budget. It needs tied embeddings, query/key
+    ``induction`` wires a copy circuit into layers 0 and 1 (``agents.induction``): a quarter
+    of layer 0's heads look 1, 2, ... positions back, and half of layer 1's copy the token
+    that followed an earlier occurrence of the last tokens. The model then copies names out
+    of its context before any training; learned from scratch, that circuit did not form
+    within the build's budget. It needs tied embeddings, query/key
     biases and a RoPE base at which only two frequency pairs turn (``ROPE_THETA``), so the
     config has those."""
     from agents.induction import ROPE_THETA, wire_induction_heads
