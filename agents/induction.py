@@ -63,9 +63,10 @@ ROPE_THETA = 200.0 ** 16
 in 1,257 positions), and pair 2 and up at most 2.5e-5 rad."""
 
 PREV_AMPLITUDES = (12.0, 380.0)
-"""Query/key bias amplitudes on pairs 0 and 1 of a look-back head: the score
-``a0^2 cos(d - 1) + a1^2 cos(0.005 (d - 1))`` peaks at distance ``d = 1`` with a margin of at
-least 12 (after the 1/sqrt(head_dim) scale) over every other distance below 1,100."""
+"""Query/key bias amplitudes on pairs 0 and 1 of a look-back head: for a head that looks
+``b`` positions back, the score ``a0^2 cos(d - b) + a1^2 cos(0.005 (d - b))`` peaks at
+distance ``d = b`` with a margin of at least 12 (after the 1/sqrt(head_dim) scale) over every
+other distance below 1,100."""
 
 
 def wire_induction_heads(
