@@ -193,12 +193,10 @@ def frozen_circuit(model: Any) -> Iterator[None]:
         rows = _head(head, hd)              # they write (o_proj) trains
         for proj in (layer1.self_attn.q_proj, layer1.self_attn.k_proj, layer1.self_attn.v_proj):
             frozen += [(proj.weight, rows), (proj.bias, rows)]
-    masks: dict[int, torch.Tensor] = {}
-    params = {id(p): p for p, _ in frozen}
+    masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (parameter, 0/1 mask)
     for param, index in frozen:
-        mask = masks.setdefault(id(param), torch.ones_like(param))
-        mask[index] = 0
-    handles = [params[key].register_hook(lambda grad, m=mask: grad * m) for key, mask in masks.items()]
+        masks.setdefault(id(param), (param, torch.ones_like(param)))[1][index] = 0
+    handles = [param.register_hook(lambda grad, m=mask: grad * m) for param, mask in masks.values()]
     try:
         yield
     finally:

@@ -99,12 +99,19 @@ def _protocol_texts() -> list[str]:
     return prompts + list(P.FORMAT_REMINDERS.values()) + env_phrases
 
 
+def _world(seed: int) -> Any:
+    """The synthetic world of ``seed``: 0 is ``default_world()`` (built once per process)."""
+    from envs.data.synthwiki import build_world, default_world
+
+    return default_world() if seed == 0 else build_world(seed)
+
+
 def _world_texts(seed: int) -> list[str]:
     """The synthetic world's passages (as the env renders them), questions and answers."""
     from envs.data.qa import DATASETS
-    from envs.data.synthwiki import SPLITS, build_world, default_world
+    from envs.data.synthwiki import SPLITS
 
-    world = default_world() if seed == 0 else build_world(seed)
+    world = _world(seed)
     texts = []
     for row in world.corpus:
         title, _, body = row["contents"].partition("\n")
@@ -296,12 +303,6 @@ def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any 
     return functools.partial(search_team_v0.raw_env, workflow=workflow, tokenizer=tokenizer,
                              retriever=retriever or default_retriever(),
                              **{**MICRO_ENV, **overrides})
-
-
-def _world(seed: int) -> Any:
-    from envs.data.synthwiki import build_world, default_world
-
-    return default_world() if seed == 0 else build_world(seed)
 
 
 def _questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:

@@ -99,14 +99,14 @@ def test_scripted_team_plays_the_micro_env_and_closes_dispatches_with_eos(tok):
 
 
 def test_spaced_tags_let_a_name_after_a_tag_share_its_tokens_with_the_passage(tok):
-    assert spaced_tags("<answer>Ludina Tovar</answer>") == "<answer> Ludina Tovar</answer>"
+    turn = "<answer>Ludina Tovar</answer>"
+    assert spaced_tags(turn) == "<answer> Ludina Tovar</answer>"
     assert spaced_tags("<summary> Already spaced.</summary>") == "<summary> Already spaced.</summary>"
     assert spaced_tags("no tags <b>here</b>") == "no tags <b>here</b>"
     passage = tok.encode("a novel by Ludina Tovar.", add_special_tokens=False)
     name = lambda text: tok.encode(text, add_special_tokens=False)[1:-1]  # noqa: E731  (between the tags)
-    spaced, fused = name(spaced_tags("<answer>Ludina Tovar</answer>")), name("<answer>Ludina Tovar</answer>")
-    assert spaced == passage[3:-1] and fused != passage[3:-1]
-    assert P.parse_answerer(spaced_tags("<answer>Ludina Tovar</answer>")).text == "Ludina Tovar"
+    assert name(spaced_tags(turn)) == passage[3:-1] and name(turn) != passage[3:-1]
+    assert P.parse_answerer(spaced_tags(turn)).text == "Ludina Tovar"
 
 
 def test_memo_retriever_asks_each_query_once():
@@ -145,7 +145,8 @@ def test_tiny_build_end_to_end(tmp_path, tok):
 
     out = tmp_path / "micro"
     path = build_micro_base(out, episodes_per_dataset=1, epochs=12, lr=1e-2, batch_tokens=2048,
-                            hidden_size=64, num_layers=2, num_heads=2, only_correct=False, induction=True, worlds=(0,),
+                            hidden_size=64, num_layers=2, num_heads=2, only_correct=False,
+                            induction=True, worlds=(0,),
                             retriever=synthetic_keyword_retriever(), progress=False)
     assert path == out
     record = json.loads((out / "micro_build.json").read_text())
