@@ -79,6 +79,8 @@ def wire_induction_heads(
     copy_write: float = 3.75,
     out_scale: float = 3.0,
     embed_std: float = 0.2,
+    lookup_heads: Sequence[int] = (),
+    lookup_layer: int = 2,
     seed: int = 0,
 ) -> Any:
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
@@ -98,10 +100,18 @@ def wire_induction_heads(
     ``embed_std``: the embeddings are rescaled to this std (RMSNorm makes the forward pass
     blind to it). Larger than the usual 0.02 so that an optimizer's early steps, which move
     every embedding by about the learning rate and in similar directions, leave the tokens
-    distinguishable, which the circuit's matching relies on. ``seed`` draws the random
-    projections."""
+    distinguishable, which the circuit's matching relies on.
+
+    ``lookup_heads`` (of layer ``lookup_layer``, after the induction heads' layer) are
+    pointer heads: their keys read S like an induction head's (the tokens before ``j``)
+    and their values copy the token at ``j``, but their queries start at zero and are
+    learned. An induction head continues a name once its first token is written; a lookup
+    head learns *which* earlier context to copy after, such as the name that follows ``by``
+    in the evidence when an answer starts. At initialisation a lookup head attends
+    everywhere alike and so adds a little of every context token to the logits. ``seed``
+    draws the random projections."""
     cfg = model.config
-    _check_model(model, prev_heads, induction_heads)
+    _check_model(model, prev_heads, induction_heads, lookup_heads, lookup_layer)
     d, n_heads = cfg.hidden_size, cfg.num_attention_heads
     hd = d // n_heads
     half = hd // 2
@@ -158,8 +168,25 @@ def wire_induction_heads(
             layer1.k_proj.weight[rows] = key
             layer1.v_proj.weight[rows] = value
             layer1.o_proj.weight[:t_dims, rows] = copy_write * copy[part].T
+        if lookup_heads:
+            lookup = model.model.layers[lookup_layer].self_attn
+            pointer = orthonormal_rows(len(lookup_heads) * hd, t_dims)
+            for k, head in enumerate(lookup_heads):
+                rows, part = _head(head, hd), slice(k * hd, (k + 1) * hd)
+                key, value = torch.zeros(hd, d), torch.zeros(hd, d)
+                for m, dims in enumerate(parts):  # token j - 1 - m
+                    key[dims] = match_scale * orthonormal_rows(len(dims), hd) @ block(m)
+                value[:, :t_dims] = pointer[part]
+                for proj in (lookup.q_proj, lookup.k_proj, lookup.v_proj):
+                    proj.bias[rows] = 0
+                lookup.q_proj.weight[rows] = 0
+                lookup.k_proj.weight[rows] = key
+                lookup.v_proj.weight[rows] = value
+                lookup.o_proj.weight[:t_dims, rows] = copy_write * pointer[part].T
         model.model.norm.weight.fill_(out_scale * 0.02 / embed_std)
     cfg.induction = {"prev_heads": list(prev_heads), "induction_heads": list(induction_heads)}
+    if lookup_heads:
+        cfg.induction.update(lookup_heads=list(lookup_heads), lookup_layer=lookup_layer)
     return model
 
 
@@ -172,6 +199,11 @@ def frozen_circuit(model: Any) -> Iterator[None]:
     strongly the induction heads write (their ``o_proj`` columns). With AdamW and no weight
     decay, a zero gradient leaves a weight exactly where it was, so SFT learns *when* to
     copy without unlearning *how*.
+
+    With lookup heads (layer ``L``), their keys and values are frozen too, and so are the
+    input norm of layer ``L`` and every write into S by the layers between 1 and ``L``: the
+    keys then read the looked-back tokens exactly as layer 0 wrote them. Their queries,
+    which say what to look up, train.
     """
     layout = getattr(model.config, "induction", None)
     if not layout:
@@ -193,6 +225,17 @@ def frozen_circuit(model: Any) -> Iterator[None]:
         rows = _head(head, hd)              # they write (o_proj) trains
         for proj in (layer1.self_attn.q_proj, layer1.self_attn.k_proj, layer1.self_attn.v_proj):
             frozen += [(proj.weight, rows), (proj.bias, rows)]
+    if layout.get("lookup_heads"):
+        lookup_layer = layout["lookup_layer"]
+        frozen.append((model.model.layers[lookup_layer].input_layernorm.weight, everything))
+        for layer in model.model.layers[1:lookup_layer]:  # nothing else writes into S
+            frozen += [(layer.self_attn.o_proj.weight, (slice(t_dims, None), everything)),
+                       (layer.mlp.down_proj.weight, (slice(t_dims, None), everything))]
+        lookup = model.model.layers[lookup_layer].self_attn
+        for head in layout["lookup_heads"]:
+            rows = _head(head, hd)
+            for proj in (lookup.k_proj, lookup.v_proj):
+                frozen += [(proj.weight, rows), (proj.bias, rows)]
     masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (parameter, 0/1 mask)
     for param, index in frozen:
         masks.setdefault(id(param), (param, torch.ones_like(param)))[1][index] = 0
@@ -204,11 +247,21 @@ def frozen_circuit(model: Any) -> Iterator[None]:
             handle.remove()
 
 
+def frozen_if_wired(model: Any) -> contextlib.AbstractContextManager[None]:
+    """:func:`frozen_circuit` for a model with a wired circuit, and a no-op for any other:
+    what a trainer wraps its updates in, so RL on the micro base keeps the circuit that SFT
+    kept."""
+    if getattr(model.config, "induction", None):
+        return frozen_circuit(model)
+    return contextlib.nullcontext()
+
+
 def _head(head: int, head_dim: int) -> slice:
     return slice(head * head_dim, (head + 1) * head_dim)
 
 
-def _check_model(model: Any, prev_heads: Sequence[int], induction_heads: Sequence[int]) -> None:
+def _check_model(model: Any, prev_heads: Sequence[int], induction_heads: Sequence[int],
+                 lookup_heads: Sequence[int] = (), lookup_layer: int = 2) -> None:
     cfg = model.config
     problems = []
     if getattr(cfg, "model_type", None) != "llama":
@@ -227,7 +280,13 @@ def _check_model(model: Any, prev_heads: Sequence[int], induction_heads: Sequenc
     if getattr(cfg, "head_dim", hd) != hd or hd // 2 <= len(PREV_AMPLITUDES):
         problems.append(f"head_dim must be hidden_size / num_attention_heads and > {2 * len(PREV_AMPLITUDES)}")
     heads = range(cfg.num_attention_heads)
-    for name, chosen in (("prev_heads", prev_heads), ("induction_heads", induction_heads)):
+    if lookup_heads and not 2 <= lookup_layer < cfg.num_hidden_layers:
+        problems.append(f"lookup_layer={lookup_layer} must come after the induction heads' layer "
+                        f"1 and be one of the model's {cfg.num_hidden_layers} layers")
+    for name, chosen in (("prev_heads", prev_heads), ("induction_heads", induction_heads),
+                         ("lookup_heads", lookup_heads)):
+        if name == "lookup_heads" and not chosen:
+            continue
         if not chosen or any(h not in heads for h in chosen) or len(set(chosen)) != len(chosen):
             problems.append(f"{name}={tuple(chosen)} must be distinct heads in 0..{cfg.num_attention_heads - 1}")
     if len(prev_heads) * hd >= cfg.hidden_size:

@@ -220,7 +220,8 @@ def _save_atomically(saver: Any, target: Path, *, replace: bool = False) -> None
 
 def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 8,
                 seed: int = 0, max_position_embeddings: int = 2048,
-                tie_word_embeddings: bool = True, induction: bool = False) -> Any:
+                tie_word_embeddings: bool = True, induction: bool = False,
+                lookup: bool = False) -> Any:
     """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
     arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
@@ -231,7 +232,9 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
     of its context before any training; learned from scratch, that circuit did not form
     within the build's budget. It needs tied embeddings, query/key
     biases and a RoPE base at which only two frequency pairs turn (``ROPE_THETA``), so the
-    config has those."""
+    config has those. ``lookup`` (with ``induction``) also wires half of layer 2's heads as
+    lookup heads, which learn where in the context to start copying (the first token of
+    an answer)."""
     from agents.induction import ROPE_THETA, wire_induction_heads
     from agents.models import tiny_causal_lm
 
@@ -243,9 +246,13 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
                            seed=seed, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
                            tie_word_embeddings=tie_word_embeddings, attention_bias=induction,
                            rope_theta=ROPE_THETA if induction else 10000.0)
+    if lookup and not induction:
+        raise ValueError("micro_model: lookup heads read the induction circuit's look-back "
+                         "tokens, so lookup=True needs induction=True")
     if induction:
         wire_induction_heads(model, prev_heads=range(max(1, num_heads // 4)),
-                             induction_heads=range(max(1, num_heads // 2)), seed=seed)
+                             induction_heads=range(max(1, num_heads // 2)),
+                             lookup_heads=range(num_heads // 2) if lookup else (), seed=seed)
     return model
 
 

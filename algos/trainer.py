@@ -26,6 +26,7 @@ import torch
 
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
+from agents.induction import frozen_if_wired
 from algos import advantages as A
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
 from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
@@ -222,6 +223,19 @@ class Trainer:
         total_tokens = sum(int(r.mask.sum()) for r in trained)
         grad_norms = []
         self.model.train()
+        with frozen_if_wired(self.model):
+            self._minibatch_steps(trained, parts, sums, grad_norms)
+        self.nonfinite_in_a_row = 0
+        return {"losses/policy": sums["policy"] / total_tokens, "losses/kl_teacher": sums["kl"] / total_tokens,
+                "losses/clip_fraction": sums["clip"] / total_tokens,
+                "losses/approx_kl": sums["approx_kl"] / total_tokens,
+                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": float(total_tokens)}
+
+    def _minibatch_steps(self, trained: list[Row], parts: list[list[int]], sums: dict[str, float],
+                         grad_norms: list[float]) -> None:
+        """One optimizer step per part of ``trained``; adds each chunk's statistics (times its
+        masked tokens) to ``sums`` and each step's gradient norm to ``grad_norms``."""
+        cfg = self.config
         for part in parts:
             mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
             mb_tokens = sum(int(r.mask.sum()) for r in mb)
@@ -240,11 +254,6 @@ class Trainer:
                     sums[key] += value * n
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
             self.optimizer.step()
-        self.nonfinite_in_a_row = 0
-        return {"losses/policy": sums["policy"] / total_tokens, "losses/kl_teacher": sums["kl"] / total_tokens,
-                "losses/clip_fraction": sums["clip"] / total_tokens,
-                "losses/approx_kl": sums["approx_kl"] / total_tokens,
-                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": float(total_tokens)}
 
     def _chunk_loss(self, chunk: list[Row]):
         cfg = self.config

@@ -135,3 +135,105 @@ def test_head_choices_are_checked():
     model = _model(wired=False)
     with pytest.raises(ValueError, match="induction_heads"):
         wire_induction_heads(model, induction_heads=(0, 8))
+
+
+# ----------------------------------------------------------------------------- lookup heads
+
+MARKERS, QUERIES, POINTS_TO = (2, 3, 4, 5), (6, 7, 8, 9), (2, 0, 3, 1)
+
+
+def _small(lookup_heads=(0, 1)):
+    model = tiny_causal_lm(512, hidden_size=128, num_layers=3, num_heads=4, seed=0,
+                           max_position_embeddings=256, tie_word_embeddings=True,
+                           attention_bias=True, rope_theta=ROPE_THETA)
+    return wire_induction_heads(model, prev_heads=(0, 1), induction_heads=(0, 1),
+                                lookup_heads=lookup_heads)
+
+
+def _pointer_batch(generator, batch=32, length=32):
+    """Random tokens with the four markers at odd positions, each followed by a value; the
+    last token is one of four queries, and the target is the value after the marker that
+    query points to (``POINTS_TO``): a lookup an induction head cannot do, since the query
+    token itself never occurred before."""
+    ids = torch.randint(10, 512, (batch, length), generator=generator)
+    which = torch.randint(0, 4, (batch,), generator=generator)
+    targets = torch.empty(batch, dtype=torch.long)
+    for b in range(batch):
+        at = torch.randperm(length // 2 - 2, generator=generator)[:4] * 2 + 1
+        ids[b, at] = torch.tensor(MARKERS)
+        ids[b, -1] = QUERIES[which[b]]
+        targets[b] = ids[b, at[POINTS_TO[which[b]]] + 1]
+    return ids, targets
+
+
+def test_lookup_heads_learn_where_to_copy_from_their_queries_alone():
+    model = _small().train()
+    lookup = model.model.layers[2].self_attn
+    assert not lookup.q_proj.weight[:64].any()  # heads 0-1 start looking everywhere alike
+    optimizer = torch.optim.Adam([lookup.q_proj.weight, lookup.q_proj.bias], lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+
+    def measure():
+        """(accuracy, the lookup heads' attention on the target's position) at the query."""
+        ids, targets = _pointer_batch(torch.Generator().manual_seed(99), batch=128)
+        model.config._attn_implementation = "eager"  # the one that returns attentions
+        with torch.no_grad():
+            out = model(ids, output_attentions=True)
+        model.config._attn_implementation = "sdpa"
+        at = torch.stack([(row == t).nonzero()[0] for row, t in zip(ids, targets)])[:, 0]
+        attention = out.attentions[2][torch.arange(len(ids)), :2, -1, at]  # (B, 2)
+        hits = out.logits[:, -1].argmax(-1) == targets
+        return float(hits.float().mean()), float(attention.mean())
+
+    accuracy_before, attention_before = measure()
+    for _ in range(40):
+        ids, targets = _pointer_batch(g)
+        loss = torch.nn.functional.cross_entropy(model(ids).logits[:, -1], targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    accuracy_after, attention_after = measure()
+    assert attention_before < 0.1 and attention_after > 0.7, (attention_before, attention_after)
+    assert accuracy_before < 0.05 and accuracy_after > 0.3, (accuracy_before, accuracy_after)
+
+
+def test_frozen_circuit_keeps_lookup_keys_values_and_the_space_they_read():
+    model = _small().train()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    with frozen_circuit(model):
+        for _ in range(3):
+            ids, _ = _pointer_batch(torch.Generator().manual_seed(1), batch=4)
+            optimizer.zero_grad()
+            model(ids, labels=ids).loss.backward()
+            optimizer.step()
+    params = dict(model.named_parameters())
+    moved = lambda name, index=slice(None): not torch.equal(params[name][index], before[name][index])  # noqa: E731
+    layer2 = "model.layers.2."
+    assert not moved(layer2 + "self_attn.k_proj.weight", slice(0, 64))  # lookup heads 0-1
+    assert not moved(layer2 + "self_attn.v_proj.weight", slice(0, 64))
+    assert not moved(layer2 + "input_layernorm.weight")
+    for name in ("model.layers.1.self_attn.o_proj.weight", "model.layers.1.mlp.down_proj.weight"):
+        assert moved(name) and not params[name][64:].any()  # nothing but layer 0 writes into S
+    assert moved(layer2 + "self_attn.q_proj.weight", slice(0, 64))  # what to look up trains
+    assert moved(layer2 + "self_attn.o_proj.weight", (slice(None), slice(0, 64)))
+
+
+def test_lookup_layout_survives_save_pretrained(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    model = _small()
+    model.save_pretrained(tmp_path)
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path)
+    assert loaded.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1],
+                                       "lookup_heads": [0, 1], "lookup_layer": 2}
+    with frozen_circuit(loaded):  # the layout is read back from the saved config
+        pass
+
+
+def test_lookup_layer_must_follow_the_induction_heads():
+    model = tiny_causal_lm(512, hidden_size=128, num_layers=3, num_heads=4, seed=0,
+                           tie_word_embeddings=True, attention_bias=True, rope_theta=ROPE_THETA)
+    with pytest.raises(ValueError, match="lookup_layer=1"):
+        wire_induction_heads(model, prev_heads=(0,), induction_heads=(0,), lookup_heads=(0,),
+                             lookup_layer=1)
