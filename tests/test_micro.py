@@ -145,8 +145,8 @@ def test_tiny_build_end_to_end(tmp_path, tok):
 
     out = tmp_path / "micro"
     path = build_micro_base(out, episodes_per_dataset=1, epochs=12, lr=1e-2, batch_tokens=2048,
-                            hidden_size=64, num_layers=2, num_heads=2, only_correct=False,
-                            induction=True, worlds=(0,),
+                            hidden_size=64, num_layers=3, num_heads=2, only_correct=False,
+                            induction=True, lookup=True, worlds=(0,),
                             retriever=synthetic_keyword_retriever(), progress=False)
     assert path == out
     record = json.loads((out / "micro_build.json").read_text())
@@ -171,10 +171,17 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     turn = loaded.encode("<search>", add_special_tokens=False)
     seq = list(obs.token_ids) + turn
     start = len(obs.token_ids)
-    untrained = micro_model(loaded, hidden_size=64, num_layers=2, num_heads=2, induction=True)
+    assert model.config.induction["lookup_layer"] == 2
+    untrained = micro_model(loaded, hidden_size=64, num_layers=3, num_heads=2, induction=True,
+                            lookup=True)
     trained_lp = sequence_logprobs(model, [seq], [start])[0].sum()
     untrained_lp = sequence_logprobs(untrained, [seq], [start])[0].sum()
     assert trained_lp > untrained_lp + 1.0, (trained_lp, untrained_lp)
+
+
+def test_lookup_heads_need_the_induction_circuit(tok):
+    with pytest.raises(ValueError, match="lookup=True needs induction=True"):
+        micro_model(tok, lookup=True)
 
 
 def test_default_build_needs_the_default_retriever():
