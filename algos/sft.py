@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from agents.hf import token_logprobs
+from agents.induction import frozen_if_wired
 from envs.episode import Episode, load_episodes
 
 Row = tuple[list[int], list[int]]
@@ -230,13 +231,16 @@ def _progress(total: int, show: bool) -> Any:
 
 
 def _load_model(name: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: ``micro`` is a fresh micro model with the micro tokenizer;
-    anything else goes to :func:`agents.models.load_causal_lm`."""
+    """``(model, tokenizer)``: ``micro`` is a fresh micro model with the micro tokenizer,
+    wired like the preset's base (``algos.micro.BUILD_DEFAULTS``: copy circuit, lookup
+    heads); anything else goes to :func:`agents.models.load_causal_lm`."""
     if name == "micro":
-        from algos.micro import micro_model, micro_tokenizer
+        from algos.micro import BUILD_DEFAULTS, micro_model, micro_tokenizer
 
         tokenizer = micro_tokenizer()
-        return micro_model(tokenizer), tokenizer
+        model = micro_model(tokenizer, induction=BUILD_DEFAULTS["induction"],
+                            lookup=BUILD_DEFAULTS["lookup"])
+        return model, tokenizer
     from agents.models import load_causal_lm
 
     return load_causal_lm(name)
@@ -253,8 +257,9 @@ def _parser() -> argparse.ArgumentParser:
                              "tokenizer and model; algos.micro.build_micro_base); the "
                              "training options below override its own defaults")
     parser.add_argument("--model", default="smollm2",
-                        help="smollm2 (default), micro (a fresh micro model; the episodes "
-                             "must use the micro tokenizer), or a model directory / hub id")
+                        help="smollm2 (default), micro (a fresh micro model, wired like the "
+                             "preset's base; the episodes must use the micro tokenizer), or a "
+                             "model directory / hub id")
     parser.add_argument("--epochs", type=int, help="passes over the data (default 1)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default 1e-4)")
     parser.add_argument("--batch-tokens", type=int, help="padded tokens per step (default 8192)")
@@ -289,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
                 "max_len": args.max_len, "seed": args.seed}
     started = time.perf_counter()
-    losses = sft(model, episodes, progress=progress, **settings)
+    with frozen_if_wired(model):  # a wired circuit (the micro model's) is kept, not trained
+        losses = sft(model, episodes, progress=progress, **settings)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

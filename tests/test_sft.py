@@ -194,3 +194,12 @@ def test_command_line_trains_and_saves(tmp_path):
     assert (out / "tokenizer.json").exists()
     with pytest.raises(SystemExit):
         main(["--model", "micro"])  # neither --episodes nor --preset
+
+
+def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
+    from algos.sft import _load_model
+
+    model, tokenizer = _load_model("micro")
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1, 2, 3],
+                                      "lookup_heads": [0, 1, 2, 3], "lookup_layer": 2}
