@@ -35,16 +35,21 @@ def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """Log-probs of the tokens ``input_ids[targets]``, each under ``model`` given the tokens
     before it in its row: a float32 tensor (N,), N = ``targets.sum()``, in row-major order.
 
     ``input_ids``, ``attention_mask``: (B, T), padding anywhere the mask is 0 (left or right).
     ``targets``: (B, T) bool, True only where a real token precedes in the row (column 0
-    can never be a target: nothing predicts it). Keeps the
+    can never be a target: nothing predicts it). ``temperature``: the log-probs of the
+    distribution that sampling at that temperature draws from (logits / temperature), so
+    that an RL learner's ratios and KLs are taken under the policy that acted. Keeps the
     graph: call it under ``torch.no_grad()`` to score, without to train.
     """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     if targets[:, 0].any():
         raise ValueError("the first token of a row has no prediction; targets[:, 0] must be False")
     predictors = torch.zeros_like(targets)  # position t-1 predicts token t
@@ -58,7 +63,7 @@ def token_logprobs(
         **kwargs,
     )
     logits = out.logits if _BOOL_LOGITS_TO_KEEP else out.logits[predictors]  # (N, V)
-    logits = logits.float()
+    logits = logits.float() / temperature
     chosen = logits.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
     return chosen - logits.logsumexp(-1)
 

@@ -99,8 +99,10 @@ def batches_by_tokens(rows: Sequence[Row], max_tokens: int) -> list[list[Row]]:
 
 
 @torch.no_grad()
-def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_id: int = 0) -> list[np.ndarray]:
-    """Log-probs of each row's masked tokens under ``model`` (teacher-forced, no grad)."""
+def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_id: int = 0,
+               temperature: float = 1.0) -> list[np.ndarray]:
+    """Log-probs of each row's masked tokens under ``model`` at ``temperature``
+    (teacher-forced, no grad; see ``agents.hf.token_logprobs``)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -109,7 +111,7 @@ def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_
     scored: dict[int, np.ndarray] = {}
     for chunk in batches_by_tokens([rows[i] for i in order], max_tokens):
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, pad_id))
-        flat = token_logprobs(model, ids, att, tgt).float().cpu()
+        flat = token_logprobs(model, ids, att, tgt, temperature).float().cpu()
         for r, piece in zip(chunk, split_flat(flat, chunk)):
             scored[id(r)] = piece.numpy().astype(np.float64)
     out = [scored[id(r)] for r in rows]

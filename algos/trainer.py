@@ -186,13 +186,13 @@ class Trainer:
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
         for row, logp in zip(rows, score_rows(self.model, rows, max_tokens=cfg.max_tokens_per_batch,
-                                              pad_id=self.pad_id)):
+                                              pad_id=self.pad_id, temperature=cfg.temperature)):
             row.old_logp = logp
         # 3. the Teacher scores the exact same token contexts
         if self.teacher is not None:
             needs = [r for r in rows if r.role == "searcher" or cfg.kl_coef > 0]
             for row, logp in zip(needs, score_rows(self.teacher, needs, max_tokens=cfg.max_tokens_per_batch,
-                                                   pad_id=self.pad_id)):
+                                                   pad_id=self.pad_id, temperature=cfg.temperature)):
                 row.teacher_logp = logp
         # 4. per-token advantages by role
         critic_scores = self.critic.score_rows(rows) if self.critic is not None else None
@@ -259,7 +259,7 @@ class Trainer:
         cfg = self.config
         device = next(self.model.parameters()).device
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))
-        flat = token_logprobs(self.model, ids, att, tgt)  # (N,) with graph
+        flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature)  # (N,) with graph
         cat = lambda xs: torch.as_tensor(np.concatenate(xs), dtype=flat.dtype, device=device)  # noqa: E731
         old = cat([r.old_logp for r in chunk])
         adv = cat([r.advantages for r in chunk])

@@ -167,3 +167,37 @@ def test_updates_keep_a_wired_copy_circuit_frozen(tmp_path, tiny_dirs, tokenizer
     assert not moved("model.layers.2.self_attn.k_proj.weight", slice(0, 64))  # lookup heads
     assert moved("model.layers.2.self_attn.q_proj.weight", slice(0, 64))
     assert moved("model.layers.2.mlp.down_proj.weight")
+
+
+def test_token_logprobs_at_a_temperature_are_the_sampling_distributions(tokenizer):
+    model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, seed=3,
+                           initializer_range=0.5)
+    ids = torch.tensor([[5, 9, 2, 7, 11]])
+    att = torch.ones_like(ids)
+    targets = torch.tensor([[False, True, True, False, True]])
+    with torch.no_grad():
+        logits = model(ids).logits[0]
+        got = token_logprobs(model, ids, att, targets, temperature=0.5)
+    by_hand = [torch.log_softmax(logits[t - 1] / 0.5, -1)[ids[0, t]] for t in (1, 2, 4)]
+    assert torch.allclose(got, torch.stack(by_hand), atol=1e-5)
+    assert not torch.allclose(got, token_logprobs(model, ids, att, targets).detach(), atol=1e-3)
+    with pytest.raises(ValueError, match="temperature"):
+        token_logprobs(model, ids, att, targets, temperature=0.0)
+
+
+def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monkeypatch):
+    """Ratios, OPD advantages and KLs are taken under the distribution the rollouts were
+    sampled from: old, new and Teacher log-probs all at the config's temperature."""
+    import algos.batch
+    import algos.trainer
+
+    seen = []
+
+    def recording(model, ids, att, tgt, temperature=1.0):
+        seen.append(temperature)
+        return token_logprobs(model, ids, att, tgt, temperature)
+
+    monkeypatch.setattr(algos.batch, "token_logprobs", recording)
+    monkeypatch.setattr(algos.trainer, "token_logprobs", recording)
+    _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
+    assert seen and set(seen) == {0.7}
