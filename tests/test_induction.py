@@ -66,18 +66,26 @@ def test_look_back_heads_attend_one_and_two_positions_back_over_the_whole_contex
     assert one_back[2:].mean() < 0.5 and two_back[2:].mean() < 0.5  # the others: as initialised
 
 
-def test_training_inside_frozen_circuit_keeps_the_circuit_and_moves_the_rest():
-    model = _model(num_layers=3).train()
+def _train_frozen(model, ids, steps: int = 3):
+    """``steps`` AdamW steps of language modelling on ``ids`` inside ``frozen_circuit``; returns
+    ``moved(name, index)``: whether that slice of a parameter changed."""
+    model.train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    ids, _ = _repeats(batch=2, length=128)
     with frozen_circuit(model):
-        for _ in range(3):
+        for _ in range(steps):
             optimizer.zero_grad()
             model(ids, labels=ids).loss.backward()
             optimizer.step()
     params = dict(model.named_parameters())
-    moved = lambda name, index=slice(None): not torch.equal(params[name][index], before[name][index])  # noqa: E731
+    return lambda name, index=slice(None): not torch.equal(params[name][index], before[name][index])
+
+
+def test_training_inside_frozen_circuit_keeps_the_circuit_and_moves_the_rest():
+    model = _model(num_layers=3)
+    ids, _ = _repeats(batch=2, length=128)
+    moved = _train_frozen(model, ids)
+    params = dict(model.named_parameters())
     layer1 = "model.layers.1.self_attn."
     layer0_names = [name for name in params if name.startswith("model.layers.0.")]
     assert layer0_names and not any(moved(name) for name in layer0_names)  # look-back only
@@ -198,17 +206,9 @@ def test_lookup_heads_learn_where_to_copy_from_their_queries_alone():
 
 
 def test_frozen_circuit_keeps_lookup_keys_values_and_the_space_they_read():
-    model = _small().train()
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    with frozen_circuit(model):
-        for _ in range(3):
-            ids, _ = _pointer_batch(torch.Generator().manual_seed(1), batch=4)
-            optimizer.zero_grad()
-            model(ids, labels=ids).loss.backward()
-            optimizer.step()
+    model = _small()
+    moved = _train_frozen(model, _pointer_batch(torch.Generator().manual_seed(1), batch=4)[0])
     params = dict(model.named_parameters())
-    moved = lambda name, index=slice(None): not torch.equal(params[name][index], before[name][index])  # noqa: E731
     layer2 = "model.layers.2."
     assert not moved(layer2 + "self_attn.k_proj.weight", slice(0, 64))  # lookup heads 0-1
     assert not moved(layer2 + "self_attn.v_proj.weight", slice(0, 64))
