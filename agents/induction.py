@@ -110,14 +110,10 @@ def wire_induction_heads(
     every embedding by about the learning rate and in similar directions, leave the tokens
     distinguishable, which the circuit's matching relies on.
 
-    ``lookup_heads`` (of layer ``lookup_layer``, after the induction heads' layer) are
-    pointer heads: their keys read S like an induction head's (the tokens before ``j``)
-    and their values copy the token at ``j``, but their queries start at zero and are
-    learned. An induction head continues a name once its first token is written; a lookup
-    head learns *which* earlier context to copy after, such as the name that follows ``by``
-    in the evidence when an answer starts. At initialisation a lookup head attends
-    everywhere alike and so adds a little of every context token to the logits. ``seed``
-    draws the random projections."""
+    ``lookup_heads``, in layer ``lookup_layer`` (after layer 1), are the module docstring's
+    lookup heads: keys and values wired, queries zero (learned). At initialisation they
+    attend everywhere alike and so add a little of every context token to the logits.
+    ``seed`` draws the random projections."""
     cfg = model.config
     _check_model(model, prev_heads, induction_heads, lookup_heads, lookup_layer)
     d, n_heads = cfg.hidden_size, cfg.num_attention_heads

@@ -398,13 +398,9 @@ What the choices fixed, measured on dev questions of world 0 (teacher-forced NLL
 answer's first token and greedy Answerer EM, both on 150 Answerer turns of the scripted
 team, so on its evidence; greedy team EM on 70 questions, H-MAS / C-MAS):
 
-=========================================  ==============  ===========  ============
-build                                      first-token NLL  Answerer EM  team EM
-=========================================  ==============  ===========  ============
-3 worlds, copy circuit                     7.2              5%           4% / 4%
-3 worlds, copy circuit + lookup heads      5.9              19%          3% / 4%
-6 worlds, copy circuit + lookup heads      4.8              27%          9% / 10%
-=========================================  ==============  ===========  ============
+- 3 worlds, copy circuit: first-token NLL 7.2, Answerer EM 5%, team EM 4% / 4%;
+- 3 worlds, copy circuit + lookup heads: 5.9, 19%, 3% / 4%;
+- 6 worlds, copy circuit + lookup heads (these defaults): 4.8, 27%, 9% / 10%.
 
 - One world, four epochs (an earlier default) memorised world 0: names are recalled as
   n-grams, not copied. Fresh worlds stop the memorising, but without the copy circuit
