@@ -223,37 +223,30 @@ class Trainer:
         total_tokens = sum(int(r.mask.sum()) for r in trained)
         grad_norms = []
         self.model.train()
-        with frozen_if_wired(self.model):
-            self._minibatch_steps(trained, parts, sums, grad_norms)
+        with frozen_if_wired(self.model):  # a wired copy circuit stays as SFT left it
+            for part in parts:
+                mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
+                mb_tokens = sum(int(r.mask.sum()) for r in mb)
+                self.optimizer.zero_grad(set_to_none=True)
+                for chunk in batches_by_tokens(mb, cfg.max_tokens_per_batch):
+                    out = self._chunk_loss(chunk)
+                    n = sum(int(r.mask.sum()) for r in chunk)
+                    weight = n / mb_tokens if cfg.aggregation == "token-mean" else len(chunk) / len(mb)
+                    if not torch.isfinite(out.loss):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        self.nonfinite_in_a_row += 1
+                        raise NonFiniteLoss(f"loss {out.loss.item()} at step {self.step}")
+                    (out.loss * weight).backward()
+                    for key, value in (("policy", out.policy_loss), ("kl", out.kl), ("clip", out.clip_fraction),
+                                       ("approx_kl", out.approx_kl_old)):
+                        sums[key] += value * n
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
+                self.optimizer.step()
         self.nonfinite_in_a_row = 0
         return {"losses/policy": sums["policy"] / total_tokens, "losses/kl_teacher": sums["kl"] / total_tokens,
                 "losses/clip_fraction": sums["clip"] / total_tokens,
                 "losses/approx_kl": sums["approx_kl"] / total_tokens,
                 "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": float(total_tokens)}
-
-    def _minibatch_steps(self, trained: list[Row], parts: list[list[int]], sums: dict[str, float],
-                         grad_norms: list[float]) -> None:
-        """One optimizer step per part of ``trained``; adds each chunk's statistics (times its
-        masked tokens) to ``sums`` and each step's gradient norm to ``grad_norms``."""
-        cfg = self.config
-        for part in parts:
-            mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
-            mb_tokens = sum(int(r.mask.sum()) for r in mb)
-            self.optimizer.zero_grad(set_to_none=True)
-            for chunk in batches_by_tokens(mb, cfg.max_tokens_per_batch):
-                out = self._chunk_loss(chunk)
-                n = sum(int(r.mask.sum()) for r in chunk)
-                weight = n / mb_tokens if cfg.aggregation == "token-mean" else len(chunk) / len(mb)
-                if not torch.isfinite(out.loss):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.nonfinite_in_a_row += 1
-                    raise NonFiniteLoss(f"loss {out.loss.item()} at step {self.step}")
-                (out.loss * weight).backward()
-                for key, value in (("policy", out.policy_loss), ("kl", out.kl), ("clip", out.clip_fraction),
-                                   ("approx_kl", out.approx_kl_old)):
-                    sums[key] += value * n
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
-            self.optimizer.step()
 
     def _chunk_loss(self, chunk: list[Row]):
         cfg = self.config
