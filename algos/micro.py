@@ -479,7 +479,6 @@ def build_micro_base(
 
 
 def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bool) -> None:
-    from agents.induction import frozen_circuit
     from algos.sft import sft
 
     s = settings
@@ -499,10 +498,9 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
         f"{len(episodes)} episodes, {s['epochs']} epochs")
-    with frozen_circuit(model) if s["induction"] else contextlib.nullcontext():
-        losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
-                     context_weight=s["context_weight"], max_len=MICRO_ENV["max_context_tokens"],
-                     seed=s["seed"], progress=progress)
+    losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
+                 context_weight=s["context_weight"], max_len=MICRO_ENV["max_context_tokens"],
+                 seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
     record = {
         "settings": settings, "parameters": params, "episodes": len(episodes),
         "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),

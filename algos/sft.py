@@ -159,7 +159,9 @@ def sft(
     ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
     ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
     ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
-    tokens only). ``seed`` fixes the batch order. The model is left in eval mode.
+    tokens only). ``seed`` fixes the batch order. A wired copy circuit
+    (``agents.induction``, the micro model's) is kept frozen: SFT learns when to copy, not
+    how. The model is left in eval mode.
     """
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
@@ -201,8 +203,8 @@ def sft(
     losses: list[float] = []
     model.train()
     try:
-        for epoch_batches in plan:
-            for batch in epoch_batches:
+        with frozen_if_wired(model):
+            for batch in (b for epoch_batches in plan for b in epoch_batches):
                 input_ids, attention_mask, targets = (
                     t.to(device) for t in collate([rows[i] for i in batch], pad_id))
                 loss, masked_nll = _losses(model, input_ids, attention_mask, targets,
@@ -294,8 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
                 "max_len": args.max_len, "seed": args.seed}
     started = time.perf_counter()
-    with frozen_if_wired(model):  # a wired circuit (the micro model's) is kept, not trained
-        losses = sft(model, episodes, progress=progress, **settings)
+    losses = sft(model, episodes, progress=progress, **settings)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -203,3 +203,19 @@ def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
     assert model.config.vocab_size == len(tokenizer)
     assert model.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1, 2, 3],
                                       "lookup_heads": [0, 1, 2, 3], "lookup_layer": 2}
+
+
+def test_sft_keeps_a_wired_copy_circuit_frozen_and_trains_the_rest():
+    from agents.induction import ROPE_THETA, wire_induction_heads
+
+    model = tiny_causal_lm(V, hidden_size=128, num_layers=3, num_heads=4, seed=0,
+                           tie_word_embeddings=True, attention_bias=True, rope_theta=ROPE_THETA)
+    wire_induction_heads(model, induction_heads=(0, 1), lookup_heads=(0, 1))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sft(model, episodes(), epochs=3, lr=1e-2, batch_tokens=64, progress=False)
+    params = dict(model.named_parameters())
+    moved = lambda name, rows=slice(None): not torch.equal(params[name][rows], before[name][rows])  # noqa: E731
+    assert not any(moved(n) for n in params if n.startswith("model.layers.0."))
+    assert not moved("model.layers.2.self_attn.k_proj.weight", slice(0, 64))  # lookup keys
+    assert moved("model.layers.2.self_attn.q_proj.weight", slice(0, 64))      # lookup queries
+    assert moved("model.layers.2.mlp.down_proj.weight")
