@@ -1,6 +1,7 @@
 """The whole MultiAgent-OPD recipe: Stage I (the Teacher, C-MAS) then Stage II (the team,
 H-MAS, from the base model, distilled from the Teacher), and a summary that puts each
-trained team's validation EM beside the base model's in the same workflow."""
+trained team's validation EM beside the base model's in the same workflow, with how many
+validation questions training made better and worse and an exact sign test on them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from algos.config import TrainConfig, preset_config
-from algos.report import plot_training_curves
-from algos.trainer import Trainer
+from algos.report import paired_sign_test, plot_training_curves, read_metrics
+from algos.trainer import Trainer, validation_path
 
 
 def stage_config(preset: str, stage: str, out_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
@@ -24,8 +25,9 @@ def stage_config(preset: str, stage: str, out_dir: Path, overrides: dict[str, An
 
 def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("teacher", "team"),
                  overrides: dict[str, Any] | None = None, resume: bool = False, progress: bool = True,
-                 log=print) -> dict[str, Any]:
-    """Train the stages in order; returns (and writes ``summary.json``) the comparison."""
+                 log=print, retriever: Any = None) -> dict[str, Any]:
+    """Train the stages in order; returns (and writes ``summary.json``) the comparison.
+    ``retriever``: an object with ``search`` used instead of the config's (tests)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     overrides = dict(overrides or {})
@@ -35,15 +37,18 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
                                     "or pass --set teacher=base")
-        trainer = Trainer(cfg, resume=resume and (out / stage / "checkpoints").exists(), progress=progress)
-        base_em = _base_em(trainer, cfg)
+        trainer = Trainer(cfg, resume=resume and (out / stage / "checkpoints").exists(), progress=progress,
+                          retriever=retriever)
+        base_em, base_records = _base_em(trainer, cfg)
         log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f}")
         history = trainer.train(validate_first=False)["history"]
         trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else trainer.validate()
+        paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
-            f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f})")
+            f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
+            f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
         summary["stages"][stage] = {"workflow": cfg.workflow, "steps": trainer.step, "base_em": base_em,
-                                    "trained_em": trained_em, "out_dir": cfg.out_dir,
+                                    "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                     "val_questions": len(trainer.val_questions)}
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
     if curves:
@@ -53,19 +58,22 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     return summary
 
 
-def _base_em(trainer: Trainer, cfg: TrainConfig) -> float:
-    """The base model's validation avg@1 in this stage's workflow (the step-0 validation
-    of a fresh run; recomputed from the base weights when resuming)."""
+def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:
+    """The base model's validation avg@1 in this stage's workflow and its per-question
+    records: the step-0 validation of a fresh run, recomputed from the base weights when
+    resuming a run that has none."""
+    records = validation_path(cfg.out_dir, 0)
     metrics = Path(cfg.out_dir) / "metrics.jsonl"
-    if metrics.exists():
+    if metrics.exists() and records.exists():
         for line in metrics.read_text().splitlines():
             row = json.loads(line)
             if row.get("step") == 0 and "val/avg@1" in row:
-                return float(row["val/avg@1"])
+                return float(row["val/avg@1"]), records
     if trainer.step == 0:
         em = trainer.validate()
         trainer._log({"val/avg@1": em}, step=0)
-        return em
-    base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(Path(cfg.out_dir) / "base_eval")}),
+        return em, records
+    base_dir = Path(cfg.out_dir) / "base_eval"
+    base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(base_dir)}),
                    progress=False, retriever=trainer.retriever)
-    return base.validate()
+    return base.validate(), validation_path(base_dir, 0)

@@ -1,8 +1,10 @@
-"""Training curves as a picture: team EM, searches per workflow and Teacher KL per step."""
+"""Training curves as a picture (team EM, searches per workflow and Teacher KL per step),
+and the paired comparison of two validations of the same questions."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,15 +16,36 @@ PANELS = (
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """Rows of a learner's metrics.jsonl; a bad line names the file and line."""
+    """Rows of a JSON-lines file: a learner's metrics.jsonl, or the per-question records of
+    a validation (``algos.trainer.validation_path``); a bad line names the file and line."""
     rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not a JSON metrics row: {err}") from err
+                raise ValueError(f"{path}:{n}: not a JSON row: {err}") from err
     return rows
+
+
+def paired_sign_test(before: Sequence[dict], after: Sequence[dict]) -> dict[str, float]:
+    """How ``after`` compares with ``before`` question by question (paired by dataset and
+    id; a question counts as better when its mean EM over the runs rose): the counts, and
+    the exact two-sided sign test's p-value on the questions that changed (the chance of a
+    split at least this uneven if training made no difference)."""
+    earlier = {(r["dataset"], str(r["id"])): sum(r["correct"]) / len(r["correct"]) for r in before}
+    better = worse = shared = 0
+    for r in after:
+        key = (r["dataset"], str(r["id"]))
+        if key in earlier:
+            shared += 1
+            delta = sum(r["correct"]) / len(r["correct"]) - earlier[key]
+            better, worse = better + (delta > 0), worse + (delta < 0)
+    if not shared:
+        raise ValueError("the two validations share no (dataset, id) question")
+    n = better + worse
+    tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2**n
+    return {"better": better, "worse": worse, "questions": shared, "p_value": min(1.0, 2 * tail)}
 
 
 def plot_training_curves(paths: Sequence[str | Path], out_png: str | Path) -> Path:

@@ -32,12 +32,18 @@ from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, sc
 from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
 from algos.config import TrainConfig
 from algos.losses import policy_loss
-from envs.episode import Episode
+from envs.episode import Episode, question_record
 from envs.protocol import TAGS
 
 
 class NonFiniteLoss(RuntimeError):
     pass
+
+
+def validation_path(out_dir: str | Path, step: int) -> Path:
+    """Where a run's validation at ``step`` writes its per-question records (JSONL in the
+    format of ``benchmarks.metrics``; step 0 is the base model)."""
+    return Path(out_dir) / "validation" / f"step_{step:06d}.jsonl"
 
 
 def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
@@ -284,7 +290,8 @@ class Trainer:
         """avg@k on the held-out questions: the team samples at the training temperature,
         ``val_runs`` workflows per question, mean EM of the final answer. The sampler is
         seeded the same way at every validation, so base and trained models are compared
-        on common random numbers."""
+        on common random numbers. Per-question results go to :func:`validation_path`
+        (``benchmarks compare`` reads them)."""
         cfg = self.config
         questions = list(questions or self.val_questions)
         if not questions:
@@ -296,6 +303,10 @@ class Trainer:
         groups = collect(self.env_fn(workflow, questions), sampler, questions, cfg.val_runs,
                          seed=cfg.seed + 99_991)
         self.model.train()
+        records = [question_record(g) for g in groups]
+        path = validation_path(self.out, self.step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
     def _log(self, metrics: dict[str, float], step: int | None = None) -> None:

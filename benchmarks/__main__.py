@@ -22,10 +22,24 @@ from pathlib import Path
 from envs.data import DATASETS
 
 
-def _load(result_dir: str) -> tuple[dict, list[dict]]:
-    path = Path(result_dir)
+def _load(result: str) -> tuple[dict, list[dict]]:
+    """A result directory of ``python -m benchmarks run``, or a learner's validation file
+    (``<run>/validation/step_*.jsonl``: per-question records, summarised here)."""
+    from benchmarks.metrics import summarize
+
+    path = Path(result)
+    if path.is_file():
+        from algos.report import read_metrics
+
+        records = read_metrics(path)
+        if not records:
+            raise SystemExit(f"{path} holds no per-question records")
+        summary = summarize(records)
+        summary["meta"] = {"policy": f"{path.parent.parent.name}/{path.stem}"}
+        return summary, records
     if not (path / "summary.json").exists():
-        raise SystemExit(f"{path} has no summary.json: give a directory written by `python -m benchmarks run`")
+        raise SystemExit(f"{path} has no summary.json: give a directory written by `python -m benchmarks run` "
+                         "or a learner's validation/step_*.jsonl")
     summary = json.loads((path / "summary.json").read_text())
     records = [json.loads(line) for line in (path / "questions.jsonl").read_text().splitlines() if line.strip()]
     return summary, records

@@ -17,6 +17,7 @@ from agents.collect import collect
 from agents.registry import make_policy
 from benchmarks.metrics import summarize
 from envs.data import DATASETS, load_qa
+from envs.episode import question_record
 
 NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "HotpotQA",
          "2wikimultihopqa": "2Wiki", "musique": "MuSiQue", "bamboogle": "Bamboogle"}
@@ -96,14 +97,7 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
                                           questions=questions, **env_kwargs)
 
         groups = collect(env_fn, agent, questions, runs, seed=seed, progress=progress)
-        for q, eps in zip(questions, groups):
-            records.append({
-                "dataset": name, "id": q.id, "question": q.question, "golden_answers": list(q.golden_answers),
-                "correct": [ep.final_em for ep in eps], "team_em": [ep.team_em for ep in eps],
-                "final_answers": [ep.final_answer for ep in eps], "candidates": [ep.candidates for ep in eps],
-                "searches": [ep.num_searches for ep in eps], "input_tokens": [ep.input_tokens for ep in eps],
-                "output_tokens": [ep.output_tokens for ep in eps], "invalid_turns": [ep.invalid_turns for ep in eps],
-            })
+        records.extend({**question_record(eps), "dataset": name} for eps in groups)
     if not records:
         raise SystemExit(f"no questions found for {list(datasets)} ({split}) under {root}")
     summary = summarize(records)

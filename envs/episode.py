@@ -112,6 +112,24 @@ class Episode:
         return [s for s in self.segments if s.role == role]
 
 
+def question_record(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """One question's result over its k runs (``episodes``, all on the same question), in
+    the per-question format of ``benchmarks.metrics``: ``correct`` holds each run's final
+    EM; the costs are per run too."""
+    if not episodes:
+        raise ValueError("question_record needs at least one episode")
+    q = episodes[0].question
+    return {
+        "dataset": q.get("dataset", ""), "id": q.get("id", ""), "question": q.get("question", ""),
+        "golden_answers": list(q.get("golden_answers", [])),
+        "correct": [ep.final_em for ep in episodes], "team_em": [ep.team_em for ep in episodes],
+        "final_answers": [ep.final_answer for ep in episodes], "candidates": [ep.candidates for ep in episodes],
+        "searches": [ep.num_searches for ep in episodes], "input_tokens": [ep.input_tokens for ep in episodes],
+        "output_tokens": [ep.output_tokens for ep in episodes],
+        "invalid_turns": [ep.invalid_turns for ep in episodes],
+    }
+
+
 def save_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = False) -> None:
     """Write episodes as JSON lines."""
     with open(path, "a" if append else "w", encoding="utf-8") as f:

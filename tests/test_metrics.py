@@ -57,3 +57,21 @@ def test_bootstrap_ci_matches_the_normal_approximation():
 def test_bootstrap_needs_shared_questions():
     with pytest.raises(ValueError, match="share no"):
         paired_macro_difference([_rec("nq", 1, [1])], [_rec("nq", 2, [1])])
+
+
+def test_sign_test_counts_and_p_value_by_hand():
+    from algos.report import paired_sign_test
+
+    before = [_rec("nq", i, c) for i, c in enumerate([(1, 1), (0, 0), (0, 0), (1, 0), (0, 1)])]
+    before.append(_rec("popqa", 0, (0, 0)))  # same id, another dataset: its own question
+    after = [_rec("nq", i, c) for i, c in enumerate([(1, 1), (1, 0), (1, 1), (0, 0), (0, 1)])]
+    after += [_rec("popqa", 0, (1, 1)), _rec("popqa", 9, (1, 1))]  # popqa/9 has no partner
+    res = paired_sign_test(before, after)
+    # better: nq/1 (0 -> .5), nq/2 (0 -> 1), popqa/0; worse: nq/3 (.5 -> 0); unchanged: nq/0, nq/4
+    assert (res["better"], res["worse"], res["questions"]) == (3, 1, 6)
+    assert res["p_value"] == pytest.approx(2 * (1 + 4) / 16)  # P(X <= 1), X ~ Bin(4, 1/2), two-sided
+    five_up = paired_sign_test([_rec("nq", i, (0,)) for i in range(5)], [_rec("nq", i, (1,)) for i in range(5)])
+    assert five_up["p_value"] == pytest.approx(2 / 32)
+    assert paired_sign_test(before, before)["p_value"] == 1.0
+    with pytest.raises(ValueError, match="share no"):
+        paired_sign_test(before, [_rec("hotpotqa", 0, (1,))])

@@ -1,6 +1,8 @@
 """The learner on a tiny randomly initialised model: masks, Teacher = policy, every
 parameter moves, resume reproduces the straight run."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -201,3 +203,36 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
     monkeypatch.setattr(algos.trainer, "token_logprobs", recording)
     _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
     assert seen and set(seen) == {0.7}
+
+
+def test_validation_writes_per_question_records_that_benchmarks_compare_reads(tmp_path, tiny_dirs, capsys):
+    from algos.trainer import validation_path
+    from benchmarks.__main__ import main
+
+    trainer = _trainer(tmp_path, tiny_dirs, val_per_dataset=3, val_runs=2)
+    em = trainer.validate()
+    path = validation_path(tmp_path / "run", 0)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["dataset"], r["id"]) for r in records] == [("nq", q.id) for q in trainer.val_questions]
+    assert all(len(r["correct"]) == 2 and len(r["searches"]) == 2 for r in records)
+    assert em == pytest.approx(np.mean([r["correct"] for r in records]))
+    assert main(["compare", str(path), str(path)]) == 0
+    assert "+0.00 points" in capsys.readouterr().out
+
+
+def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_dirs):
+    from algos.pipeline import run_pipeline
+
+    overrides = {**TINY, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
+    lines = []
+    summary = run_pipeline("micro", tmp_path, stages=("teacher", "team"), overrides=overrides, progress=False,
+                           log=lines.append, retriever=KeywordRetriever(WORLD))
+    for stage, workflow in (("teacher", "cascade"), ("team", "hierarchical")):
+        got = summary["stages"][stage]
+        assert got["workflow"] == workflow and got["steps"] == 1 and got["val_questions"] == 3
+        paired = got["paired"]
+        assert paired["questions"] == 3 and paired["better"] + paired["worse"] <= 3 and 0 < paired["p_value"] <= 1
+        for step in (0, 1):
+            assert (tmp_path / stage / "validation" / f"step_{step:06d}.jsonl").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["stages"]["team"]["paired"] == summary["stages"]["team"]["paired"]
+    assert any("questions better" in line and "sign test p" in line for line in lines)
