@@ -42,6 +42,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             value = tuple(x for x in raw.split(",") if x)
         elif raw.lower() == "none":
             value = None
+        elif default is None and str(fields[name].type).startswith("int"):
+            value = int(raw)
         else:
             value = raw
         out[name] = value

@@ -71,6 +71,10 @@ class TrainConfig:
     train_datasets: tuple[str, ...] = ("nq", "hotpotqa")
     """PAPER: NQ + HotpotQA."""
     train_split: str = "train"
+    train_per_dataset: int | None = None
+    """Only the first N training questions of each dataset (None: all). With
+    ``val_split="train"`` and the same ``val_per_dataset``, validation asks the training
+    questions themselves: the sanity check that the learner can fit a small set."""
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
     val_split: str = "dev"
     val_per_dataset: int = 10
@@ -117,6 +121,8 @@ class TrainConfig:
                      "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size", "val_runs"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
+        if self.train_per_dataset is not None and self.train_per_dataset < 1:
+            raise bad("train_per_dataset", "must be >= 1, or None for every training question")
         if self.group_size < 2:
             raise bad("group_size", "GRPO needs at least 2 workflows per question")
         if not self.learning_rate > 0:

@@ -117,7 +117,7 @@ class Trainer:
                                max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed,
                                batch_size=cfg.generation_batch_size)
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever)
-        self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split)
+        self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
         self.rng = np.random.default_rng(cfg.seed)
         self.step = 0

@@ -236,3 +236,23 @@ def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_d
             assert (tmp_path / stage / "validation" / f"step_{step:06d}.jsonl").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["stages"]["team"]["paired"] == summary["stages"]["team"]["paired"]
     assert any("questions better" in line and "sign test p" in line for line in lines)
+
+
+def test_command_line_overrides_are_typed_and_a_small_training_set_is_the_first_questions(tmp_path, tiny_dirs):
+    from algos.__main__ import parse_overrides
+
+    got = parse_overrides(["steps=5", "train_datasets=nq,popqa", "train_per_dataset=2", "learning_rate=2e-4",
+                           "teacher=base", "val_split=train"])
+    assert got == {"steps": 5, "train_datasets": ("nq", "popqa"), "train_per_dataset": 2, "learning_rate": 2e-4,
+                   "teacher": "base", "val_split": "train"}
+    with pytest.raises(SystemExit, match="name one of"):
+        parse_overrides(["stepz=5"])
+    with pytest.raises(ValueError, match="train_per_dataset=0"):
+        TrainConfig(stage="teacher", train_per_dataset=0)
+    trainer = _trainer(tmp_path, tiny_dirs, train_datasets=("nq", "popqa"), train_per_dataset=2,
+                       val_split="train", val_per_dataset=2, val_datasets=("nq", "popqa"))
+    from envs.data import load_qa
+
+    first_two = [q.id for name in ("nq", "popqa") for q in load_qa(name, "train", root="synthetic")[:2]]
+    assert [q.id for q in trainer.train_questions] == first_two
+    assert [q.id for q in trainer.val_questions] == first_two
