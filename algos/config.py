@@ -47,6 +47,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     minibatches: int = 1
     """Optimizer steps per batch of rollouts (>1 makes the clip matter)."""
+    freeze_embeddings: bool = False
+    """Keep the token embeddings as they are (tied embeddings: the output layer too). Ours:
+    with tied embeddings the quickest way to raise a rewarded answer token is to raise
+    that token's own row, which memorises training answers; frozen, an update has to
+    change how the model reads its context."""
     clip_eps: float = 0.2
     beta: float = 0.01
     """OPD advantage scale (PAPER: 0.01)."""

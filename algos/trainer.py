@@ -246,6 +246,8 @@ class Trainer:
                     for key, value in (("policy", out.policy_loss), ("kl", out.kl), ("clip", out.clip_fraction),
                                        ("approx_kl", out.approx_kl_old)):
                         sums[key] += value * n
+                if cfg.freeze_embeddings:
+                    self.model.get_input_embeddings().weight.grad = None
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
                 self.optimizer.step()
         self.nonfinite_in_a_row = 0

@@ -115,6 +115,14 @@ def test_one_update_moves_every_parameter_and_the_loss_is_finite(tmp_path, tiny_
     assert unchanged == []
 
 
+def test_frozen_embeddings_stay_while_everything_else_moves(tmp_path, tiny_dirs):
+    trainer = _trainer(tmp_path, tiny_dirs, steps=1, freeze_embeddings=True)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train_step()
+    unchanged = [n for n, p in trainer.model.named_parameters() if torch.equal(before[n], p.detach())]
+    assert unchanged == ["model.embed_tokens.weight"]
+
+
 def test_resume_continues_exactly(tmp_path, tiny_dirs):
     def losses(metrics):
         return [metrics["losses/policy"], metrics["losses/kl_teacher"]]
