@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from algos.checkpoint import latest_checkpoint
 from algos.config import TrainConfig, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.trainer import Trainer, validation_path
@@ -37,8 +38,12 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
                                     "or pass --set teacher=base")
-        trainer = Trainer(cfg, resume=resume and (out / stage / "checkpoints").exists(), progress=progress,
-                          retriever=retriever)
+        has_checkpoint = latest_checkpoint(cfg.out_dir) is not None
+        if resume and not has_checkpoint and (Path(cfg.out_dir) / "metrics.jsonl").exists():
+            raise FileNotFoundError(f"--resume: {cfg.out_dir} stopped before its first checkpoint (one every "
+                                    f"{cfg.save_every} steps), so there is nothing to continue; move it away "
+                                    f"to run the {stage} stage again")
+        trainer = Trainer(cfg, resume=resume and has_checkpoint, progress=progress, retriever=retriever)
         base_em, base_records = _base_em(trainer, cfg)
         log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f}")
         history = trainer.train(validate_first=False)["history"]

@@ -246,6 +246,19 @@ def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_d
     assert any("questions better" in line and "sign test p" in line for line in lines)
 
 
+def test_resuming_a_stage_that_stopped_before_its_first_checkpoint_says_so(tmp_path, tiny_dirs):
+    from algos.pipeline import run_pipeline
+
+    stage = tmp_path / "teacher"
+    stage.mkdir()
+    (stage / "metrics.jsonl").write_text('{"step": 0, "val/avg@1": 0.5}\n')
+    overrides = {**TINY, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
+    with pytest.raises(FileNotFoundError, match="stopped before its first checkpoint"):
+        run_pipeline("micro", tmp_path, stages=("teacher",), overrides=overrides, resume=True, progress=False,
+                     log=lambda _: None, retriever=KeywordRetriever(WORLD))
+    assert (stage / "metrics.jsonl").read_text() == '{"step": 0, "val/avg@1": 0.5}\n'  # nothing lost
+
+
 def test_command_line_overrides_are_typed_and_a_small_training_set_is_the_first_questions(tmp_path, tiny_dirs):
     from algos.__main__ import parse_overrides
 
