@@ -6,6 +6,7 @@ validation questions training made better and worse and an exact sign test on th
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                  log=print, retriever: Any = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
     ``retriever``: an object with ``search`` used instead of the config's (tests)."""
+    start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     overrides = dict(overrides or {})
@@ -58,6 +60,7 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
     if curves:
         summary["curves_png"] = str(plot_training_curves(curves, out / "curves.png"))
+    summary["wall_time_s"] = round(time.perf_counter() - start, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary, indent=2))
     return summary

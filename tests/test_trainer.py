@@ -243,6 +243,7 @@ def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_d
         for step in (0, 1):
             assert (tmp_path / stage / "validation" / f"step_{step:06d}.jsonl").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["stages"]["team"]["paired"] == summary["stages"]["team"]["paired"]
+    assert summary["wall_time_s"] > 0
     assert any("questions better" in line and "sign test p" in line for line in lines)
 
 
