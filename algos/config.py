@@ -173,8 +173,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # questions, so the base and the trained team are compared on the same deterministic
     # runs (at temperature 1, one question of 56 was 1.8 points of noise). Learning rate
     # 6e-5: on the six-world base, Stage I at 2e-4 went 0.093 -> 0.071, at 6e-5 0.093 -> 0.093.
-    # Frozen embeddings: with them trained, Stage I stayed at 13 of 140 (3 questions better,
-    # 3 worse); frozen, it reached 15 (3 better, 1 worse), and Stage II 17 (4 better, 0 worse).
+    # Frozen embeddings: trained, RL raised rewarded names' own rows and the Answerer's
+    # first answer token on dev evidence got less likely (-4.81 -> -4.94 nats); frozen, more
+    # likely (-4.73). Neither moved dev EM beyond a few questions either way (README).
     "micro": dict(model="micro", steps=12, questions_per_step=8, group_size=4, learning_rate=6e-5,
                   freeze_embeddings=True,
                   temperature=0.7, minibatches=2, max_turn_tokens=64, max_context_tokens=1024,
