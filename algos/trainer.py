@@ -2,8 +2,8 @@
 
 1. sample questions; roll out G workflows per question with the current policy;
 2. cut the Episodes into rows (one per agent context) and recompute the old log-probs;
-3. score the rows with the Teacher (Searcher tokens for OPD; Leader and Answerer tokens
-   for the KL);
+3. score the rows with the Teacher (``algos.teacher``: Searcher tokens for OPD; Leader
+   and Answerer tokens for the KL);
 4. per-token advantages by role (``algos.advantages``);
 5. PPO-style update with the clipped surrogate (``algos.losses``);
 6. log metrics under stable names, validate, checkpoint.
@@ -32,6 +32,7 @@ from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, sc
 from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
 from algos.config import TrainConfig
 from algos.losses import policy_loss
+from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
 from envs.protocol import TAGS
 
@@ -104,7 +105,8 @@ class Trainer:
             model, tokenizer = load_model(cfg.model, cfg.device, cfg.dtype)
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
-        self.teacher = self._load_teacher()
+        self.teacher = (load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype)
+                        if cfg.stage == "team" and cfg.teacher is not None else None)
         self.critic = None
         if cfg.stage == "team" and cfg.searcher_signal == "critic":
             from algos.critic import PromptedCritic
@@ -129,16 +131,6 @@ class Trainer:
         self.writer = _tensorboard(self.out / "tb")
 
     # ------------------------------------------------------------------ setup
-
-    def _load_teacher(self) -> Any:
-        cfg = self.config
-        if cfg.stage != "team" or cfg.teacher is None:
-            return None
-        teacher, _ = load_model(cfg.model if cfg.teacher == "base" else cfg.teacher, cfg.device, cfg.dtype)
-        teacher.eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        return teacher
 
     def env_fn(self, workflow: str | None = None, questions: Sequence[Any] | None = None):
         from envs import search_team_v0
@@ -196,10 +188,8 @@ class Trainer:
             row.old_logp = logp
         # 3. the Teacher scores the exact same token contexts
         if self.teacher is not None:
-            needs = [r for r in rows if r.role == "searcher" or cfg.kl_coef > 0]
-            for row, logp in zip(needs, score_rows(self.teacher, needs, max_tokens=cfg.max_tokens_per_batch,
-                                                   pad_id=self.pad_id, temperature=cfg.temperature)):
-                row.teacher_logp = logp
+            score_with_teacher(self.teacher, rows, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
+                               max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id)
         # 4. per-token advantages by role
         critic_scores = self.critic.score_rows(rows) if self.critic is not None else None
         assign_advantages(rows, groups, cfg, critic_scores)

@@ -1,0 +1,54 @@
+"""The frozen Teacher of Stage II (PAPER.md section 4) and how it scores the team's tokens.
+
+The Teacher is a Stage-I run (its latest checkpoint), any checkpoint or model path, or the
+base model itself (``--teacher base``). Its weights never change: every parameter is frozen
+and the model stays in eval mode.
+
+It scores the exact token contexts the team produced. Each :class:`algos.batch.Row` holds its
+agent's token ids as the rollout wrote them (prompt, observations and generated turns), and the
+Teacher reads those ids as they are, with no detokenising and retokenising in between, at the
+rollout temperature, like the policy's old log-probs. Searcher rows get Teacher log-probs for
+on-policy distillation; when the config has a KL coefficient, Leader and Answerer rows get them
+too, for the KL toward the Teacher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from algos.batch import Row, score_rows
+
+
+def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str = "float32") -> Any:
+    """The frozen Teacher model. ``teacher``: ``"base"`` (then ``base_model``, the policy's
+    own starting point), a Stage-I run directory (its latest checkpoint) or a model path."""
+    from algos.trainer import load_model
+
+    model, _ = load_model(base_model if teacher == "base" else teacher, device, dtype)
+    return freeze(model)
+
+
+def freeze(model: Any) -> Any:
+    """``model`` in eval mode with no parameter that asks for a gradient; returned for chaining."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def rows_to_score(rows: Sequence[Row], kl_coef: float) -> list[Row]:
+    """The rows the Teacher must score: every Searcher row (OPD), and with ``kl_coef > 0``
+    every Leader and Answerer row as well (the KL term)."""
+    return [r for r in rows if r.role == "searcher" or kl_coef > 0]
+
+
+def score_with_teacher(teacher: Any, rows: Sequence[Row], *, kl_coef: float, temperature: float,
+                       max_tokens: int = 16384, pad_id: int = 0) -> list[Row]:
+    """Fill ``row.teacher_logp`` (one log-prob per generated token, at ``temperature``) for the
+    rows :func:`rows_to_score` picks; returns those rows. The others keep ``None``."""
+    needs = rows_to_score(rows, kl_coef)
+    for row, logp in zip(needs, score_rows(teacher, needs, max_tokens=max_tokens, pad_id=pad_id,
+                                           temperature=temperature)):
+        row.teacher_logp = logp
+    return needs
