@@ -105,8 +105,8 @@ class Trainer:
             model, tokenizer = load_model(cfg.model, cfg.device, cfg.dtype)
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
-        self.teacher = (load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype)
-                        if cfg.stage == "team" and cfg.teacher is not None else None)
+        # (the config allows a Teacher in Stage II only)
+        self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
         self.critic = None
         if cfg.stage == "team" and cfg.searcher_signal == "critic":
             from algos.critic import PromptedCritic

@@ -103,3 +103,19 @@ def run_script(env, script):
         _, _, term, trunc, _ = env.last()
         env.step(None if term or trunc else script[agent].pop(0))
     return env.unwrapped.episode
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory, tokenizer):
+    """A tiny policy and a different tiny 'teacher', saved like real checkpoints."""
+    from agents.models import tiny_causal_lm
+
+    out = {}
+    for name, seed in (("policy", 0), ("teacher", 1)):
+        model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, seed=seed,
+                               eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
+        path = tmp_path_factory.mktemp(name)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        out[name] = str(path)
+    return out

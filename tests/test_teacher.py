@@ -2,7 +2,6 @@
 the rows' own token ids (no re-tokenisation), Searchers always and the other roles for the KL."""
 
 import numpy as np
-import pytest
 import torch
 from conftest import WORLD, KeywordRetriever, run_script
 from test_env_flow import GOOD
@@ -15,21 +14,12 @@ from algos.teacher import freeze, load_teacher, rows_to_score, score_with_teache
 from algos.trainer import Trainer
 
 
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory, tokenizer):
-    model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, seed=0,
-                           eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
-    path = tmp_path_factory.mktemp("policy")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _rows(make_env):
     return rows_from_episodes([[run_script(make_env(), GOOD)]], 4096)
 
 
-def test_the_base_teacher_is_the_policys_start_and_frozen(policy_dir):
+def test_the_base_teacher_is_the_policys_start_and_frozen(tiny_dirs):
+    policy_dir = tiny_dirs["policy"]
     from transformers import AutoModelForCausalLM
 
     teacher = load_teacher("base", policy_dir)
@@ -39,7 +29,8 @@ def test_the_base_teacher_is_the_policys_start_and_frozen(policy_dir):
     assert all(torch.equal(v, saved[k]) for k, v in teacher.state_dict().items())
 
 
-def test_a_stage_one_run_directory_stands_for_its_latest_checkpoint(tmp_path, policy_dir):
+def test_a_stage_one_run_directory_stands_for_its_latest_checkpoint(tmp_path, tiny_dirs):
+    policy_dir = tiny_dirs["policy"]
     cfg = TrainConfig(**TINY, stage="teacher", model=policy_dir, out_dir=str(tmp_path / "teacher"))
     trainer = Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD))
     with torch.no_grad():  # stands in for two steps of Stage I

@@ -22,20 +22,6 @@ TINY = dict(steps=3, questions_per_step=1, group_size=2, learning_rate=1e-3, max
             generation_batch_size=8, minibatches=2)
 
 
-@pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory, tokenizer):
-    """A tiny policy and a different tiny 'teacher', saved like real checkpoints."""
-    out = {}
-    for name, seed in (("policy", 0), ("teacher", 1)):
-        model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, seed=seed,
-                               eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
-        path = tmp_path_factory.mktemp(name)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        out[name] = str(path)
-    return out
-
-
 def _trainer(tmp_path, tiny_dirs, resume=False, **kw):
     cfg = TrainConfig(**{**TINY, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / "run"),
                          "teacher": tiny_dirs["teacher"], **kw})
