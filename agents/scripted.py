@@ -24,7 +24,7 @@ answers), with a few rules any reader of encyclopedia text would use:
   in the question.
 
 The same observation text always gives the same turn (``seed`` only breaks ties where
-the evidence cannot decide a comparison).
+the evidence cannot decide a comparison, and picks the tasks ``skip_search`` skips).
 
 >>> from agents.scripted import parse_question
 >>> parse_question("In which country was the director of 'The Orvel Garden' born?").chains
@@ -578,6 +578,10 @@ class _Progress:
     stuck: bool = False
 
 
+SKIPPED_REPORT = "Nothing found."
+"""The report of a Searcher that found nothing, or (``skip_search``) did not search."""
+
+
 class ScriptedPolicy:
     """The scripted team; ``act`` plays any mix of Leaders, Searchers and Answerers.
 
@@ -586,13 +590,23 @@ class ScriptedPolicy:
             an answer to every hop).
         seed: breaks ties a comparison's evidence cannot decide, deterministically per
             observation text.
+        skip_search: the share of Searcher tasks reported on without searching (the report
+            is ``SKIPPED_REPORT``), picked by a hash of ``seed`` and the task: a deliberately
+            flawed team, for a warm start that under-searches the way untrained models do.
     """
 
-    def __init__(self, max_searches: int = 2, seed: int = 0):
+    def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0):
         if max_searches < 1:
             raise ValueError(f"max_searches must be >= 1, got {max_searches}")
+        if not 0 <= skip_search <= 1:
+            raise ValueError(f"skip_search must be in [0, 1], got {skip_search}")
         self.max_searches = max_searches
         self.seed = seed
+        self.skip_search = skip_search
+
+    def skips(self, task: str) -> bool:
+        """Whether the Searcher reports on ``task`` without searching (``skip_search``)."""
+        return random.Random(f"{self.seed}:skip:{task}").random() < self.skip_search
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
         return [self.turn(obs.role, obs.text, obs.max_new_tokens) for obs in observations]
@@ -667,6 +681,8 @@ class ScriptedPolicy:
         progress = [(c, resolve(c, sents, exclude, task)) for c in plan.chains]
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
         last_turn = "one turn left" in text[text.rfind("<information>"):] if searches else False
+        if not searches and self.skips(task):
+            return f"<summary>{SKIPPED_REPORT}</summary>"
         if open_chains and len(searches) < self.max_searches and not last_turn:
             if not searches and len(plan.chains) == 1 and len(plan.chains[0].relations) == 1:
                 return f"<search>{task}</search>"
@@ -697,7 +713,7 @@ class ScriptedPolicy:
         if not lines and sents:
             lines = [sents[0].text]
         text = " ".join(dict.fromkeys(lines))
-        return text[:max_chars] if text else "Nothing found."
+        return text[:max_chars] if text else SKIPPED_REPORT
 
     # ------------------------------------------------------------------ Answerer
 

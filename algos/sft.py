@@ -268,6 +268,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--context-weight", type=float,
                         help="weight of the context tokens' NLL (default 0: generated tokens only)")
     parser.add_argument("--max-len", type=int, help="longest row in tokens (default: the model's)")
+    parser.add_argument("--skip-search", type=float,
+                        help="--preset micro: share of Searcher tasks the imitated scripted team "
+                             "reports on without searching (default 0.5; 0: a team that always searches)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
     parser.add_argument("--no-progress", action="store_true")
@@ -285,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.preset == "micro":
         from algos.micro import build_micro_base
 
+        if args.skip_search is not None:
+            given["skip_search"] = args.skip_search
         print(build_micro_base(args.out, seed=args.seed, progress=progress, **given))
         return 0
     if args.episodes is None:

@@ -179,6 +179,17 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     assert trained_lp > untrained_lp + 1.0, (trained_lp, untrained_lp)
 
 
+def test_the_base_imitates_right_episodes_and_every_skipped_search():
+    from agents.scripted import SKIPPED_REPORT
+    from algos.micro import imitated
+    from envs.episode import Episode
+
+    right = Episode({}, "cascade", team_em=1.0, reports=["Ana was born in Velm."])
+    wrong = Episode({}, "cascade", team_em=0.0, reports=["Ana was born in 1901."])
+    skipped = Episode({}, "hierarchical", team_em=0.0, reports=["Ana was born in Velm.", SKIPPED_REPORT])
+    assert imitated([right, wrong, skipped]) == [right, skipped]
+
+
 def test_lookup_heads_need_the_induction_circuit(tok):
     with pytest.raises(ValueError, match="lookup=True needs induction=True"):
         micro_model(tok, lookup=True)
@@ -187,3 +198,5 @@ def test_lookup_heads_need_the_induction_circuit(tok):
 def test_default_build_needs_the_default_retriever():
     with pytest.raises(ValueError, match="explicit out_dir"):
         build_micro_base(retriever=object())
+    with pytest.raises(ValueError, match="skip_search must be in"):
+        build_micro_base(skip_search=1.5)

@@ -71,6 +71,24 @@ def test_scripted_team_answers_the_keyword_world_question(make_env, workflow):
         assert ep.reports == ["Velmora Quist was born in Port Velm in 1901. Port Velm is a city in Ostria."]
 
 
+def test_skip_search_reports_without_searching_on_a_seeded_share_of_tasks(make_env):
+    from agents.scripted import SKIPPED_REPORT
+
+    tasks = [f"In which city was Person {i} born?" for i in range(400)]
+    share = np.mean([ScriptedPolicy(skip_search=0.3).skips(t) for t in tasks])
+    assert 0.25 < share < 0.35
+    assert not any(ScriptedPolicy().skips(t) for t in tasks)
+    assert [ScriptedPolicy(seed=1, skip_search=0.3).skips(t) for t in tasks] == \
+        [ScriptedPolicy(seed=1, skip_search=0.3).skips(t) for t in tasks]
+    # Every task skipped: the Searcher's first turn is the report, so the team has no
+    # evidence and misses the question the full team answers.
+    ep = play(make_env(workflow="cascade"), ScriptedPolicy(skip_search=1.0), QUESTION)
+    assert ep.num_searches == 0 and ep.reports == [SKIPPED_REPORT] and ep.team_em == 0.0
+    assert ep.invalid_turns == 0
+    with pytest.raises(ValueError, match="skip_search"):
+        ScriptedPolicy(skip_search=1.5)
+
+
 def test_scripted_turn_depends_only_on_the_observation_text(make_env, tokenizer):
     env = make_env()
     policy = ScriptedPolicy()
