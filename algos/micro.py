@@ -31,6 +31,7 @@ from typing import Any
 
 from agents.scripted import SKIPPED_REPORT
 from envs import protocol as P
+from envs.observation import observe_awaiting
 from envs.paths import cache_dir
 from envs.retrieval.passage import MemoRetriever
 
@@ -393,6 +394,35 @@ def evaluate_team(policy: Any, tokenizer: Any, *, split: str = "dev", per_datase
                          seed=seed, max_envs=128, progress=progress)
         out[workflow] = team_stats([ep for group in groups for ep in group])
     return out
+
+
+def searcher_skip_probability(model: Any, tokenizer: Any, *, workflow: str = "cascade",
+                              split: str = "dev", per_dataset: int = 20,
+                              retriever: Any = None) -> list[float]:
+    """How likely ``model`` is to report without searching: for each first Searcher turn on
+    the first ``per_dataset`` questions of each style in ``split`` (micro env), the
+    probability of opening it with ``<summary>`` rather than ``<search>`` (the two renormalised,
+    temperature 1). In ``hierarchical`` the scripted Leader writes the wave, so every model is
+    probed on the same contexts. README's "skip probability" is the mean."""
+    import torch
+
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<search>", "<summary>")]
+    leader = _EosScripted(tokenizer)
+    env = micro_env_fn(tokenizer, workflow, retriever)()
+    contexts = []
+    for question in _questions(split, per_dataset):
+        env.reset(seed=0, options={"question": question})
+        observations = observe_awaiting(env)
+        if workflow == "hierarchical":
+            env.step(leader.act(observations)[0])
+            observations = observe_awaiting(env)
+        contexts += [list(o.token_ids) for o in observations if o.role == P.SEARCHER]
+    probabilities = []
+    with torch.no_grad():
+        for context in contexts:
+            logits = model(torch.tensor([context])).logits[0, -1, ids]
+            probabilities.append(torch.softmax(logits.double(), -1)[1].item())
+    return probabilities
 
 
 BUILD_DEFAULTS: dict[str, Any] = {

@@ -5,6 +5,7 @@ writes protocol tags."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -188,6 +189,32 @@ def test_the_base_imitates_right_episodes_and_every_skipped_search():
     wrong = Episode({}, "cascade", team_em=0.0, reports=["Ana was born in 1901."])
     skipped = Episode({}, "hierarchical", team_em=0.0, reports=["Ana was born in Velm.", SKIPPED_REPORT])
     assert imitated([right, wrong, skipped]) == [right, skipped]
+
+
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+def test_skip_probability_is_summary_against_search_at_each_first_searcher_turn(tok, workflow):
+    from agents.collect import observations_of
+    from algos.micro import _questions, searcher_skip_probability
+
+    model = micro_model(tok, hidden_size=64, num_layers=2, num_heads=2).eval()
+    retriever = synthetic_keyword_retriever()
+    probabilities = searcher_skip_probability(model, tok, workflow=workflow, per_dataset=1,
+                                              retriever=retriever)
+    # Cascade: one Searcher per question; hierarchical: one per sub-task of the scripted wave.
+    assert len(probabilities) == 7 if workflow == "cascade" else len(probabilities) >= 7
+    # By hand for the first question: its first Searcher context, the two tags' logits.
+    env = micro_env_fn(tok, workflow, retriever)()
+    env.reset(seed=0, options={"question": _questions("dev", 1)[0]})
+    observations = observations_of(env)
+    if workflow == "hierarchical":
+        env.step(_EosScripted(tok).act(observations)[0])
+        observations = observations_of(env)
+    first = next(o for o in observations if o.role == P.SEARCHER)
+    with torch.no_grad():
+        logits = model(torch.tensor([list(first.token_ids)])).logits[0, -1].double()
+    search, summary = (logits[tok.convert_tokens_to_ids(t)].item() for t in ("<search>", "<summary>"))
+    assert probabilities[0] == pytest.approx(1 / (1 + math.exp(search - summary)), abs=1e-12)
+    assert all(0 < p < 1 for p in probabilities)
 
 
 def test_lookup_heads_need_the_induction_circuit(tok):
