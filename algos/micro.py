@@ -431,17 +431,19 @@ BUILD_DEFAULTS: dict[str, Any] = {
     "context_weight": 0.5, "only_correct": True, "worlds": (0, 1, 2, 3, 4, 5), "induction": True,
     "lookup": True, "skip_search": 0.6,
 }
-"""The build's defaults: 2,719 steps over the scripted team's episodes in six synthetic
+"""The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
 worlds, each seen once, by a model with the wired copy circuit and lookup heads
-(``agents.induction``), 19 minutes on a 2-core CPU, once; the result is cached.
+(``agents.induction``), about 13 minutes alone on a 2-core CPU, once; the result is cached.
 
-``skip_search``: the imitated team reports without searching on half its Searcher tasks,
-so the base under-searches (greedy, it almost never searches), as untrained search agents
-do; that is what RL can teach a model this small in a few dozen updates, and what carries
-over to new questions (README, "The micro preset, measured"). A base that imitates the
-whole team (``skip_search=0``) lacks mostly the lookup skill below, which a few dozen
-RL updates on a hundred questions did not teach. 70 questions per style and world (35
-before ``skip_search``) keep about as many whole episodes to imitate as before.
+``skip_search``: the imitated team reports without searching on 60% of its Searcher tasks,
+so the base under-searches (skip probability 0.58; greedy, it never searches), as untrained
+search agents do. Unlearning that is what RL can teach a model this small in a few dozen
+updates, and it carries over to new questions (README, "The micro preset, measured"). A
+base that imitates the whole team (``skip_search=0``) lacks mostly the lookup skill below,
+which a few dozen RL updates on a hundred questions did not teach. At 0.5 the base sat on
+the edge (0.551 or 0.434, depending on the data), where greedy decoding flips on noise.
+50 questions per style and world (35 before ``skip_search``) keep more whole episodes to
+imitate.
 
 What the choices fixed, measured on dev questions of world 0 (teacher-forced NLL of the
 answer's first token and greedy Answerer EM, both on 150 Answerer turns of the scripted
@@ -449,7 +451,7 @@ team, so on its evidence; greedy team EM on 70 questions, H-MAS / C-MAS):
 
 - 3 worlds, copy circuit: first-token NLL 7.2, Answerer EM 5%, team EM 4% / 4%;
 - 3 worlds, copy circuit + lookup heads: 5.9, 19%, 3% / 4%;
-- 6 worlds, copy circuit + lookup heads (these defaults): 4.8, 27%, 9% / 10%.
+- 6 worlds, copy circuit + lookup heads (whole team, 35 per style): 4.8, 27%, 9% / 10%.
 
 - One world, four epochs (an earlier default) memorised world 0: names are recalled as
   n-grams, not copied. Fresh worlds stop the memorising, but without the copy circuit
@@ -506,9 +508,9 @@ def build_micro_base(
     team searches (default: ``envs.search_team.default_retriever()``, MiniLM over the
     synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's
     intra-op threads during the build (restored after; None leaves torch's default, all
-    cores: the default build took 19 minutes so on an otherwise idle 2-core machine). On a
-    machine busy with something else, 1 is faster: two threads that wait on each other make
-    each step several times slower.
+    cores: about 2.5 steps a second on an otherwise idle 2-core machine). On a machine busy
+    with something else, 1 is faster: two threads that wait on each other make each step
+    several times slower.
     """
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,

@@ -270,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-len", type=int, help="longest row in tokens (default: the model's)")
     parser.add_argument("--skip-search", type=float,
                         help="--preset micro: share of Searcher tasks the imitated scripted team "
-                             "reports on without searching (default 0.5; 0: a team that always searches)")
+                             "reports on without searching (default 0.6; 0: a team that always searches)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
     parser.add_argument("--no-progress", action="store_true")

@@ -194,6 +194,9 @@ def test_command_line_trains_and_saves(tmp_path):
     assert (out / "tokenizer.json").exists()
     with pytest.raises(SystemExit):
         main(["--model", "micro"])  # neither --episodes nor --preset
+    # --skip-search reaches the micro build, which checks it before building anything.
+    with pytest.raises(ValueError, match="skip_search must be in"):
+        main(["--preset", "micro", "--skip-search", "1.5", "--no-progress"])
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
