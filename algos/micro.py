@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.scripted import SKIPPED_REPORT
+from agents.scripted import SKIPPED_REPORT, ScriptedPolicy
 from envs import protocol as P
 from envs.observation import observe_awaiting
 from envs.paths import cache_dir
@@ -287,8 +287,6 @@ class _EosScripted:
     (loss-masked) tokens."""
 
     def __init__(self, tokenizer: Any, seed: int = 0, skip_search: float = 0.0):
-        from agents.scripted import ScriptedPolicy
-
         self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search)
         self.tokenizer = tokenizer
 
