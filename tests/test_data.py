@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -206,6 +207,54 @@ def test_malformed_row_names_file_and_line(tmp_path, line, message):
     assert message in str(error.value)
     # rows before the bad one are fine: a limit that stops short of it loads
     assert len(load_qa("hotpotqa", "dev", root=tmp_path, limit=2)) == 2
+
+
+def test_bytes_that_are_not_utf8_are_refused_with_file_line_and_byte(tmp_path):
+    path = tmp_path / "nq" / "test.jsonl"
+    path.parent.mkdir()
+    bad = json.dumps({"id": "x", "question": "caf\u00e9?", "golden_answers": ["a"]}, ensure_ascii=False).encode(
+        "latin-1"
+    )
+    path.write_bytes((good_row(0) + "\n\n").encode() + bad + b"\n")
+    with pytest.raises(ValueError) as error:
+        load_qa("nq", "test", root=tmp_path)
+    assert str(error.value) == f"{path}, line 3: not UTF-8 text (byte 0xe9 at column 29)"
+    # a byte-order mark before the first row is not part of it
+    path.write_bytes(b"\xef\xbb\xbf" + (good_row(0) + "\n").encode())
+    assert [item.id for item in load_qa("nq", "test", root=tmp_path)] == ["test_0"]
+
+
+def test_gzip_split_loads_and_a_truncated_one_names_file_and_line(tmp_path):
+    rows = "".join(good_row(i) + "\n" for i in range(2000)).encode()
+    path = tmp_path / "popqa" / "dev.jsonl.gz"
+    path.parent.mkdir()
+    path.write_bytes(gzip.compress(rows))
+    items = load_qa("popqa", "dev", root=tmp_path)
+    assert [item.id for item in items[:2]] == ["test_0", "test_1"] and len(items) == 2000
+    whole = gzip.compress(rows)
+    path.write_bytes(whole[: len(whole) // 2])  # a download cut short
+    with pytest.raises(ValueError) as error:
+        load_qa("popqa", "dev", root=tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"{path}, line ") and "truncated or corrupt" in message
+    line = int(message.split("line ")[1].split(":")[0])
+    assert 1 < line <= 2000  # the rows before the cut were read
+    assert len(load_qa("popqa", "dev", root=tmp_path, limit=line - 1)) == line - 1
+
+
+def test_data_modules_import_no_circle():
+    """items <- synthwiki <- qa: the loader may use the world; the world never the loader."""
+    import ast
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse(Path(f"envs/data/{name}.py").read_text())
+        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        return {m.rsplit(".", 1)[1] for m in found if m.startswith("envs.data.")}
+
+    assert imports("items") == set()
+    assert imports("synthwiki") == {"items"}
+    assert "synthwiki" in imports("qa") and "qa" not in imports("synthwiki")
 
 
 # ------------------------------------------------------------------------ what's there

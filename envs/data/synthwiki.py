@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from envs.data.qa import DATASETS, QAItem, write_jsonl
+from envs.data.items import DATASETS, QAItem, write_jsonl
 
 SPLITS = ("train", "dev", "test")
 

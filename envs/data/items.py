@@ -1,0 +1,177 @@
+"""QA items and JSON-lines rows: what every QA source yields and how it is stored.
+
+Shared by the loaders (``envs.data.qa``) and the synthetic world (``envs.data.synthwiki``),
+which import this module and never each other.
+
+>>> item = QAItem("test_0", "where was Maren Tolvik born", ["Kessa"], "nq")
+>>> item.golden_answers
+('Kessa',)
+>>> QAItem.from_dict(item.to_dict()) == item
+True
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+SINGLE_HOP = DATASETS[:3]
+MULTI_HOP = DATASETS[3:]
+
+
+@dataclass(frozen=True)
+class QAItem:
+    """One question with every answer that counts as correct.
+
+    ``golden_answers`` is stored as a tuple (a list or a single string is accepted);
+    ``metadata`` takes part in ``==`` but not in ``hash``. The synthetic world puts
+    ``{"style", "hops", "supporting"}`` there; real benchmark rows usually have none.
+    """
+
+    id: str
+    """Row id, unique within a split (``"test_6233"``, ``"2hop__647996_551681"``)."""
+    question: str
+    golden_answers: tuple[str, ...]
+    """Aliases of the answer; an exact match against any of them is correct."""
+    dataset: str = ""
+    """One of ``DATASETS`` for the seven benchmarks; empty when unknown."""
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        answers = self.golden_answers
+        if isinstance(answers, str):
+            answers = (answers,)
+        if not isinstance(answers, (list, tuple)):
+            raise ValueError(
+                f"golden_answers must be a string or a list of strings, got {type(answers).__name__} {answers!r}"
+            )
+        answers = tuple(answers)
+        for answer in answers:
+            if not isinstance(answer, str):
+                raise ValueError(
+                    f"golden_answers must hold strings, got {type(answer).__name__} {answer!r}"
+                )
+        if not answers or not any(answer.strip() for answer in answers):
+            raise ValueError(f"golden_answers is empty: {self.golden_answers!r}")
+        object.__setattr__(self, "golden_answers", answers)
+        for name in ("id", "question", "dataset"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+        if not self.question.strip():
+            raise ValueError(f"question is empty: {self.question!r}")
+        if not isinstance(self.metadata, Mapping):
+            raise ValueError(
+                f"metadata must be a mapping, got {type(self.metadata).__name__} {self.metadata!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The FlashRAG row: id, question, golden_answers, dataset, and metadata when non-empty."""
+        row: dict[str, Any] = {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "dataset": self.dataset,
+        }
+        if self.metadata:
+            row["metadata"] = dict(self.metadata)
+        return row
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any], dataset: str = "") -> QAItem:
+        """Parse a FlashRAG row; ``dataset`` fills in a row without one.
+
+        Real-data quirks accepted: an int id (stored as str), a single string for
+        ``golden_answers``, int answers (stored as str), unknown keys (ignored).
+        Raises ``ValueError`` saying which field is wrong and its value.
+        """
+        if not isinstance(row, Mapping):
+            raise ValueError(f"a row must be a JSON object, got {type(row).__name__} {row!r}")
+        for key in ("id", "question", "golden_answers"):
+            if key not in row:
+                raise ValueError(f"missing {key!r} (keys: {sorted(row)})")
+        row_id = row["id"]
+        if isinstance(row_id, int) and not isinstance(row_id, bool):
+            row_id = str(row_id)
+        answers = row["golden_answers"]
+        if isinstance(answers, (list, tuple)):
+            answers = [
+                str(a) if isinstance(a, int) and not isinstance(a, bool) else a for a in answers
+            ]
+        return cls(
+            id=row_id,
+            question=row["question"],
+            golden_answers=answers,
+            dataset=row.get("dataset") or dataset,
+            metadata=row.get("metadata") or {},
+        )
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every row of a JSONL file, ``.gz``-compressed or not (blank lines skipped).
+
+    Raises ``ValueError`` naming the file and the 1-based line of a row that is not a
+    JSON object, of bytes that are not UTF-8, or where a ``.gz`` file is cut short.
+    """
+    return [row for _, row in iter_jsonl(Path(path))]
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write one JSON object per line (UTF-8, parents created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(dict(row), ensure_ascii=False) + "\n")
+    return path
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(1-based line, row)`` for each non-blank line of ``path`` (``.gz``: decompressed
+    as it is read); errors as :func:`read_jsonl`."""
+    for lineno, raw in _iter_lines(path):
+        try:
+            # A byte-order mark may open a file written on Windows; it is not part of the row.
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}, line {lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})"
+            ) from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{path}, line {lineno}: bad JSON ({e.msg}): {line.strip()[:80]!r}"
+            ) from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{path}, line {lineno}: a row must be a JSON object, got {type(row).__name__} {row!r:.80}"
+            )
+        yield lineno, row
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Raw lines, so that a bad byte is reported with its line rather than as a decode
+    error somewhere in the file."""
+    if path.suffix != ".gz":
+        with path.open("rb") as f:
+            yield from enumerate(f, start=1)
+        return
+    lineno = 0
+    with gzip.open(path, "rb") as f:
+        try:
+            for lineno, raw in enumerate(f, start=1):
+                yield lineno, raw
+        except (EOFError, OSError, zlib.error) as e:  # cut short, or not gzip at all
+            raise ValueError(
+                f"{path}, line {lineno + 1}: the gzip data is truncated or corrupt ({e})"
+            ) from None
