@@ -26,11 +26,11 @@ import torch
 
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
-from agents.induction import frozen_if_wired
 from algos import advantages as A
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
 from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
 from algos.config import TrainConfig
+from algos.freeze import frozen
 from algos.losses import policy_loss
 from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
@@ -219,7 +219,7 @@ class Trainer:
         total_tokens = sum(int(r.mask.sum()) for r in trained)
         grad_norms = []
         self.model.train()
-        with frozen_if_wired(self.model):  # a wired copy circuit stays as SFT left it
+        with frozen(self.model):  # what the model declares frozen (config.mopd_frozen) stays put
             for part in parts:
                 mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
                 mb_tokens = sum(int(r.mask.sum()) for r in mb)
