@@ -9,6 +9,7 @@ from them so that a 5M-parameter model trains in minutes, and says so.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,7 @@ class TrainConfig:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"TrainConfig.{name}={getattr(self, name)!r}: {why}")
 
+        _check_field_types(self, bad)
         if self.stage not in STAGES:
             raise bad("stage", f"must be one of {STAGES}")
         if self.searcher_signal not in SEARCHER_SIGNALS:
@@ -134,10 +136,20 @@ class TrainConfig:
             raise bad("learning_rate", "must be > 0")
         if not 0 < self.clip_eps < 1:
             raise bad("clip_eps", "must be in (0, 1)")
-        if self.beta < 0 or self.kl_coef < 0:
-            raise bad("beta" if self.beta < 0 else "kl_coef", "must be >= 0")
+        for name in ("beta", "kl_coef", "weight_decay", "temperature", "val_temperature"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        if not self.max_grad_norm > 0:  # clip_grad_norm_ with a negative bound flips the gradient
+            raise bad("max_grad_norm", "must be > 0")
+        if not 0 < self.top_p <= 1:
+            raise bad("top_p", "must be in (0, 1]")
         if not 0 <= self.critic_em_weight <= 1:
             raise bad("critic_em_weight", "must be in [0, 1]")
+        for name in ("val_per_dataset", "max_context_tokens", "max_waves", "max_searchers",
+                     "max_searcher_turns", "num_candidates", "top_k", "max_tokens_per_batch",
+                     "max_row_tokens"):
+            if getattr(self, name) < 1:  # a negative limit would slice from the end, not refuse
+                raise bad(name, "must be >= 1")
         self.train_datasets = tuple(self.train_datasets)
         self.val_datasets = tuple(self.val_datasets)
 
@@ -162,6 +174,35 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+def _check_field_types(config: TrainConfig, bad: Any) -> None:
+    """Refuse a value of the wrong kind before any range check reads it: a string where a
+    number belongs (``steps="abc"``), a bool given as a word (``freeze_embeddings="ture"``
+    would otherwise be a truthy string), a non-finite float (``beta=nan`` passes every
+    ``<`` test). Ints are accepted for float fields; lists for tuple fields."""
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), str(f.type)
+        if value is None and kind.endswith("| None"):
+            continue
+        if kind == "bool":
+            ok = isinstance(value, bool)
+        elif kind.startswith("int"):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok and not math.isfinite(value):
+                raise bad(f.name, "must be a finite number")
+        elif kind.startswith("str"):
+            ok = isinstance(value, str)
+        elif kind.startswith("tuple"):
+            ok = isinstance(value, (tuple, list)) and all(isinstance(x, str) for x in value)
+        elif kind.startswith("dict"):
+            ok = isinstance(value, dict)
+        else:
+            ok = True
+        if not ok:
+            raise bad(f.name, f"must be {kind.replace('tuple[str, ...]', 'a list of strings')}")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
