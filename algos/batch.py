@@ -20,28 +20,49 @@ from envs.episode import Episode, Segment
 
 @dataclass
 class Row:
-    """One segment ready for the learner. Per-token arrays cover the masked tokens only."""
+    """One training row: a token sequence and which of its tokens are trained on. The one
+    row type of the learner (RL and SFT). Per-token arrays cover the masked tokens only.
 
-    segment: Segment
-    episode: Episode
-    group: int
-    """Index of the question (GRPO group of workflows) this row's episode belongs to."""
+    ``Row(ids, mask)`` is enough for supervised training (lists or arrays); RL rows also
+    carry the segment and episode they came from. The first token is never a target
+    (nothing predicts it): its mask entry is cleared on construction.
+    """
+
     token_ids: np.ndarray
     """(T,) int64, the whole context, truncated to the learner's maximum length."""
     mask: np.ndarray
-    """(T,) bool, tokens this agent generated."""
+    """(T,) bool, the tokens trained on (for RL: the tokens this agent generated)."""
+    segment: Segment | None = None
+    episode: Episode | None = None
+    group: int = 0
+    """Index of the question (GRPO group of workflows) this row's episode belongs to."""
     old_logp: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """(N,) log-probs under the policy before the update, N = mask.sum()."""
     teacher_logp: np.ndarray | None = None
-    """(N,) log-probs under the Teacher (Searchers for OPD; every role for the KL)."""
+    """(N,) log-probs under the Teacher (for the rows the role rules have it score), or None."""
     advantages: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """(N,) per-token advantages."""
     trained: bool = True
-    """False for rows whose role carries no loss (the ``none`` Searcher signal)."""
+    """False for rows whose role rule carries no loss (``algos.roles``; e.g. the ``none``
+    Searcher signal)."""
+
+    def __post_init__(self) -> None:
+        self.token_ids = np.asarray(self.token_ids, dtype=np.int64).reshape(-1)
+        self.mask = np.array(self.mask, dtype=bool).reshape(-1)
+        if self.token_ids.shape != self.mask.shape:
+            raise ValueError(f"a row has {len(self.token_ids)} token ids but {len(self.mask)} mask values")
+        if len(self.mask):
+            self.mask[0] = False  # nothing predicts the first token
 
     @property
     def role(self) -> str:
-        return self.segment.role
+        """The agent's role (``leader``, ``searcher``, ``answerer``); "" for a bare row."""
+        return self.segment.role if self.segment is not None else ""
+
+    @property
+    def num_targets(self) -> int:
+        """N: how many tokens are trained on."""
+        return int(self.mask.sum())
 
 
 def rows_from_episodes(groups: Sequence[Sequence[Episode]], max_len: int) -> list[Row]:
@@ -54,16 +75,15 @@ def rows_from_episodes(groups: Sequence[Sequence[Episode]], max_len: int) -> lis
     for g, episodes in enumerate(groups):
         for ep in episodes:
             for seg in ep.segments:
-                ids = np.asarray(seg.token_ids[:max_len], dtype=np.int64)
-                mask = np.asarray(seg.loss_mask[:max_len], dtype=bool)
-                mask[0] = False  # nothing predicts the first token
-                if mask.any():
-                    rows.append(Row(seg, ep, g, ids, mask))
+                row = Row(seg.token_ids[:max_len], seg.loss_mask[:max_len], seg, ep, g)
+                if row.mask.any():
+                    rows.append(row)
     return rows
 
 
 def pad_rows(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids``, ``attention_mask`` and bool ``targets``: (B, T_max)."""
+    """The one padding helper: right-padded ``input_ids``, ``attention_mask`` and bool
+    ``targets`` (each row's mask; False on padding and in column 0), all (B, T_max)."""
     width = max(len(r.token_ids) for r in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)

@@ -1,10 +1,16 @@
 """Checkpoints that resume to the same continuation: model and tokenizer
 (``save_pretrained``), optimizer, RNG states, step and config. At most ``keep`` are kept
-(PITFALLS 10); ``latest`` names the newest complete one."""
+(PITFALLS 10); ``latest`` names the newest complete one.
+
+Safe to load: ``trainer_state.pt`` holds only tensors, numbers, strings, lists, tuples and
+dicts, and is read with ``torch.load(weights_only=True)``, which refuses anything else (a
+pickled object could run code on ``--resume``). A model with a non-finite weight is never
+written."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,15 @@ def checkpoint_root(out_dir: str | Path) -> Path:
 
 def save_checkpoint(out_dir: str | Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
                     state: dict[str, Any], config: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it."""
+    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it.
+
+    ``state`` may hold tensors, numbers, strings, None, and lists, tuples and dicts of them
+    (what :func:`load_checkpoint` accepts back). Raises ValueError, writing nothing, when a
+    weight of ``model`` is NaN or infinite."""
+    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise ValueError(f"refusing to write checkpoint step {step} under {checkpoint_root(out_dir)}: "
+                         f"non-finite weights in {len(bad)} tensors, first {bad[0]!r}")
     root = checkpoint_root(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -59,8 +73,17 @@ def resolve_model_path(name: str) -> str:
 
 
 def load_checkpoint(path: str | Path, optimizer: Any | None = None) -> dict[str, Any]:
-    """The trainer state saved at ``path``; loads the optimizer state too when given."""
-    blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+    """The trainer state saved at ``path``; loads the optimizer state too when given.
+
+    Raises ValueError naming the file when it holds anything but tensors and plain data
+    (a pickled object is never unpickled, so never run)."""
+    file = Path(path) / "trainer_state.pt"
+    try:
+        blob = torch.load(file, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{file}: refusing to load a checkpoint that holds more than tensors and plain "
+                         f"data (torch.load weights_only=True said: {first})") from None
     if optimizer is not None:
         optimizer.load_state_dict(blob["optimizer"])
     return blob["state"]

@@ -55,11 +55,7 @@ class PromptedCritic:
         return out
 
     def score_rows(self, rows: Sequence[Any]) -> list[float]:
-        """A score per row (learner rows): Searcher rows judged, other rows 0."""
-        searchers = [k for k, r in enumerate(rows) if r.role == "searcher"]
-        judged = self.scores([(rows[k].episode.question["question"], rows[k].segment.task,
-                               rows[k].segment.output) for k in searchers])
-        out = [0.0] * len(rows)
-        for k, s in zip(searchers, judged):
-            out[k] = s
-        return out
+        """A score in [0, 1] per learner row (``algos.batch.Row``), each row's report judged
+        against its sub-task and question. Which rows are judged the role rules decide
+        (``algos.roles``: the rows whose advantage is the critic's)."""
+        return self.scores([(r.episode.question["question"], r.segment.task, r.segment.output) for r in rows])

@@ -7,9 +7,9 @@ and the model stays in eval mode.
 It scores the exact token contexts the team produced. Each :class:`algos.batch.Row` holds its
 agent's token ids as the rollout wrote them (prompt, observations and generated turns), and the
 Teacher reads those ids as they are, with no detokenising and retokenising in between, at the
-rollout temperature, like the policy's old log-probs. Searcher rows get Teacher log-probs for
-on-policy distillation; when the config has a KL coefficient, Leader and Answerer rows get them
-too, for the KL toward the Teacher.
+rollout temperature, like the policy's old log-probs. Which rows it scores the table of role
+rules says (``algos.roles``): Searcher rows for on-policy distillation, and, when the config has
+a KL coefficient, the rows of the roles with a KL toward the Teacher (Leader and Answerers).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from algos.batch import Row, score_rows
+from algos.roles import RoleRule, rule_of, rules_for
 
 
 def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str = "float32") -> Any:
@@ -37,17 +38,20 @@ def freeze(model: Any) -> Any:
     return model
 
 
-def rows_to_score(rows: Sequence[Row], kl_coef: float) -> list[Row]:
-    """The rows the Teacher must score: every Searcher row (OPD), and with ``kl_coef > 0``
-    every Leader and Answerer row as well (the KL term)."""
-    return [r for r in rows if r.role == "searcher" or kl_coef > 0]
+def rows_to_score(rows: Sequence[Row], kl_coef: float,
+                  rules: dict[str, RoleRule] | None = None) -> list[Row]:
+    """The rows the Teacher must score, by their role's rule (:meth:`RoleRule.scored_by_teacher`).
+    ``rules``: the run's role rules (default: Stage II with the ``opd`` Searcher signal)."""
+    rules = rules if rules is not None else rules_for("team", "opd")
+    return [r for r in rows if rule_of(rules, r.role).scored_by_teacher(kl_coef)]
 
 
 def score_with_teacher(teacher: Any, rows: Sequence[Row], *, kl_coef: float, temperature: float,
-                       max_tokens: int = 16384, pad_id: int = 0) -> list[Row]:
+                       max_tokens: int = 16384, pad_id: int = 0,
+                       rules: dict[str, RoleRule] | None = None) -> list[Row]:
     """Fill ``row.teacher_logp`` (one log-prob per generated token, at ``temperature``) for the
     rows :func:`rows_to_score` picks; returns those rows. The others keep ``None``."""
-    needs = rows_to_score(rows, kl_coef)
+    needs = rows_to_score(rows, kl_coef, rules)
     for row, logp in zip(needs, score_rows(teacher, needs, max_tokens=max_tokens, pad_id=pad_id,
                                            temperature=temperature)):
         row.teacher_logp = logp

@@ -4,15 +4,19 @@
 2. cut the Episodes into rows (one per agent context) and recompute the old log-probs;
 3. score the rows with the Teacher (``algos.teacher``: Searcher tokens for OPD; Leader
    and Answerer tokens for the KL);
-4. per-token advantages by role (``algos.advantages``);
-5. PPO-style update with the clipped surrogate (``algos.losses``);
+4. per-token advantages by role;
+5. PPO-style update with the clipped surrogate (``algos.losses``), applied entirely or
+   not at all;
 6. log metrics under stable names, validate, checkpoint.
 
+What each role gets in steps 3-5 (its advantage, the KL, Teacher scoring, whether it is
+trained) is the table of role rules, ``algos.roles``; this file names no role.
 All roles share one set of parameters: one model plays every agent.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -31,14 +35,20 @@ from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, sc
 from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
 from algos.config import TrainConfig
 from algos.freeze import frozen
-from algos.losses import policy_loss
+from algos.losses import LossOutput, Totals, policy_loss
+from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
 from envs.protocol import TAGS
 
 
 class NonFiniteLoss(RuntimeError):
-    pass
+    """A step was skipped: a loss, a gradient norm or an updated weight was NaN or infinite.
+    The step changed nothing (parameters and optimizer state are as before it) and does
+    not count toward ``TrainConfig.steps``."""
+
+
+__all__ = ["NonFiniteLoss", "Trainer", "assign_advantages", "rollout_metrics", "validation_path"]
 
 
 def validation_path(out_dir: str | Path, step: int) -> Path:
@@ -48,13 +58,12 @@ def validation_path(out_dir: str | Path, step: int) -> Path:
 
 
 def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer): ``micro`` builds (or reuses) the SFT-warmed micro model."""
+    """(model, tokenizer) of ``name``: a model directory, a run directory (its latest
+    checkpoint), ``smollm2`` or a hub id. A preset's own model name (``algos.config.RECIPES``)
+    is turned into a directory by the command line before the Trainer starts
+    (``algos.config.prepare_model``)."""
     from agents.models import load_causal_lm
 
-    if name == "micro":
-        from algos.micro import build_micro_base
-
-        name = str(build_micro_base())
     return load_causal_lm(resolve_model_path(name), dtype=dtype, device=device)
 
 
@@ -107,8 +116,9 @@ class Trainer:
         self.model.train()
         # (the config allows a Teacher in Stage II only)
         self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
+        self.rules = rules_for(cfg.stage, cfg.searcher_signal)
         self.critic = None
-        if cfg.stage == "team" and cfg.searcher_signal == "critic":
+        if any(rule.advantage is A.critic_grpo for rule in self.rules.values()):
             from algos.critic import PromptedCritic
 
             base, _ = load_model(cfg.model, cfg.device, cfg.dtype)
@@ -149,24 +159,25 @@ class Trainer:
         history = []
         if self.step == 0 and validate_first:
             self._log({"val/avg@1": self.validate()}, step=0)
-        bar = _bar(range(self.step, cfg.steps), self.progress, "train " + cfg.stage)
-        for _ in bar:
+        bar = _bar(cfg.steps, self.step, self.progress, "train " + cfg.stage)
+        while self.step < cfg.steps:  # a skipped (non-finite) step does not count
             try:
                 metrics = self.train_step()
             except NonFiniteLoss as err:
                 self._log({"losses/nonfinite": 1.0, "losses/nonfinite_in_a_row": self.nonfinite_in_a_row})
                 if self.nonfinite_in_a_row >= cfg.max_nonfinite:
-                    raise RuntimeError(f"{self.nonfinite_in_a_row} non-finite losses in a row; "
+                    raise RuntimeError(f"{self.nonfinite_in_a_row} non-finite steps in a row (the last: {err}); "
                                        f"the last good checkpoint is {latest_checkpoint(self.out)}") from err
                 continue
+            bar.update(1)
             if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
                 metrics["val/avg@1"] = self.validate()
             self._log(metrics)
             history.append(metrics)
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(em=f"{metrics['team/em']:.2f}", searches=f"{metrics['team/searches_per_workflow']:.1f}")
+            bar.set_postfix(em=f"{metrics['team/em']:.2f}", searches=f"{metrics['team/searches_per_workflow']:.1f}")
             if self.step % cfg.save_every == 0 or self.step == cfg.steps:
                 self.save()
+        bar.close()
         return {"steps": self.step, "history": history}
 
     def train_step(self) -> dict[str, float]:
@@ -186,19 +197,18 @@ class Trainer:
         for row, logp in zip(rows, score_rows(self.model, rows, max_tokens=cfg.max_tokens_per_batch,
                                               pad_id=self.pad_id, temperature=cfg.temperature)):
             row.old_logp = logp
-        # 3. the Teacher scores the exact same token contexts
+        # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
         if self.teacher is not None:
             score_with_teacher(self.teacher, rows, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
-                               max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id)
-        # 4. per-token advantages by role
-        critic_scores = self.critic.score_rows(rows) if self.critic is not None else None
-        assign_advantages(rows, groups, cfg, critic_scores)
+                               max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
+        # 4. per-token advantages by role (and which rows are trained)
+        assign_advantages(rows, groups, cfg, critic=self.critic)
         t2 = time.perf_counter()
         # 5. the update
         update = self.update(rows)
         t3 = time.perf_counter()
         self.step += 1
-        metrics = rollout_metrics(groups, rows)
+        metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
         tokens = sum(ep.output_tokens for g in groups for ep in g)
         metrics.update({"perf/rollout_s": t1 - t0, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
@@ -207,7 +217,17 @@ class Trainer:
         return metrics
 
     def update(self, rows: list[Row]) -> dict[str, float]:
-        """``minibatches`` optimizer steps over the rows, gradients accumulated in chunks."""
+        """``minibatches`` optimizer steps over the trained rows, gradients accumulated in
+        chunks of at most ``max_tokens_per_batch`` padded tokens.
+
+        All or nothing: each minibatch's loss (every chunk) and gradient norm are checked
+        before its ``optimizer.step()``, and the weights after it; on a NaN or an infinity
+        the parameters and the optimizer state go back to where they were before the first
+        minibatch and :class:`NonFiniteLoss` is raised. The snapshot that makes this possible
+        (a copy of the parameters and of AdamW's moments) is taken only with several
+        minibatches: with one, the checks before its single step are enough, and a large
+        model does not pay a copy of itself every step.
+        """
         cfg = self.config
         trained = [r for r in rows if r.trained]
         if not trained:
@@ -215,65 +235,105 @@ class Trainer:
                     "losses/approx_kl": 0.0, "losses/grad_norm": 0.0, "losses/tokens": 0.0}
         order = self.rng.permutation(len(trained))
         parts = [list(p) for p in np.array_split(order, min(cfg.minibatches, len(trained)))]
+        kl_of = {id(r): self._kl_applies(r) for r in trained}
+        total = Totals.of_rows([r.num_targets for r in trained], [kl_of[id(r)] for r in trained])
         sums = dict.fromkeys(("policy", "kl", "clip", "approx_kl"), 0.0)
-        total_tokens = sum(int(r.mask.sum()) for r in trained)
         grad_norms = []
+        snapshot = self._snapshot() if len(parts) > 1 else None
         self.model.train()
         with frozen(self.model):  # what the model declares frozen (config.mopd_frozen) stays put
-            for part in parts:
+            for m, part in enumerate(parts):
+                where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
                 mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
-                mb_tokens = sum(int(r.mask.sum()) for r in mb)
+                # the minibatch's denominators, shared by its chunks: chunking cannot change the objective
+                mb_total = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
                 self.optimizer.zero_grad(set_to_none=True)
                 for chunk in batches_by_tokens(mb, cfg.max_tokens_per_batch):
-                    out = self._chunk_loss(chunk)
-                    n = sum(int(r.mask.sum()) for r in chunk)
-                    weight = n / mb_tokens if cfg.aggregation == "token-mean" else len(chunk) / len(mb)
+                    out = self._chunk_loss(chunk, mb_total)
                     if not torch.isfinite(out.loss):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        self.nonfinite_in_a_row += 1
-                        raise NonFiniteLoss(f"loss {out.loss.item()} at step {self.step}")
-                    (out.loss * weight).backward()
-                    for key, value in (("policy", out.policy_loss), ("kl", out.kl), ("clip", out.clip_fraction),
-                                       ("approx_kl", out.approx_kl_old)):
-                        sums[key] += value * n
+                        self._abandon(snapshot, f"loss {out.loss.item()} in {where}")
+                    out.loss.backward()
+                    n = sum(r.num_targets for r in chunk)
+                    sums["policy"] += out.policy_loss * mb_total.tokens / total.tokens
+                    sums["kl"] += out.kl * mb_total.kl_tokens / max(total.kl_tokens, 1.0)
+                    sums["clip"] += out.clip_fraction * n / total.tokens
+                    sums["approx_kl"] += out.approx_kl_old * n / total.tokens
                 if cfg.freeze_embeddings:
                     self.model.get_input_embeddings().weight.grad = None
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
+                norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+                if not math.isfinite(norm):
+                    self._abandon(snapshot, f"gradient norm {norm} in {where}")
+                grad_norms.append(norm)
                 self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            if snapshot is None:  # finite gradients that still overflow a weight: nothing to go back to
+                raise RuntimeError(f"step {self.step + 1} made a weight non-finite (learning rate "
+                                   f"{cfg.learning_rate}?); the last good checkpoint is {latest_checkpoint(self.out)}")
+            self._abandon(snapshot, f"a non-finite weight after step {self.step + 1}")
         self.nonfinite_in_a_row = 0
-        return {"losses/policy": sums["policy"] / total_tokens, "losses/kl_teacher": sums["kl"] / total_tokens,
-                "losses/clip_fraction": sums["clip"] / total_tokens,
-                "losses/approx_kl": sums["approx_kl"] / total_tokens,
-                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": float(total_tokens)}
+        return {"losses/policy": sums["policy"], "losses/kl_teacher": sums["kl"],
+                "losses/clip_fraction": sums["clip"], "losses/approx_kl": sums["approx_kl"],
+                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": total.tokens}
 
-    def _chunk_loss(self, chunk: list[Row]):
+    def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """Copies of the parameters and of the optimizer state, for :meth:`_abandon`."""
+        params = [p.detach().clone() for p in self.model.parameters()]
+        return params, copy.deepcopy(self.optimizer.state_dict())
+
+    def _abandon(self, snapshot: tuple[list[torch.Tensor], dict[str, Any]] | None, why: str) -> None:
+        """Undo this step (back to ``snapshot``, when steps were already applied) and raise."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if snapshot is not None:
+            params, optimizer_state = snapshot
+            with torch.no_grad():
+                for p, saved in zip(self.model.parameters(), params, strict=True):
+                    p.copy_(saved)
+            self.optimizer.load_state_dict(optimizer_state)
+        self.nonfinite_in_a_row += 1
+        raise NonFiniteLoss(f"{why}: the step is skipped, nothing of it applied")
+
+    def _kl_applies(self, row: Row) -> bool:
+        """Whether the KL toward the Teacher is on ``row``'s tokens: its role rule says so and
+        ``kl_coef > 0``. Such a row must have been scored by the Teacher."""
+        if not (rule_of(self.rules, row.role).kl and self.config.kl_coef > 0):
+            return False
+        if row.teacher_logp is None:
+            raise ValueError(f"the KL toward the Teacher applies to {row.role} tokens, but the Teacher "
+                             f"did not score the row of {row.segment.agent if row.segment else '?'}")
+        return True
+
+    def _chunk_loss(self, chunk: list[Row], totals: Totals | None = None) -> LossOutput:
+        """The loss of ``chunk`` (rows of one minibatch) with the minibatch's ``totals`` as
+        denominators (default: the chunk's own). Every per-token tensor is (B, N_max): row b's
+        generated tokens, right-padded, with ``mask`` 1 on real ones."""
         cfg = self.config
         device = next(self.model.parameters()).device
+        counts = [r.num_targets for r in chunk]
+        for r, n in zip(chunk, counts):
+            if not len(r.old_logp) == len(r.advantages) == n:
+                raise ValueError(f"a row of {r.role or 'a bare row'} has {n} target tokens but "
+                                 f"{len(r.old_logp)} old log-probs and {len(r.advantages)} advantages")
+        kl_rows = [self._kl_applies(r) for r in chunk]
+        if totals is None:
+            totals = Totals.of_rows(counts, kl_rows)
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))
         flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature)  # (N,) with graph
-        cat = lambda xs: torch.as_tensor(np.concatenate(xs), dtype=flat.dtype, device=device)  # noqa: E731
-        old = cat([r.old_logp for r in chunk])
-        adv = cat([r.advantages for r in chunk])
-        kl_rows = [r.teacher_logp is not None and r.role != "searcher" for r in chunk]
+
+        def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
+            return torch.nn.utils.rnn.pad_sequence(
+                [torch.as_tensor(p, dtype=flat.dtype, device=device) for p in pieces], batch_first=True)
+
+        logp = torch.nn.utils.rnn.pad_sequence(split_flat(flat, chunk), batch_first=True)
+        old = per_row([r.old_logp for r in chunk])
+        adv = per_row([r.advantages for r in chunk])
+        mask = per_row([np.ones(n) for n in counts])
         ref = kl_mask = None
-        if cfg.kl_coef > 0 and any(kl_rows):
-            ref = cat([r.teacher_logp if k else r.old_logp for r, k in zip(chunk, kl_rows)])
-            kl_mask = cat([np.full(int(r.mask.sum()), float(k)) for r, k in zip(chunk, kl_rows)])
-        if cfg.aggregation == "sequence-mean":
-            # one row per sequence: pad the flat values back into (B, T_max) rows
-            pieces = [split_flat(x, chunk) for x in (flat, old, adv)]
-            flat, old, adv = (torch.nn.utils.rnn.pad_sequence(p, batch_first=True) for p in pieces)
-            mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(p)) for p in pieces[0]], batch_first=True)
-            if ref is not None:
-                ref = torch.nn.utils.rnn.pad_sequence(split_flat(ref, chunk), batch_first=True)
-                kl_mask = torch.nn.utils.rnn.pad_sequence(split_flat(kl_mask, chunk), batch_first=True)
-        else:
-            flat, old, adv = flat[None], old[None], adv[None]
-            mask = torch.ones_like(flat)
-            if ref is not None:
-                ref, kl_mask = ref[None], kl_mask[None]
-        return policy_loss(flat, old, adv, mask, clip_eps=cfg.clip_eps, ref_logp_BT=ref, kl_mask_BT=kl_mask,
-                           kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
+        if any(kl_rows):
+            ref = per_row([r.teacher_logp if k else r.old_logp for r, k in zip(chunk, kl_rows)])
+            kl_mask = per_row([np.full(n, float(k)) for n, k in zip(counts, kl_rows)])
+        return policy_loss(logp, old, adv, mask, clip_eps=cfg.clip_eps, ref_logp_BT=ref, kl_mask_BT=kl_mask,
+                           kl_coef=cfg.kl_coef, aggregation=cfg.aggregation, totals=totals)
 
     # ------------------------------------------------------------------ validation, logging, state
 
@@ -329,59 +389,15 @@ class Trainer:
         self.policy.generator.set_state(state["policy_rng"])
 
 
-# ---------------------------------------------------------------------- advantages by role
-
-
-def assign_advantages(rows: list[Row], groups: Sequence[Sequence[Episode]], cfg: TrainConfig,
-                      critic_scores: Sequence[float] | None = None) -> None:
-    """Fill ``row.advantages`` (N,) for every row, routed by role (PAPER.md section 4)."""
-    by_episode = {id(ep): i for episodes in groups for i, ep in enumerate(episodes)}
-    leader_adv = {g: A.leader_advantages([ep.rewards.get("leader_0", 0.0) for ep in eps])
-                  for g, eps in enumerate(groups)}
-    outcome_adv = {g: A.outcome_advantages([ep.team_em for ep in eps]) for g, eps in enumerate(groups)}
-    searcher_reward_adv = {g: A.group_advantages([ep.rewards.get("searcher_0", 0.0) for ep in eps])
-                           for g, eps in enumerate(groups)}
-    answerer_adv = {id(ep): A.answerer_advantages(ep.candidate_em) for eps in groups for ep in eps}
-    critic_adv = _critic_advantages(rows, critic_scores, cfg) if critic_scores is not None else {}
-    for k, row in enumerate(rows):
-        n = int(row.mask.sum())
-        i = by_episode[id(row.episode)]
-        if row.role == "leader":
-            value: float | np.ndarray = leader_adv[row.group][i]
-        elif row.role == "answerer":
-            value = answerer_adv[id(row.episode)][int(row.segment.agent.rsplit("_", 1)[1])]
-        elif cfg.stage == "teacher":  # Stage I: the Searcher's own GRPO reward
-            value = searcher_reward_adv[row.group][i]
-        elif cfg.searcher_signal == "opd":
-            value = A.opd_advantages(row.teacher_logp, row.old_logp, np.ones(n), beta=cfg.beta)
-        elif cfg.searcher_signal == "outcome":
-            value = outcome_adv[row.group][i]
-        elif cfg.searcher_signal == "critic":
-            value = critic_adv[k]
-        else:  # none: Searcher tokens carry no loss; only shared parameters move them
-            value, row.trained = 0.0, False
-        row.advantages = np.broadcast_to(np.asarray(value, dtype=np.float64), (n,)).copy()
-
-
-def _critic_advantages(rows: list[Row], scores: Sequence[float], cfg: TrainConfig) -> dict[int, float]:
-    """Prompted Critic: group-relative over the Searchers of a question's workflows."""
-    by_group: dict[int, list[int]] = {}
-    for k, row in enumerate(rows):
-        if row.role == "searcher":
-            by_group.setdefault(row.group, []).append(k)
-    out: dict[int, float] = {}
-    for ks in by_group.values():
-        rewards = [A.critic_rewards(rows[k].episode.team_em, [scores[k]], cfg.critic_em_weight)[0] for k in ks]
-        for k, adv in zip(ks, A.group_advantages(rewards)):
-            out[k] = float(adv)
-    return out
-
-
 # ---------------------------------------------------------------------- metrics
 
 
-def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row]) -> dict[str, float]:
-    """Stable metric names (PITFALLS 4-5: searches and invalid turns are the health signals)."""
+def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row],
+                    rules: dict[str, RoleRule] | None = None) -> dict[str, float]:
+    """Stable metric names (PITFALLS 4-5: searches and invalid turns are the health signals).
+    ``rules``: the run's role rules (default: Stage II, ``opd``); ``reward/<role>`` for each
+    role they name, ``teacher/kl`` on the Teacher-scored tokens of roles without a KL term."""
+    rules = rules if rules is not None else rules_for("team", "opd")
     eps = [ep for g in groups for ep in g]
     n = len(eps)
     metrics = {
@@ -393,15 +409,15 @@ def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row]) ->
         "team/output_tokens": sum(ep.output_tokens for ep in eps) / n,
         "team/input_tokens": sum(ep.input_tokens for ep in eps) / n,
     }
-    for role in ("leader", "searcher", "answerer"):
+    for role in rules:
         values = [s.reward for ep in eps for s in ep.segments if s.role == role]
         if values:
             metrics[f"reward/{role}"] = float(np.mean(values))
     for tag in TAGS:
         metrics[f"tags/{tag}"] = sum(ep.tag_counts.get(tag, 0) for ep in eps) / n
-    searcher = [r for r in rows if r.role == "searcher" and r.teacher_logp is not None]
-    if searcher:  # sampled reverse KL(pi_old || pi_T) on Searcher tokens
-        metrics["teacher/kl"] = float(np.mean(np.concatenate([r.old_logp - r.teacher_logp for r in searcher])))
+    distilled = [r for r in rows if r.teacher_logp is not None and not rule_of(rules, r.role).kl]
+    if distilled:  # sampled reverse KL(pi_old || pi_T) on the Searchers' tokens
+        metrics["teacher/kl"] = float(np.mean(np.concatenate([r.old_logp - r.teacher_logp for r in distilled])))
     all_old = np.concatenate([r.old_logp for r in rows]) if rows else np.zeros(1)
     metrics["policy/entropy"] = float(-all_old.mean())  # Monte-Carlo estimate on sampled tokens
     return metrics
@@ -415,9 +431,7 @@ def _tensorboard(path: Path) -> Any:
     return SummaryWriter(str(path))
 
 
-def _bar(iterable: Any, show: bool, desc: str) -> Any:
-    if not show:
-        return iterable
+def _bar(total: int, done: int, show: bool, desc: str) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, unit="step")
+    return tqdm(total=total, initial=done, desc=desc, unit="step", disable=not show)

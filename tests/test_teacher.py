@@ -10,6 +10,7 @@ from test_trainer import TINY
 from agents.models import tiny_causal_lm
 from algos.batch import rows_from_episodes
 from algos.config import TrainConfig
+from algos.roles import rules_for
 from algos.teacher import freeze, load_teacher, rows_to_score, score_with_teacher
 from algos.trainer import Trainer
 
@@ -51,6 +52,7 @@ def test_the_teacher_scores_the_rows_own_token_ids(make_env, tokenizer):
     rows = _rows(make_env)
     scored = score_with_teacher(teacher, rows, kl_coef=0.0, temperature=0.7)
     assert scored == rows_to_score(rows, 0.0) and {r.role for r in scored} == {"searcher"}
+    assert rows_to_score(rows, 0.0, rules_for("team", "outcome")) == scored  # measured: teacher/kl
     assert all(r.teacher_logp is None for r in rows if r.role != "searcher")
     row = scored[0]
     with torch.no_grad():  # by hand: one forward over the row's ids, logits / T, next-token log-probs

@@ -142,27 +142,25 @@ def test_a_fresh_run_refuses_a_directory_that_holds_one(tmp_path, tiny_dirs):
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1  # nothing lost
 
 
-def test_updates_keep_a_wired_copy_circuit_frozen(tmp_path, tiny_dirs, tokenizer):
-    """A base with the wired circuit (the micro preset's) keeps it through RL updates, as it
-    did through SFT; the rest of the model trains."""
-    from agents.induction import ROPE_THETA, wire_induction_heads
+def test_updates_keep_what_the_model_declares_frozen(tmp_path, tiny_dirs, tokenizer):
+    """A base whose config declares frozen parameters (algos.freeze; the micro recipe's wired
+    circuit is one) keeps them through RL updates; the rest of the model trains."""
+    from algos.freeze import declare_frozen
 
-    model = tiny_causal_lm(len(tokenizer), hidden_size=128, num_layers=3, num_heads=4, seed=0,
-                           eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True,
-                           attention_bias=True, rope_theta=ROPE_THETA, max_position_embeddings=1024)
-    wire_induction_heads(model, induction_heads=(0, 1), lookup_heads=(0, 1))
-    model.save_pretrained(tmp_path / "wired")
-    tokenizer.save_pretrained(tmp_path / "wired")
-    trainer = _trainer(tmp_path, {**tiny_dirs, "policy": str(tmp_path / "wired")}, steps=1)
+    model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=2, num_heads=2, seed=0,
+                           eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
+    declare_frozen(model, ["model.layers.0.*", "model.layers.1.self_attn.k_proj.weight[0:8]"])
+    model.save_pretrained(tmp_path / "declared")
+    tokenizer.save_pretrained(tmp_path / "declared")
+    trainer = _trainer(tmp_path, {**tiny_dirs, "policy": str(tmp_path / "declared")}, steps=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     assert trainer.train_step()["losses/tokens"] > 0
     params = dict(trainer.model.named_parameters())
     moved = lambda name, rows=slice(None): not torch.equal(params[name][rows], before[name][rows])  # noqa: E731
     assert not any(moved(n) for n in params if n.startswith("model.layers.0."))
-    assert not moved("model.layers.1.self_attn.k_proj.weight", slice(0, 64))  # induction heads
-    assert not moved("model.layers.2.self_attn.k_proj.weight", slice(0, 64))  # lookup heads
-    assert moved("model.layers.2.self_attn.q_proj.weight", slice(0, 64))
-    assert moved("model.layers.2.mlp.down_proj.weight")
+    assert not moved("model.layers.1.self_attn.k_proj.weight", slice(0, 8))
+    assert moved("model.layers.1.self_attn.k_proj.weight", slice(8, 16))
+    assert moved("model.layers.1.mlp.down_proj.weight")
 
 
 def test_token_logprobs_at_a_temperature_are_the_sampling_distributions(tokenizer):
