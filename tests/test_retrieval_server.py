@@ -84,7 +84,15 @@ def retriever(tmp_path_factory) -> DenseRetriever:
 
 @pytest.fixture(scope="module")
 def server(retriever):
-    srv = RetrievalServer(retriever, port=0, max_topk=10, max_queries=8, max_body_bytes=4096)
+    srv = RetrievalServer(
+        retriever,
+        port=0,
+        max_topk=10,
+        max_queries=8,
+        max_body_bytes=4096,
+        max_query_chars=200,
+        documents=CORPUS,
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -118,11 +126,8 @@ def test_search_r1_request_gets_search_r1_response(server, retriever):
             assert isinstance(hit["score"], float)
         assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     assert [hits[0]["document"]["id"] for hits in body["result"]] == ["d0", "d3", "d5"]
-    # The wiki-18 quotes are parsed away; the rest of the contents is the corpus's.
-    assert (
-        body["result"][0][0]["document"]["contents"]
-        == "Marie Curie\nMarie Curie was a physicist and chemist who won two Nobel Prizes."
-    )
+    # Documents as stored, as Search-R1 returns them: wiki-18's title quotes are kept.
+    assert body["result"][0][0]["document"] == CORPUS[0]
 
     status, bare = post(server.url, {"queries": QUERIES[:1], "topk": 2, "return_scores": False})
     assert status == 200
@@ -154,24 +159,26 @@ def test_remote_retriever_returns_what_the_local_one_does(server, retriever):
 @pytest.mark.parametrize(
     "payload, raw, status, message",
     [
-        (None, b'{"queries": ["a"', 400, "malformed JSON"),
+        (None, b'{"queries": ["a"', 400, "malformed JSON: Expecting"),
         (None, b"\xff\xfe", 400, "malformed JSON"),
-        (["a"], None, 400, "JSON object"),
-        ({"topk": 3}, None, 400, "'queries' must be a list of strings, got None"),
-        ({"queries": "who?"}, None, 400, "'queries' must be a list of strings"),
-        ({"queries": ["a", 3]}, None, 400, "'queries' must be a list of strings"),
+        (None, b"\x80abc", 400, "malformed JSON: the body is not UTF-8"),
+        (["a"], None, 400, "the body must be a JSON object, got list"),
+        ({"topk": 3}, None, 400, "'queries': Field required"),
+        ({"queries": "who?"}, None, 400, "'queries': Input should be a valid list, got 'who?'"),
+        ({"queries": ["a", 3]}, None, 400, "'queries.1': Input should be a valid string, got 3"),
         ({"queries": ["a"] * 9}, None, 413, "too many queries: 9 in one request, at most 8"),
-        ({"queries": ["a"], "topk": 0}, None, 400, "'topk' must be in [1, 10], got 0"),
+        ({"queries": ["x" * 201]}, None, 413, "query 0 too long: 201 characters, at most 200"),
+        ({"queries": ["a"], "topk": -1}, None, 400, "'topk' must be in [1, 10], got -1"),
         ({"queries": ["a"], "topk": 11}, None, 400, "'topk' must be in [1, 10], got 11"),
-        ({"queries": ["a"], "topk": "3"}, None, 400, "'topk' must be an integer, got '3'"),
-        ({"queries": ["a"], "topk": 2.5}, None, 400, "'topk' must be an integer"),
+        ({"queries": ["a"], "topk": 2.5}, None, 400, "'topk': Input should be a valid integer"),
+        ({"queries": ["a"], "topk": "many"}, None, 400, "'topk': Input should be a valid integer"),
         (
-            {"queries": ["a"], "return_scores": "yes"},
+            {"queries": ["a"], "return_scores": "maybe"},
             None,
             400,
-            "'return_scores' must be true or false",
+            "'return_scores': Input should be a valid boolean",
         ),
-        ({"queries": ["x" * 5000]}, None, 413, "body too large"),
+        ({"queries": ["x" * 5000]}, None, 413, "body too large: 5017 bytes, at most 4096"),
     ],
 )
 def test_bad_requests_get_4xx_with_a_message(server, payload, raw, status, message):
@@ -179,13 +186,35 @@ def test_bad_requests_get_4xx_with_a_message(server, payload, raw, status, messa
     assert got_status == status
     assert list(body) == ["error"]
     assert message in body["error"]
+    assert "\n" not in body["error"]
+
+
+@pytest.mark.parametrize(
+    "payload, hits, scored",
+    [
+        ({"queries": ["q"], "topk": "2"}, 2, False),  # Search-R1's pydantic coerces "2"
+        ({"queries": ["q"], "topk": 0}, 3, False),  # `if not request.topk`: the default
+        ({"queries": ["q"], "topk": None}, 3, False),
+        ({"queries": ["q"], "topk": 2.0, "return_scores": "true"}, 2, True),
+        ({"queries": ["q"], "return_scores": 1, "extra": [1]}, 3, True),  # unknown keys ignored
+    ],
+)
+def test_search_r1_coercions_are_accepted(fake_server, payload, hits, scored):
+    srv = fake_server(FakeRetriever())
+    status, body = post(srv.url, payload)
+    assert status == 200
+    assert len(body["result"][0]) == hits
+    assert ("score" in body["result"][0][0]) == scored
 
 
 def test_other_paths_and_health(server):
-    assert post(f"http://127.0.0.1:{server.port}/search", {"queries": ["a"]})[0] == 404
+    status, body = post(f"http://127.0.0.1:{server.port}/search", {"queries": ["a"]})
+    assert status == 404 and body == {
+        "error": "no such path: POST /search; use POST /retrieve or GET /health"
+    }
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{server.port}/retrieve", timeout=10)  # GET
-    assert err.value.code == 404 and "POST /retrieve" in json.loads(err.value.read())["error"]
+    assert err.value.code == 405 and "POST /retrieve" in json.loads(err.value.read())["error"]
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=10) as resp:
         health = json.loads(resp.read())
     assert health["status"] == "ok" and health["requests"] >= 1 and health["batches"] >= 1
@@ -210,7 +239,8 @@ def test_client_retries_5xx_then_succeeds(fake_server):
     fake.fail_first = 99
     with pytest.raises(
         RetrievalError,
-        match=r"failed after 2 attempts; last error: HTTP 500: retrieval failed: RuntimeError: index not ready",
+        match=r"failed after 2 attempts; last error: HTTP 500: "
+        r"retrieval failed: RuntimeError: index not ready",
     ):
         RemoteRetriever(srv.url, retries=1, backoff=0.01).search(["q"])
 

@@ -1,7 +1,8 @@
 """Command line for retrieval.
 
 python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
-                               [--host 127.0.0.1] [--port 8000] [--max-batch 64]
+                               [--host 127.0.0.1] [--port 8000] [--max-batch 64] [--topk 3]
+                               [--max-body-bytes N] [--max-query-chars N] [--keep-alive S]
 python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
 """
 
@@ -50,6 +51,29 @@ def _build(args: argparse.Namespace) -> DenseRetriever:
     return retriever
 
 
+class _NoRetriever:
+    """Stands in for the retriever while the server settings are checked."""
+
+    def search(self, queries, top_k=3):  # pragma: no cover - never called
+        raise NotImplementedError
+
+
+def _server_settings(args: argparse.Namespace) -> dict:
+    return {
+        "host": args.host,
+        "port": args.port,
+        "max_batch": args.max_batch,
+        "batch_wait_s": args.batch_wait_ms / 1000,
+        "default_topk": args.topk,
+        "max_topk": args.max_topk,
+        "max_queries": args.max_queries,
+        "max_body_bytes": args.max_body_bytes,
+        "max_query_chars": args.max_query_chars,
+        "keep_alive_s": args.keep_alive,
+        "request_timeout_s": args.request_timeout,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m envs.retrieval", description=__doc__.split("\n")[0]
@@ -61,7 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-batch", type=int, default=64, help="most queries per encoder batch")
-    serve.add_argument("--max-topk", type=int, default=100)
+    serve.add_argument(
+        "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
+    )
+    serve.add_argument(
+        "--topk", type=int, default=3, help="topk when a request gives none or 0 (Search-R1's --topk)"
+    )
+    serve.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
+    serve.add_argument("--max-queries", type=int, default=1024, help="most queries per request")
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
+    )
+    serve.add_argument(
+        "--max-query-chars", type=int, default=4096, help="longest query in characters (413 above)"
+    )
+    serve.add_argument(
+        "--keep-alive", type=float, default=5.0, help="seconds before a silent connection is closed"
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a request waits for the retriever before a 503",
+    )
 
     search = sub.add_parser("search", help="print the top passages for some queries")
     _add_retriever_args(search)
@@ -69,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     search.add_argument("queries", nargs="+")
 
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        try:  # refuse bad limits before the corpus is loaded and encoded
+            settings = _server_settings(args)
+            RetrievalServer(_NoRetriever(), **settings)
+        except ValueError as e:
+            parser.error(str(e))
     retriever = _build(args)
     if args.command == "search":
         for query, hits in zip(
@@ -80,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     retriever.search(["warm up"])  # load the encoder now, not on the first request
-    server = RetrievalServer(
-        retriever, host=args.host, port=args.port, max_batch=args.max_batch, max_topk=args.max_topk
-    )
+    server = RetrievalServer(retriever, **settings)
     server.start()
     print(f"serving on {server.url} (Ctrl-C stops)", file=sys.stderr)
     try:

@@ -1,12 +1,10 @@
 """``RemoteRetriever``: the Retriever interface over a Search-R1-style HTTP server (ours, or
-Search-R1's own e5 + wiki-18 server), with urllib only."""
+Search-R1's own servers: dense e5 + wiki-18, BM25, retrieve-and-rerank), with urllib only."""
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.http import post_json
@@ -77,21 +75,67 @@ class RemoteRetriever:
         return results
 
     def _post(self, payload: dict[str, Any]) -> Any:
-        return post_json(self.url, payload, timeout=self.timeout, retries=self.retries, backoff=self.backoff,
-                         error=RetrievalError)
+        return post_json(
+            self.url,
+            payload,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            error=RetrievalError,
+        )
 
     def _parse(self, answer: Any, n_queries: int) -> list[list[Passage]]:
         try:
             result = answer["result"]
-            if len(result) != n_queries:
-                raise ValueError(f"{len(result)} result lists for {n_queries} queries")
+            if not isinstance(result, list) or len(result) != n_queries:
+                raise ValueError(f"{_count(result)} result lists for {n_queries} queries")
+            for hits in result:
+                if not isinstance(hits, list):
+                    raise ValueError(f"a result must be a list of hits, got {_short(hits)}")
             return [[_passage(hit) for hit in hits] for hits in result]
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise RetrievalError(f"{self.url} answered in an unexpected shape: {e}") from None
 
 
 def _passage(hit: Any) -> Passage:
-    # {"document": {...}, "score": s}, or the bare document when a server ignores return_scores.
-    if isinstance(hit, dict) and "document" in hit:
-        return Passage.from_row(hit["document"], score=float(hit.get("score", 0.0)))
-    return Passage.from_row(hit)
+    """Read one hit in any shape Search-R1's servers answer with.
+
+    - ``{"document": {...}, "score": s}``: the dense server (and ours) with return_scores;
+    - the bare document: a server that ignores return_scores;
+    - documents ``{"id", "contents", ...}`` (dense; BM25 over a corpus file) or
+      ``{"title", "text", "contents"}`` with no id (BM25 over an index that stores the
+      documents: its title has the quotes stripped, ``contents`` keeps them), or
+      ``{"title", "text"}`` without ``contents``; null fields (the corpus table's columns
+      that a row lacks) count as absent;
+    - a ``contents`` string in place of the document (the rerank server).
+
+    A hit without an id gets the id ``""``. Raises ValueError or TypeError on anything else.
+    """
+    score: Any = 0.0
+    doc = hit
+    if isinstance(hit, Mapping) and "document" in hit:
+        doc, score = hit["document"], hit.get("score")
+    if score is None:
+        score = 0.0
+    if isinstance(score, bool) or not isinstance(score, (int, float, str)):
+        raise ValueError(f"a score must be a number, got {_short(score)}")
+    if isinstance(doc, str):
+        return Passage.from_contents("", doc, float(score))
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"a document must be a JSON object or a string, got {_short(doc)}")
+    row = {key: value for key, value in doc.items() if value is not None}
+    pid = row.get("id", row.get("_id", row.get("docid", "")))
+    if isinstance(pid, bool) or not isinstance(pid, (str, int, float)):
+        raise ValueError(f"a document id must be a string or a number, got {_short(pid)}")
+    if "contents" not in row and "text" not in row:
+        raise ValueError(f"a document needs 'contents' or 'text', got keys {sorted(row)}")
+    return Passage.from_row({**row, "id": str(pid)}, score=float(score))
+
+
+def _count(result: Any) -> str:
+    return str(len(result)) if isinstance(result, list) else f"not a list but {_short(result)}:"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,30 +1,73 @@
-"""A retrieval HTTP server speaking Search-R1's protocol, standard library only.
+"""A retrieval HTTP server speaking Search-R1's protocol, on FastAPI and uvicorn.
 
     POST /retrieve  {"queries": ["q1", ...], "topk": 3, "return_scores": true}
-      -> 200 {"result": [[{"document": {"id": ..., "contents": "Title\\ntext"}, "score": 0.83}, ...], ...]}
+      -> 200 {"result": [[{"document": {"id": ..., "contents": "\\"Title\\"\\ntext"}, "score": 0.83}, ...], ...]}
          (with "return_scores": false, the default as in Search-R1, each hit is the bare document)
-    GET /health     -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...}
+    GET /health     -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ..., "rejected": ...}
 
-Bad requests get a 4xx with ``{"error": message}``. Requests are batched across clients
-(PITFALLS 7): handler threads enqueue their queries, and one worker thread takes whatever
-is queued, up to ``max_batch`` queries gathered within ``batch_wait_s``, and calls
-``retriever.search`` once per distinct ``topk`` in it.
+Search-R1 compatibility (``search_r1/search/retrieval_server.py``): the request model is
+Search-R1's, field for field, so the same coercions apply (``"topk": "3"`` is 3,
+``"return_scores": "true"`` is true, ``"topk": 0`` or null means the default); documents
+are the corpus rows as stored (wiki-18's quoted titles and any extra fields kept), with
+the keys of every row of the corpus in first-seen order and null where a row lacks one,
+as the ``datasets`` table Search-R1 loads them into gives them; the response bytes are
+FastAPI's rendering of the same JSON. Where Search-R1 would fail with a 500 (a negative
+``topk``; ``return_scores: false`` with other than two queries, which unpacks wrongly
+there) we answer a 400 or the bare documents.
+
+Untrusted input: every request is read, parsed and validated on its own before it joins
+a batch, so one bad request fails alone: a body over ``max_body_bytes`` gets a 413,
+malformed JSON (including nesting too deep for the parser and integers over Python's
+4300 digits) a 400, more than ``max_queries`` queries or a query over ``max_query_chars``
+characters a 413; each with ``{"error": "<one line>"}``. Lone UTF-16 surrogates in a query
+(``"\\ud83d"``, which JSON allows) are replaced by U+FFFD. A connection that stays silent
+for ``keep_alive_s`` (before its first request, between requests, or inside a request) is
+closed. Should a batched retriever call still fail, each request of that batch is retried
+alone, so the error reaches only the requests that cause it.
+
+Requests are batched across clients (PITFALLS 7): the handlers put their queries on an
+asyncio queue, and one batcher takes whatever is queued, up to ``max_batch`` queries
+gathered within ``batch_wait_s``, and calls ``retriever.search`` once per distinct
+``topk`` in it, in a worker thread so the event loop keeps accepting requests.
 """
 
 from __future__ import annotations
 
+import array
+import asyncio
+import contextlib
+import gzip
 import json
 import logging
-import queue
+import os
+import socket
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+import h11
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from envs.retrieval.passage import Passage, Retriever
 
 log = logging.getLogger(__name__)
+
+
+class QueryRequest(BaseModel):
+    """Search-R1's request model, field for field (its coercions are pydantic's lax mode)."""
+
+    queries: list[str]
+    topk: int | None = None
+    return_scores: bool = False
 
 
 class _HttpError(Exception):
@@ -36,13 +79,195 @@ class _HttpError(Exception):
 
 @dataclass
 class _Job:
-    """One request's queries waiting for the worker."""
+    """One validated request's queries waiting for the batcher."""
 
     queries: list[str]
     topk: int
-    done: threading.Event = field(default_factory=threading.Event)
-    result: list[list[Passage]] | None = None
-    error: _HttpError | None = None
+    return_scores: bool
+    future: asyncio.Future | None = None
+    reply: tuple[int, bytes] | None = field(default=None, repr=False)
+
+
+# -- the stored documents ---------------------------------------------------------------------
+
+
+class CorpusDocuments:
+    """The corpus rows as stored, by passage id: what Search-R1 returns as a ``document``.
+
+    Search-R1 loads the corpus with ``datasets.load_dataset("json")``, whose table has one
+    column per key seen in any row (first-seen order) and null where a row lacks the key;
+    ``document(id)`` returns a row the same way. A plain JSONL file is kept on disk (only
+    each row's byte offset and the id map are in memory) and read back on demand;
+    ``.gz`` files and in-memory rows are kept as rows.
+    """
+
+    def __init__(self) -> None:
+        self.columns: dict[str, None] = {}  # an ordered set
+        self._index: dict[str, int] = {}
+        self._rows: list[Mapping[str, Any]] | None = None
+        self._path: Path | None = None
+        self._starts = array.array("q")
+        self._lengths = array.array("q")
+        self._fd: int | None = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> CorpusDocuments:
+        """Index in-memory rows (``{"id", "contents", ...}`` or ``{"id", "title", "text", ...}``)."""
+        docs = cls()
+        docs._rows = []
+        for n, row in enumerate(rows, start=1):
+            docs._add(row, len(docs._rows), f"corpus row {n}")
+            docs._rows.append(row)
+        return docs
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> CorpusDocuments:
+        """Index a JSONL(.gz) corpus; ValueError names the file and line of a malformed row."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {str(path)!r}")
+        docs = cls()
+        if path.suffix == ".gz":
+            docs._rows = []
+            with gzip.open(path, "rb") as f:
+                for lineno, line in enumerate(f, start=1):
+                    if line.strip():
+                        row = _row(line, path, lineno)
+                        docs._add(row, len(docs._rows), f"{path}:{lineno}")
+                        docs._rows.append(row)
+            return docs
+        docs._path = path
+        with open(path, "rb") as f:
+            offset = 0
+            for lineno, line in enumerate(f, start=1):
+                if line.strip():
+                    docs._add(_row(line, path, lineno), len(docs._starts), f"{path}:{lineno}")
+                    docs._starts.append(offset)
+                    docs._lengths.append(len(line))
+                offset += len(line)
+        return docs
+
+    def _add(self, row: Mapping[str, Any], n: int, where: str) -> None:
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{where}: a corpus row must be a JSON object")
+        pid = row.get("id", row.get("_id"))
+        if pid is None:
+            raise ValueError(f"{where}: a corpus row needs an 'id'")
+        self._index.setdefault(str(pid), n)  # DenseRetriever refuses repeated ids
+        for key in row:
+            self.columns.setdefault(key)
+
+    def document(self, pid: str) -> dict[str, Any] | None:
+        """The stored row of passage ``pid`` with every corpus column, or None if unknown."""
+        n = self._index.get(pid)
+        if n is None:
+            return None
+        if self._rows is not None:
+            row = self._rows[n]
+        else:
+            if self._fd is None:
+                self._fd = os.open(self._path, os.O_RDONLY)
+            # pread: no shared file position, so any thread may read.
+            row = json.loads(os.pread(self._fd, self._lengths[n], self._starts[n]))
+        return {key: row.get(key) for key in self.columns}
+
+
+def _row(line: bytes, path: Path, lineno: int) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
+
+
+def _passage_document(p: Passage) -> dict[str, Any]:
+    # Without the stored rows: the Passage's fields (wiki-18's title quotes are lost here).
+    return {"id": p.id, "contents": p.contents}
+
+
+# -- request checks ---------------------------------------------------------------------------
+
+
+def _render(content: Any) -> bytes:
+    """The bytes FastAPI writes for ``content`` returned from an endpoint: its
+    ``JSONResponse`` rendering (tests/test_searchr1_compat.py holds the two equal)."""
+    return json.dumps(
+        content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
+def _error_body(message: str) -> bytes:
+    return _render({"error": " ".join(message.split())})  # one line, whatever the cause
+
+
+def _clean(query: str) -> str:
+    """``query`` with lone surrogates replaced by U+FFFD (valid pairs are joined)."""
+    if query.isascii():
+        return query
+    try:
+        query.encode("utf-8")
+        return query
+    except UnicodeEncodeError:
+        return query.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:
+        raise _HttpError(400, "malformed JSON: the body is not UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise _HttpError(400, f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise _HttpError(400, "malformed JSON: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer over 4300 digits
+        raise _HttpError(400, f"malformed JSON: {str(e).split(';')[0]}") from None
+
+
+def _validation_message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    got = first.get("input")
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where!r}: {first['msg']}, got {_short(got)}{more}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _IdleTimeoutH11(H11Protocol):
+    """uvicorn's h11 protocol, closing connections that stay silent for ``timeout_keep_alive``.
+
+    uvicorn arms its keep-alive timer only after a response; arm it also when a connection
+    opens and after every piece of a request head that is not complete yet, so a client
+    that connects and sends nothing (or a header a byte at a time) does not hold a socket.
+    """
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_idle_timer()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:
+            self._arm_idle_timer()
+
+    def _arm_idle_timer(self) -> None:
+        if self.timeout_keep_alive_task is None and not self.transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+
+# -- the server -------------------------------------------------------------------------------
 
 
 class RetrievalServer:
@@ -52,12 +277,17 @@ class RetrievalServer:
         retriever: any Retriever; called from one worker thread only.
         max_batch: most queries per ``retriever.search`` call (one request bigger than this
             is still answered in one call).
-        batch_wait_s: how long the worker waits for more requests to join a batch.
-        default_topk: ``topk`` when a request leaves it out (or null).
+        batch_wait_s: how long the batcher waits for more requests to join a batch.
+        default_topk: ``topk`` when a request leaves it out, null or 0 (Search-R1's ``--topk``).
         max_topk: largest ``topk`` accepted.
         max_queries: most queries in one request.
-        max_body_bytes: largest request body accepted.
-        request_timeout_s: how long a handler waits for its answer before a 503.
+        max_body_bytes: largest request body accepted (413 above).
+        max_query_chars: longest query accepted, in characters (413 above).
+        keep_alive_s: a connection silent this long is closed.
+        request_timeout_s: how long a request waits for its answer before a 503.
+        documents: the stored corpus rows to answer with (a ``CorpusDocuments`` or rows);
+            None = read them from ``retriever.corpus_source`` when that is a file, else
+            answer with ``{"id", "contents"}`` built from the Passages.
 
     >>> server = RetrievalServer(retriever, port=0); port = server.start()  # doctest: +SKIP
     >>> server.stop()  # doctest: +SKIP
@@ -73,14 +303,31 @@ class RetrievalServer:
         default_topk: int = 3,
         max_topk: int = 100,
         max_queries: int = 1024,
-        max_body_bytes: int = 4 << 20,
+        max_body_bytes: int = 1 << 20,
+        max_query_chars: int = 4096,
+        keep_alive_s: float = 5.0,
         request_timeout_s: float = 300.0,
+        documents: CorpusDocuments | Iterable[Mapping[str, Any]] | None = None,
     ):
-        if max_batch < 1 or max_topk < 1 or max_queries < 1 or not 1 <= default_topk <= max_topk:
-            raise ValueError(
-                f"bad server limits: max_batch={max_batch}, default_topk={default_topk}, "
-                f"max_topk={max_topk}, max_queries={max_queries}"
-            )
+        limits = {
+            "max_batch": max_batch,
+            "max_topk": max_topk,
+            "max_queries": max_queries,
+            "max_body_bytes": max_body_bytes,
+            "max_query_chars": max_query_chars,
+        }
+        for name, value in limits.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"bad server limit: {name}={value!r} (must be a positive integer)")
+        if not 1 <= default_topk <= max_topk:
+            raise ValueError(f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])")
+        for name, value in (
+            ("batch_wait_s", batch_wait_s),
+            ("keep_alive_s", keep_alive_s),
+            ("request_timeout_s", request_timeout_s),
+        ):
+            if not value >= 0 or value == float("inf") or (name != "batch_wait_s" and value == 0):
+                raise ValueError(f"bad server setting: {name}={value!r}")
         self.retriever = retriever
         self.host, self.port = host, port
         self.max_batch = max_batch
@@ -89,260 +336,313 @@ class RetrievalServer:
         self.max_topk = max_topk
         self.max_queries = max_queries
         self.max_body_bytes = max_body_bytes
+        self.max_query_chars = max_query_chars
+        self.keep_alive_s = keep_alive_s
         self.request_timeout_s = request_timeout_s
-        self.stats = {"requests": 0, "queries": 0, "batches": 0}
+        self.documents = _documents_for(retriever, documents)
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "rejected": 0}
         self._stats_lock = threading.Lock()
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._threads: list[threading.Thread] = []
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._carry: _Job | None = None
+        self.app = self._make_app()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/retrieve"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/retrieve"
+
+    # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> int:
-        """Bind, start serving and batching in background threads; return the bound port."""
-        if self._httpd is not None:
+        """Bind, serve and batch in background threads; return the bound port."""
+        if self._uvicorn is not None:
             raise RuntimeError(f"the retrieval server is already running on port {self.port}")
-        handler = type("Handler", (_Handler,), {"server_state": self})
-        httpd = ThreadingHTTPServer((self.host, self.port), handler, bind_and_activate=False)
-        httpd.daemon_threads = True
-        httpd.request_queue_size = 256  # the default 5 drops connections under concurrent rollouts
-        httpd.allow_reuse_address = True
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            httpd.server_bind()
-            httpd.server_activate()
+            sock.bind(address)
         except OSError:
-            httpd.server_close()
+            sock.close()
             raise
-        self._httpd = httpd
-        self.port = httpd.server_address[1]
-        self._threads = [
-            threading.Thread(target=self._batch_loop, name="retrieval-batcher", daemon=True),
-            threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="retrieval-http",
-                daemon=True,
-            ),
-        ]
-        for t in self._threads:
-            t.start()
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            http=_IdleTimeoutH11,
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=self.keep_alive_s,  # type: ignore[arg-type]  # a float works
+            timeout_graceful_shutdown=5,
+            backlog=2048,  # the kernel queue; concurrent rollouts open many connections at once
+        )
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="retrieval-search")
+        self._uvicorn = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [sock]}, name="retrieval-http", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self._uvicorn = None
+                sock.close()
+                raise RuntimeError(f"the retrieval server did not start on {self.url}")
+            time.sleep(0.01)
         return self.port
 
     def stop(self) -> None:
-        """Stop serving and join the threads; requests in flight get a 503."""
-        if self._httpd is None:
+        """Stop serving and join the threads; requests still queued get a 503."""
+        if self._uvicorn is None:
             return
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._jobs.put(None)
-        for t in self._threads:
-            t.join(timeout=10)
-        self._httpd, self._threads = None, []
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._uvicorn, self._thread, self._executor = None, None, None
 
     def __enter__(self) -> RetrievalServer:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # -- the batching worker ----------------------------------------------------------------
-
-    def _batch_loop(self) -> None:
-        carry: _Job | None = None
-        while True:
-            job = carry if carry is not None else self._jobs.get()
-            carry = None
-            if job is None:
-                break
-            batch, n = [job], len(job.queries)
-            deadline = time.monotonic() + self.batch_wait_s
-            stopping = False
-            while n < self.max_batch:
-                try:
-                    nxt = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stopping = True
-                    break
-                if n + len(nxt.queries) > self.max_batch:
-                    carry = nxt
-                    break
-                batch.append(nxt)
-                n += len(nxt.queries)
-            self._run(batch)
-            if stopping:
-                break
-        # Answer whatever is left so no handler waits for its timeout.
-        for job in ([carry] if carry else []) + _drain(self._jobs):
-            job.error = _HttpError(503, "the retrieval server is shutting down")
-            job.done.set()
-
-    def _run(self, batch: list[_Job]) -> None:
-        by_topk: dict[int, list[_Job]] = {}
-        for job in batch:
-            by_topk.setdefault(job.topk, []).append(job)
-        for topk, jobs in by_topk.items():
-            queries = [q for job in jobs for q in job.queries]
-            try:
-                results = self.retriever.search(queries, top_k=topk)
-                if len(results) != len(queries):
-                    raise RuntimeError(
-                        f"retriever answered {len(results)} of {len(queries)} queries"
-                    )
-            except Exception as e:  # the worker must survive a failing retriever
-                log.exception("retrieval failed")
-                for job in jobs:
-                    job.error = _HttpError(500, f"retrieval failed: {type(e).__name__}: {e}")
-                    job.done.set()
-                continue
-            with self._stats_lock:
-                self.stats["batches"] += 1
-                self.stats["queries"] += len(queries)
-            start = 0
-            for job in jobs:
-                job.result = results[start : start + len(job.queries)]
-                start += len(job.queries)
-                job.done.set()
-
-    def submit(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        """Queue queries for the worker and wait for their passages (what a handler does)."""
-        if not queries:
-            return []
-        job = _Job(queries, topk)
-        self._jobs.put(job)
-        if not job.done.wait(self.request_timeout_s):
-            raise _HttpError(503, f"retrieval timed out after {self.request_timeout_s} s")
-        if job.error is not None:
-            raise job.error
-        return job.result
-
-    # -- the protocol -----------------------------------------------------------------------
-
-    def parse_request(self, body: bytes) -> tuple[list[str], int, bool]:
-        """Validate a /retrieve body; raise _HttpError(4xx, message) on anything wrong."""
-        try:
-            req = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _HttpError(400, f"malformed JSON: {e}") from None
-        if not isinstance(req, dict):
-            raise _HttpError(400, f"the body must be a JSON object, got {type(req).__name__}")
-        queries = req.get("queries")
-        if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-            raise _HttpError(400, f"'queries' must be a list of strings, got {_short(queries)}")
-        if len(queries) > self.max_queries:
-            raise _HttpError(
-                413, f"too many queries: {len(queries)} in one request, at most {self.max_queries}"
-            )
-        topk = req.get("topk")
-        if topk is None:
-            topk = self.default_topk
-        if isinstance(topk, bool) or not isinstance(topk, int):
-            raise _HttpError(400, f"'topk' must be an integer, got {_short(topk)}")
-        if not 1 <= topk <= self.max_topk:
-            raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
-        return_scores = req.get("return_scores", False)
-        if not isinstance(return_scores, bool):
-            raise _HttpError(
-                400, f"'return_scores' must be true or false, got {_short(return_scores)}"
-            )
-        return queries, topk, return_scores
-
-    def retrieve(self, body: bytes) -> dict[str, Any]:
-        """Answer a /retrieve body in Search-R1's shape."""
-        queries, topk, return_scores = self.parse_request(body)
-        with self._stats_lock:
-            self.stats["requests"] += 1
-        results = self.submit(queries, topk)
-        if return_scores:
-            return {"result": [[_hit(p) for p in hits] for hits in results]}
-        return {"result": [[_document(p) for p in hits] for hits in results]}
 
     def health(self) -> dict[str, Any]:
         with self._stats_lock:
             return {"status": "ok", **self.stats}
 
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for key, n in increments.items():
+                self.stats[key] += n
 
-def _document(p: Passage) -> dict[str, str]:
-    return {"id": p.id, "contents": p.contents}
+    # -- the app ------------------------------------------------------------------------------
 
-
-def _hit(p: Passage) -> dict[str, Any]:
-    return {"document": _document(p), "score": p.score}
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _drain(q: queue.Queue) -> list:
-    items = []
-    while True:
-        try:
-            item = q.get_nowait()
-        except queue.Empty:
-            return [i for i in items if i is not None]
-        items.append(item)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_state: RetrievalServer  # set on the per-server subclass
-    protocol_version = "HTTP/1.1"  # keep-alive for clients that reuse connections
-
-    def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] == "/health":
-            self._reply(200, self.server_state.health())
-        else:
-            self._reply(
-                404, {"error": f"no such path: {self.path}; use POST /retrieve or GET /health"}
-            )
-
-    def do_POST(self) -> None:
-        state = self.server_state
-        if self.path.split("?", 1)[0] != "/retrieve":
-            self._discard_body()
-            self._reply(404, {"error": f"no such path: {self.path}; use POST /retrieve"})
-            return
-        try:
-            length = self.headers.get("Content-Length")
-            if length is None:
-                raise _HttpError(411, "a Content-Length header is required")
+    def _make_app(self) -> FastAPI:
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI):
+            self._queue = asyncio.Queue()
+            batcher = asyncio.create_task(self._batch_loop())
             try:
-                n = int(length)
-            except ValueError:
-                raise _HttpError(400, f"bad Content-Length: {length!r}") from None
-            if n < 0:
-                raise _HttpError(400, f"bad Content-Length: {length!r}")
-            if n > state.max_body_bytes:
-                self.close_connection = True  # the unread body must not be parsed as a request
-                raise _HttpError(413, f"body too large: {n} bytes, at most {state.max_body_bytes}")
-            self._reply(200, state.retrieve(self.rfile.read(n)))
-        except _HttpError as e:
-            self._reply(e.status, {"error": e.message})
+                yield
+            finally:
+                batcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await batcher
+                self._fail_queued(503, "the retrieval server is shutting down")
 
-    def _discard_body(self) -> None:
+        app = FastAPI(
+            title="mopd retrieval server",
+            lifespan=lifespan,
+            docs_url=None,
+            redoc_url=None,
+            openapi_url=None,
+        )
+
+        @app.post("/retrieve")
+        async def retrieve(request: Request) -> Response:
+            try:
+                job = self.parse_request(await self._read_body(request))
+            except _HttpError as e:
+                self._count(rejected=1)
+                return _error(e.status, e.message, close=e.status in (408, 413))
+            self._count(requests=1)
+            if not job.queries:
+                return Response(_render({"result": []}), media_type="application/json")
+            job.future = asyncio.get_running_loop().create_future()
+            self._queue.put_nowait(job)
+            try:
+                status, body = await asyncio.wait_for(
+                    asyncio.shield(job.future), self.request_timeout_s
+                )
+            except asyncio.TimeoutError:
+                return _error(503, f"retrieval timed out after {self.request_timeout_s} s")
+            return Response(body, status_code=status, media_type="application/json")
+
+        @app.get("/health")
+        async def health() -> Response:
+            return Response(_render(self.health()), media_type="application/json")
+
+        @app.exception_handler(StarletteHTTPException)
+        async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+            where = f"{request.method} {request.url.path}"
+            if exc.status_code == 404:
+                return _error(404, f"no such path: {where}; use POST /retrieve or GET /health")
+            if exc.status_code == 405:
+                return _error(405, f"{where} is not allowed; use POST /retrieve or GET /health")
+            return _error(exc.status_code, str(exc.detail))
+
+        @app.exception_handler(Exception)
+        async def internal_error(request: Request, exc: Exception) -> Response:
+            log.exception("retrieval server error")
+            return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+        return app
+
+    async def _read_body(self, request: Request) -> bytes:
+        """The body, refused with a 413 as soon as it is known to exceed ``max_body_bytes``."""
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise _HttpError(400, f"bad Content-Length: {_short(length)}")
+            if int(length) > self.max_body_bytes:
+                raise _HttpError(
+                    413, f"body too large: {length} bytes, at most {self.max_body_bytes}"
+                )
+        chunks, size = [], 0
+        stream = request.stream().__aiter__()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), self.keep_alive_s)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise _HttpError(
+                    408, f"the request body stalled for {self.keep_alive_s} s"
+                ) from None
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _HttpError(413, f"body too large: over {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def parse_request(self, body: bytes) -> _Job:
+        """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) on anything wrong."""
+        req = _parse_json(body)
+        if not isinstance(req, dict):
+            raise _HttpError(400, f"the body must be a JSON object, got {type(req).__name__}")
         try:
-            n = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            n = 0
-        if 0 < n <= self.server_state.max_body_bytes:
-            self.rfile.read(n)
-        elif n:
-            self.close_connection = True
+            parsed = QueryRequest.model_validate(req)
+        except ValidationError as e:
+            raise _HttpError(400, _validation_message(e)) from None
+        queries = parsed.queries
+        if len(queries) > self.max_queries:
+            raise _HttpError(
+                413, f"too many queries: {len(queries)} in one request, at most {self.max_queries}"
+            )
+        for i, q in enumerate(queries):
+            if len(q) > self.max_query_chars:
+                raise _HttpError(
+                    413, f"query {i} too long: {len(q)} characters, at most {self.max_query_chars}"
+                )
+        topk = parsed.topk or self.default_topk  # Search-R1: `if not request.topk` -> default
+        if not 1 <= topk <= self.max_topk:
+            raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
+        return _Job([_clean(q) for q in queries], topk, parsed.return_scores)
 
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+    # -- the batcher --------------------------------------------------------------------------
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self._queue
+        while True:
+            job = self._carry if self._carry is not None else await queue.get()
+            self._carry = None
+            batch, n = [job], len(job.queries)
+            deadline = loop.time() + self.batch_wait_s
+            while n < self.max_batch:
+                try:
+                    wait = deadline - loop.time()
+                    nxt = queue.get_nowait() if wait <= 0 else await asyncio.wait_for(queue.get(), wait)
+                except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                    break
+                if n + len(nxt.queries) > self.max_batch:
+                    self._carry = nxt
+                    break
+                batch.append(nxt)
+                n += len(nxt.queries)
+            try:
+                await loop.run_in_executor(self._executor, self._serve_batch, batch)
+            except Exception as e:  # the batcher must outlive any one batch
+                for job in batch:
+                    _fail(job, e)
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_result(job.reply)
+
+    def _fail_queued(self, status: int, message: str) -> None:
+        jobs = [self._carry] if self._carry is not None else []
+        self._carry = None
+        while self._queue is not None and not self._queue.empty():
+            jobs.append(self._queue.get_nowait())
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_result((status, _error_body(message)))
+
+    def _serve_batch(self, batch: Sequence[_Job]) -> None:
+        """Search for every job of ``batch`` (worker thread) and set each job's reply."""
+        by_topk: dict[int, list[_Job]] = {}
+        for job in batch:
+            by_topk.setdefault(job.topk, []).append(job)
+        for topk, jobs in by_topk.items():
+            try:
+                self._search(jobs, topk)
+            except Exception as e:
+                if len(jobs) == 1:
+                    _fail(jobs[0], e)
+                    continue
+                # Isolate: retry each request alone, so only the one that breaks the retriever fails.
+                for job in jobs:
+                    try:
+                        self._search([job], topk)
+                    except Exception as e_alone:
+                        _fail(job, e_alone)
+
+    def _search(self, jobs: Sequence[_Job], topk: int) -> None:
+        queries = [q for job in jobs for q in job.queries]
+        results = self.retriever.search(queries, top_k=topk)
+        if len(results) != len(queries):
+            raise RuntimeError(f"the retriever answered {len(results)} of {len(queries)} queries")
+        self._count(batches=1, queries=len(queries))
+        start = 0
+        for job in jobs:
+            hits = results[start : start + len(job.queries)]
+            start += len(job.queries)
+            try:
+                job.reply = (200, _render({"result": [self._hits(h, job.return_scores) for h in hits]}))
+            except Exception as e:  # e.g. a NaN score, which JSON cannot carry
+                job.reply = (500, _error_body(f"cannot render the answer: {type(e).__name__}: {e}"))
+
+    def _hits(self, hits: Sequence[Passage], return_scores: bool) -> list[Any]:
+        docs = [self._document(p) for p in hits]
+        if return_scores:
+            return [{"document": d, "score": p.score} for d, p in zip(docs, hits, strict=True)]
+        return docs
+
+    def _document(self, p: Passage) -> dict[str, Any]:
+        if self.documents is not None:
+            doc = self.documents.document(p.id)
+            if doc is not None:
+                return doc
+        return _passage_document(p)
+
+
+def _documents_for(
+    retriever: Retriever, documents: CorpusDocuments | Iterable[Mapping[str, Any]] | None
+) -> CorpusDocuments | None:
+    if isinstance(documents, CorpusDocuments):
+        return documents
+    if documents is not None:
+        return CorpusDocuments.from_rows(documents)
+    source = getattr(retriever, "corpus_source", None)
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+        return CorpusDocuments.from_file(source)
+    return None
+
+
+def _fail(job: _Job, e: Exception) -> None:
+    log.warning("retrieval failed for %d queries: %r", len(job.queries), e)
+    job.reply = (500, _error_body(f"retrieval failed: {type(e).__name__}: {e}"))
+
+
+def _error(status: int, message: str, close: bool = False) -> Response:
+    # Close after a refused body: its unread bytes must not be parsed as the next request.
+    headers = {"connection": "close"} if close else None
+    return Response(_error_body(message), status_code=status, media_type="application/json", headers=headers)
