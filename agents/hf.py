@@ -238,8 +238,15 @@ class HFPolicy:
     # -- sampling ---------------------------------------------------------------------------
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next tokens (B,) and their log-probs (B,) under the distribution sampled from."""
+        """Next tokens (B,) and their log-probs (B,) under the distribution sampled from.
+        Raises ValueError when a row's logits hold NaN or +inf, or are all -inf (a model with
+        non-finite weights): there is no distribution to sample from."""
         logits = logits.float()
+        normaliser = logits.logsumexp(-1)  # NaN, +inf or -inf exactly when a row is unusable
+        if not bool(torch.isfinite(normaliser).all()):
+            bad = int((~torch.isfinite(normaliser)).sum())
+            raise ValueError(f"HFPolicy: the model's next-token logits are NaN or infinite in {bad} of "
+                             f"{len(normaliser)} rows (are its weights finite?); refusing to sample")
         if self.temperature == 0:
             logp = logits.log_softmax(-1)
             tokens = logp.argmax(-1)
