@@ -31,13 +31,21 @@ def _section(text, title):
     return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
+def _links(text):
+    """The relative targets of the markdown links and images in `text`, anchors cut off."""
+    return [link for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+            if "://" not in link]
+
+
 def test_the_readme_is_a_short_guide_that_links_its_notes():
     text = README.read_text()
     assert len(text) <= 12_000, f"README.md has {len(text)} characters; the guide keeps under 12,000"
-    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    links = _links(text)
     assert "docs/micro.md" in links
-    for link in links:
-        assert (ROOT / link).is_file(), f"README.md links to {link}, which does not exist"
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for link in _links(page.read_text()):
+            target = page.parent / link
+            assert target.is_file(), f"{page.relative_to(ROOT)} links to {link}, which does not exist"
 
 
 def test_the_policy_snippet_is_short():
