@@ -1,11 +1,14 @@
-"""Training curves as a picture (team EM, searches per workflow and Teacher KL per step),
-and the paired comparison of two validations of the same questions."""
+"""A learner's metrics.jsonl read back (bad lines skipped, rows of re-run steps dropped on
+resume), training curves as a picture (team EM, searches per workflow and Teacher KL per
+step), and the paired comparison of two validations of the same questions."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PANELS = (
@@ -17,15 +20,44 @@ PANELS = (
 
 def read_metrics(path: str | Path) -> list[dict]:
     """Rows of a JSON-lines file: a learner's metrics.jsonl, or the per-question records of
-    a validation (``algos.trainer.validation_path``); a bad line names the file and line."""
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not a JSON row: {err}") from err
-    return rows
+    a validation (``algos.trainer.validation_path``).
+
+    A line that is not a JSON object (a run killed mid-write leaves half a row; bytes that
+    are not UTF-8) is skipped with a warning naming the file and the line: one bad row
+    must not cost the end-of-run summary or the curves of a whole run."""
+    return [row for _, row in _rows(Path(path))]
+
+
+def truncate_metrics(path: str | Path, step: int) -> int:
+    """Drop the rows of ``path`` (a metrics.jsonl) logged after ``step``, and any bad line,
+    in place; returns how many lines were dropped. A run resumed from the checkpoint of
+    ``step`` logs the later steps again: without this, metrics.jsonl would hold two rows
+    for each of them. Rows without a step are kept. A missing file is left missing."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    lines = sum(1 for raw in path.read_bytes().splitlines() if raw.strip())
+    kept = [row for _, row in _rows(path) if not isinstance(row.get("step"), int) or row["step"] <= step]
+    if len(kept) == lines:
+        return 0
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    os.replace(tmp, path)  # a crash here leaves the old file or the new one, never half of one
+    return lines - len(kept)
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict]]:
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError(f"a row must be a JSON object, not {type(row).__name__}")
+        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            warnings.warn(f"{path}:{n}: skipped a line that is not a JSON row ({err})", stacklevel=3)
+            continue
+        yield n, row
 
 
 def paired_sign_test(before: Sequence[dict], after: Sequence[dict]) -> dict[str, float]:
@@ -60,7 +92,7 @@ def plot_training_curves(paths: Sequence[str | Path], out_png: str | Path) -> Pa
         label = Path(path).parent.name
         for ax, (title, keys) in zip(axes, PANELS):
             for key in keys:
-                pts = [(r["step"], r[key]) for r in rows if key in r]
+                pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r]
                 if pts:
                     xs, ys = zip(*pts)
                     ax.plot(xs, ys, marker="o" if key.startswith("val") else None, ms=3,

@@ -1,5 +1,7 @@
 """Benchmark metrics against hand-computed values."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,59 @@ def test_sign_test_counts_and_p_value_by_hand():
     assert paired_sign_test(before, before)["p_value"] == 1.0
     with pytest.raises(ValueError, match="share no"):
         paired_sign_test(before, [_rec("hotpotqa", 0, (1,))])
+
+
+# ------------------------------------------------------------- a learner's metrics.jsonl
+
+def test_a_bad_metrics_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path):
+    from algos.report import plot_training_curves, read_metrics
+
+    path = tmp_path / "run" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b'{"step": 1, "team/em": 0.5}\n{"step": 2, "team/em": 0.\n\n7\n'
+                     b'{"step": 3, "team/em": "\xff"}\n{"step": 4, "team/em": 0.75}\n')
+    with pytest.warns(UserWarning) as caught:
+        rows = read_metrics(path)
+    assert rows == [{"step": 1, "team/em": 0.5}, {"step": 4, "team/em": 0.75}]
+    assert [str(w.message).split(": ")[0] for w in caught] == [f"{path}:{n}" for n in (2, 4, 5)]
+    with pytest.warns(UserWarning):  # the end-of-run summary draws the curves from the good rows
+        assert plot_training_curves([path], tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_truncate_metrics_drops_rows_after_the_checkpoint_and_bad_lines(tmp_path):
+    from algos.report import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 0, "val/avg@1": 0.1}, {"step": 1, "team/em": 0.2}, {"step": 2, "team/em": 0.3},
+            {"note": "no step"}, {"step": 3, "team/em": 0.4}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "te')  # killed mid-write
+    with pytest.warns(UserWarning, match="metrics.jsonl:6"):
+        assert truncate_metrics(path, 2) == 2
+    assert [json.loads(x) for x in path.read_text().splitlines()] == rows[:4]
+    assert truncate_metrics(path, 2) == 0 and truncate_metrics(tmp_path / "none.jsonl", 2) == 0
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_resume_leaves_one_metrics_row_per_step(tmp_path, tiny_dirs, torch_one_thread):
+    import dataclasses
+
+    from conftest import WORLD, KeywordRetriever
+
+    from algos.config import TrainConfig
+    from algos.trainer import Trainer
+
+    cfg = TrainConfig(stage="team", teacher=tiny_dirs["teacher"], model=tiny_dirs["policy"], steps=2,
+                      questions_per_step=1, group_size=2, max_turn_tokens=8, max_context_tokens=512,
+                      max_waves=1, max_searchers=1, max_searcher_turns=2, num_candidates=2,
+                      val_per_dataset=1, val_datasets=("nq",), eval_every=100, save_every=2,
+                      max_row_tokens=512, generation_batch_size=8, out_dir=str(tmp_path / "run"))
+    Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD)).train(validate_first=False)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    with metrics.open("a") as f:  # step 3 was logged, then the run died before its checkpoint
+        f.write(json.dumps({"step": 3, "stage": "team", "team/em": 0.0}) + "\n")
+    resumed = Trainer(dataclasses.replace(cfg, steps=3), progress=False, retriever=KeywordRetriever(WORLD),
+                      resume=True)
+    assert resumed.step == 2
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [1, 2]
+    resumed.train(validate_first=False)
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [1, 2, 3]
