@@ -36,6 +36,7 @@ from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_p
 from algos.config import TrainConfig
 from algos.freeze import frozen
 from algos.losses import LossOutput, Totals, policy_loss
+from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
@@ -68,17 +69,10 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[
 
 
 def make_retriever(spec: str) -> Any:
-    from envs.search_team import default_retriever
+    """The retriever a ``retriever`` setting names: ``envs.retrieval.make_retriever``."""
+    from envs.retrieval.factory import make_retriever as from_spec
 
-    if spec == "default":
-        return default_retriever()
-    if spec.startswith(("http://", "https://")):
-        from envs.retrieval import RemoteRetriever
-
-        return RemoteRetriever(spec)
-    from envs.retrieval import DenseRetriever
-
-    return DenseRetriever(spec)
+    return from_spec(spec)
 
 
 def load_questions(data: str, datasets: Sequence[str], split: str, limit: int | None = None) -> list[Any]:
@@ -138,6 +132,7 @@ class Trainer:
         if checkpoint is not None:
             state = load_checkpoint(checkpoint, self.optimizer)
             self._set_state(state)
+            truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
         self.writer = _tensorboard(self.out / "tb")
 
     # ------------------------------------------------------------------ setup
