@@ -3,6 +3,7 @@
 client. ``python -m envs.retrieval serve --corpus FILE`` starts the server."""
 
 from envs.retrieval.dense import DenseRetriever, default_encoder_path
+from envs.retrieval.factory import make_retriever
 from envs.retrieval.passage import MemoRetriever, Passage, Retriever, load_corpus
 from envs.retrieval.remote import RemoteRetriever, RetrievalError
 from envs.retrieval.server import RetrievalServer
@@ -17,4 +18,5 @@ __all__ = [
     "Retriever",
     "default_encoder_path",
     "load_corpus",
+    "make_retriever",
 ]
