@@ -86,13 +86,12 @@ def default_tokenizer() -> Any:
     return load_tokenizer()
 
 
-@functools.lru_cache(maxsize=1)
 def default_retriever() -> Any:
-    """MiniLM over the synthetic world's corpus (index cached on disk)."""
-    from envs.data.synthwiki import default_world
-    from envs.retrieval import DenseRetriever
+    """MiniLM over the synthetic world's corpus (index cached on disk), one per process:
+    ``envs.retrieval.factory.default_retriever``."""
+    from envs.retrieval.factory import default_retriever as shared
 
-    return DenseRetriever(default_world().corpus)
+    return shared()
 
 
 @functools.lru_cache(maxsize=1)
