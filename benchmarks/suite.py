@@ -14,33 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from agents.collect import collect
-from agents.registry import make_policy
+from agents.registry import make_policy, register_policy
 from benchmarks.metrics import summarize
 from envs.data import DATASETS, load_qa
 from envs.episode import question_record
+from envs.retrieval.factory import make_retriever
 
 NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "HotpotQA",
          "2wikimultihopqa": "2Wiki", "musique": "MuSiQue", "bamboogle": "Bamboogle"}
 QUICK = {"limit": 20, "runs": 4}
 
 
+def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None, **hf_kwargs: Any) -> Any:
+    """``ckpt:<dir>``: a learner run (its latest checkpoint) or one checkpoint, as HFPolicy."""
+    from agents.hf import HFPolicy
+    from algos.checkpoint import resolve_model_path
+
+    return HFPolicy(resolve_model_path(arg), seed=seed, **hf_kwargs)
+
+
+register_policy("ckpt", _checkpoint_policy)
+
+
 def build_policy(spec: str, seed: int = 0) -> Any:
-    """Registry policies plus ``ckpt:<dir>`` (a learner run or checkpoint, as HFPolicy) and
-    ``sb3:<path>`` (a stable-baselines3 Leader, for the leader role)."""
-    if spec.startswith("sb3:"):
-        from agents.sb3_leader import SB3LeaderPolicy
-
-        return SB3LeaderPolicy(spec[4:], seed=seed)
-    if spec.startswith("ckpt:"):
-        from agents.hf import HFPolicy
-        from algos.checkpoint import resolve_model_path
-
-        return HFPolicy(resolve_model_path(spec[5:]), seed=seed)
-    if "=" in spec and ("ckpt:" in spec or "sb3:" in spec):
-        from agents.router import RoleRouter
-
-        return RoleRouter({role: build_policy(sub, seed) for role, _, sub in
-                           (part.partition("=") for part in spec.split(","))})
+    """A policy from its spec: ``agents.registry.make_policy``, which knows ``ckpt:<dir>``
+    once this module is imported (kept as a name for callers of the suite)."""
     return make_policy(spec, seed=seed)
 
 
@@ -55,19 +53,12 @@ def policy_tokenizer(policy: Any) -> Any:
 
 
 def build_retriever(data: str, corpus: str | None, retriever_url: str | None) -> tuple[Any, str]:
-    if retriever_url:
-        from envs.retrieval import RemoteRetriever
-
-        return RemoteRetriever(retriever_url), retriever_url
-    if corpus:
-        from envs.retrieval import DenseRetriever
-
-        return DenseRetriever(corpus), corpus
-    if data != "synthetic":
+    """The retriever of a suite run (``envs.retrieval.make_retriever``) and how the result
+    files name it."""
+    if data != "synthetic" and not (corpus or retriever_url):
         raise SystemExit(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
-    from envs.search_team import default_retriever
-
-    return default_retriever(), "synthetic world corpus (MiniLM, flat)"
+    spec = retriever_url or corpus or "default"
+    return make_retriever(spec), spec if spec != "default" else "synthetic world corpus (MiniLM, flat)"
 
 
 def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical", data: str = "synthetic",

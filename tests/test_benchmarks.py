@@ -39,3 +39,50 @@ def test_flashrag_directory_with_its_own_corpus(tmp_path, capsys):
     assert summary["meta"]["skipped"] == ["nq"] and summary["meta"]["retriever"] == str(corpus)
     assert summary["datasets"]["hotpotqa"]["avg@k"] == 1.0
     assert "HotpotQA" in capsys.readouterr().out
+
+
+def test_one_policy_registry_serves_agents_and_benchmarks(tiny_dirs, tmp_path):
+    from agents.hf import HFPolicy
+    from agents.registry import POLICY_KINDS, make_policy, register_policy
+    from agents.router import RoleRouter
+    from agents.scripted import ScriptedPolicy
+    from benchmarks.suite import build_policy
+
+    assert "ckpt" in POLICY_KINDS  # the benchmarks' kind lives in the registry, not beside it
+    team = make_policy(f"leader=ckpt:{tiny_dirs['policy']},searcher=scripted,answerer=scripted")
+    assert isinstance(team, RoleRouter)
+    assert isinstance(team.policies["leader"], HFPolicy) and isinstance(team.policies["searcher"], ScriptedPolicy)
+    assert isinstance(build_policy("scripted"), ScriptedPolicy)
+    with pytest.raises(FileNotFoundError, match="no SB3 Leader"):  # sb3: per role, as ckpt:
+        make_policy(f"leader=sb3:{tmp_path / 'none'},searcher=scripted")
+    with pytest.raises(ValueError, match="unknown policy 'gpt:x'.*scripted.*ckpt"):
+        make_policy("gpt:x")
+    register_policy("echo_test", lambda arg, **kw: ("echo", arg, kw["seed"]))
+    try:
+        assert make_policy("answerer=echo_test:hi", seed=3).policies["answerer"] == ("echo", "hi", 3)
+    finally:
+        POLICY_KINDS.pop("echo_test")
+    with pytest.raises(ValueError, match="role name"):
+        register_policy("leader", lambda arg, **kw: None)
+
+
+def test_trainer_env_and_suite_retrievers_come_from_the_one_factory(tmp_path, monkeypatch):
+    import envs.retrieval.factory as factory
+    import envs.search_team
+    from algos.trainer import make_retriever as trainer_retriever
+    from benchmarks.suite import build_retriever
+    from envs.retrieval import RemoteRetriever, make_retriever
+
+    monkeypatch.setattr(factory, "default_retriever", lambda: "the default")
+    assert make_retriever("default") == trainer_retriever("default") == envs.search_team.default_retriever()
+    assert build_retriever("synthetic", None, None) == ("the default", "synthetic world corpus (MiniLM, flat)")
+    remote, desc = build_retriever("synthetic", None, "http://127.0.0.1:1")
+    assert isinstance(remote, RemoteRetriever) and remote.url == "http://127.0.0.1:1/retrieve"
+    assert desc == "http://127.0.0.1:1" and trainer_retriever("https://h:2/r").url == "https://h:2/r"
+    assert make_retriever("http://h:3", timeout=1.5).timeout == 1.5
+    with pytest.raises(SystemExit, match="--corpus FILE or --retriever-url"):
+        build_retriever(str(tmp_path), None, None)
+    with pytest.raises(FileNotFoundError):
+        make_retriever(tmp_path / "no-corpus.jsonl")
+    with pytest.raises(ValueError, match="'default', a corpus JSONL path or an http"):
+        make_retriever(" ")
