@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -62,8 +63,12 @@ class FakeRetriever:
             self.calls.append((len(queries), top_k))
             if len(self.calls) <= self.fail_first:
                 raise RuntimeError("index not ready")
+        self.check(queries)
         time.sleep(self.delay_s)
         return [[Passage(f"{q}#{i}", "T", q, 1.0 - i / 10) for i in range(top_k)] for q in queries]
+
+    def check(self, queries) -> None:
+        """Raise here to fail a whole search call."""
 
 
 def post(url: str, payload, raw: bytes | None = None) -> tuple[int, dict]:
@@ -305,3 +310,154 @@ def test_load_2000_requests_from_16_threads(fake_server):
     assert report.errors == [] and report.error_count == 0
     assert report.ok == report.sent == 2000
     assert srv.stats["requests"] == 2000
+
+
+# -- hostile and broken requests (issue 17, items 7-9) -----------------------------------------
+
+
+class TokenizingRetriever(FakeRetriever):
+    """Fails a whole search call the way a tokenizer does on text it cannot encode, or on a
+    query that names a broken index shard ("boom")."""
+
+    def check(self, queries) -> None:
+        for q in queries:
+            q.encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+            if "boom" in q:
+                raise RuntimeError("shard down")
+
+
+def _hammer(url: str, clients: dict[str, str], rounds: int) -> dict[str, list]:
+    """Every client sends ``rounds`` requests with its query, all clients at once."""
+    answers: dict[str, list] = {name: [] for name in clients}
+    barrier = threading.Barrier(len(clients))
+
+    def client(name: str) -> None:
+        barrier.wait(timeout=30)
+        for _ in range(rounds):
+            answers[name].append(post(url, {"queries": [clients[name]], "return_scores": True}))
+
+    threads = [threading.Thread(target=client, args=(name,)) for name in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return answers
+
+
+def test_a_lone_surrogate_among_15_valid_clients_fails_no_one(fake_server):
+    fake = TokenizingRetriever(delay_s=0.005)
+    srv = fake_server(fake, batch_wait_s=0.01)
+    clients = {f"ok{i}": f"valid query {i}" for i in range(15)} | {"bad": "emoji \ud83d here"}
+    answers = _hammer(srv.url, clients, rounds=10)
+    for name, replies in answers.items():
+        assert [status for status, _ in replies] == [200] * 10, name
+    # The surrogate became U+FFFD before it joined a batch, so the batch stayed whole.
+    assert answers["bad"][0][1]["result"][0][0]["document"]["id"] == "emoji \ufffd here#0"
+    assert max(n for n, _ in fake.calls) > 1  # requests were batched together
+
+
+def test_a_request_that_breaks_the_retriever_fails_alone(fake_server):
+    fake = TokenizingRetriever(delay_s=0.005)
+    srv = fake_server(fake, batch_wait_s=0.01)
+    clients = {f"ok{i}": f"valid query {i}" for i in range(15)} | {"bad": "boom"}
+    answers = _hammer(srv.url, clients, rounds=10)
+    for name, replies in answers.items():
+        if name == "bad":
+            assert replies == [(500, {"error": "retrieval failed: RuntimeError: shard down"})] * 10
+        else:
+            assert [status for status, _ in replies] == [200] * 10, name
+    assert max(n for n, _ in fake.calls) > 1
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"[" * 100_000, "malformed JSON: nested too deeply"),
+        (
+            b'{"queries": ["a"], "topk": ' + b"7" * 5001 + b"}",
+            "malformed JSON: Exceeds the limit (4300 digits) for integer string conversion",
+        ),
+        (b'{"queries": ["a"], "topk": 1e999}', "'topk': Input should be a finite number"),
+        (
+            b'{"queries": ["a"], "topk": ' + b"7" * 4000 + b"}",
+            "'topk' must be in [1, 100], got 7777",
+        ),
+    ],
+    ids=["nested-100000", "int-5001-digits", "float-1e999", "int-4000-digits"],
+)
+def test_hostile_json_gets_a_400_with_one_line(fake_server, raw, message):
+    srv = fake_server(FakeRetriever())
+    status, body = post(srv.url, None, raw)
+    assert status == 400
+    assert body["error"].startswith(message) and "\n" not in body["error"]
+    assert post(srv.url, {"queries": ["a"]})[0] == 200  # and the server still serves
+
+
+def test_big_bodies_get_413_with_or_without_a_length(fake_server):
+    srv = fake_server(FakeRetriever(), max_body_bytes=1000)
+    status, body = post(srv.url, {"queries": ["x" * 2000]})
+    assert status == 413 and body["error"] == "body too large: 2017 bytes, at most 1000"
+    # A chunked body has no Content-Length: it is counted as it arrives.
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    chunks = iter([b'{"queries": ["', b"x" * 600, b"x" * 600, b'"]}'])
+    conn.request("POST", "/retrieve", body=chunks, encode_chunked=True)
+    resp = conn.getresponse()
+    assert resp.status == 413
+    assert json.loads(resp.read()) == {"error": "body too large: over 1000 bytes"}
+    conn.close()
+
+
+def _closed_by_server(sock: socket.socket, limit_s: float = 20.0) -> bool:
+    """Whether the server closes ``sock`` (reads until EOF, at most ``limit_s``)."""
+    sock.settimeout(limit_s)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_silent_connections_are_closed(fake_server):
+    srv = fake_server(FakeRetriever(), keep_alive_s=0.2)
+    threads_before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(64)]
+    try:
+        # 64 idle sockets cost no thread, and a real request still gets through.
+        assert threading.active_count() == threads_before
+        assert post(srv.url, {"queries": ["a"]})[0] == 200
+        assert all(_closed_by_server(s) for s in idle)  # never sent a byte
+    finally:
+        for s in idle:
+            s.close()
+    with socket.create_connection(("127.0.0.1", srv.port)) as slow:  # half a request head
+        slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+        assert _closed_by_server(slow)
+    with socket.create_connection(("127.0.0.1", srv.port)) as stalled:  # half a body
+        stalled.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+        stalled.settimeout(20)
+        reply = b""
+        while chunk := stalled.recv(4096):  # the server closes after its answer
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 408") and b"the request body stalled" in reply
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)  # keep-alive, then idle
+    conn.request("POST", "/retrieve", body=b'{"queries": ["a"]}')
+    assert conn.getresponse().read()
+    assert _closed_by_server(conn.sock)
+    conn.close()
+
+
+def test_bad_settings_are_refused_in_one_line(capsys):
+    from envs.retrieval.__main__ import main
+
+    with pytest.raises(ValueError, match=r"max_body_bytes=0 \(must be a positive integer\)"):
+        RetrievalServer(FakeRetriever(), max_body_bytes=0)
+    with pytest.raises(ValueError, match=r"keep_alive_s=nan"):
+        RetrievalServer(FakeRetriever(), keep_alive_s=float("nan"))
+    # The command line refuses before it loads the corpus (which does not exist here).
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--corpus", "/nonexistent.jsonl", "--max-query-chars", "-5"])
+    assert exit_.value.code == 2
+    assert "max_query_chars=-5" in capsys.readouterr().err

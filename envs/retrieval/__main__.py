@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
     )
     serve.add_argument(
-        "--topk", type=int, default=3, help="topk when a request gives none or 0 (Search-R1's --topk)"
+        "--topk",
+        type=int,
+        default=3,
+        help="topk when a request gives none or 0 (Search-R1's --topk)",
     )
     serve.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
     serve.add_argument("--max-queries", type=int, default=1024, help="most queries per request")

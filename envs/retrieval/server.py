@@ -1,9 +1,11 @@
 """A retrieval HTTP server speaking Search-R1's protocol, on FastAPI and uvicorn.
 
-    POST /retrieve  {"queries": ["q1", ...], "topk": 3, "return_scores": true}
-      -> 200 {"result": [[{"document": {"id": ..., "contents": "\\"Title\\"\\ntext"}, "score": 0.83}, ...], ...]}
-         (with "return_scores": false, the default as in Search-R1, each hit is the bare document)
-    GET /health     -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ..., "rejected": ...}
+    POST /retrieve {"queries": ["q1", ...], "topk": 3, "return_scores": true}
+      -> 200 {"result": [[{"document": {"id": "0", "contents": "\\"Title\\"\\ntext"},
+                            "score": 0.83}, ...], ...]}
+         (with "return_scores": false, the default as in Search-R1, a hit is the bare document)
+    GET /health -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...,
+                        "rejected": ...}
 
 Search-R1 compatibility (``search_r1/search/retrieval_server.py``): the request model is
 Search-R1's, field for field, so the same coercions apply (``"topk": "3"`` is 3,
@@ -119,7 +121,7 @@ class CorpusDocuments:
 
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> CorpusDocuments:
-        """Index in-memory rows (``{"id", "contents", ...}`` or ``{"id", "title", "text", ...}``)."""
+        """Index in-memory rows (``{"id", "contents", ...}`` or ``{"id", "title", "text"}``)."""
         docs = cls()
         docs._rows = []
         for n, row in enumerate(rows, start=1):
@@ -320,7 +322,9 @@ class RetrievalServer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"bad server limit: {name}={value!r} (must be a positive integer)")
         if not 1 <= default_topk <= max_topk:
-            raise ValueError(f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])")
+            raise ValueError(
+                f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])"
+            )
         for name, value in (
             ("batch_wait_s", batch_wait_s),
             ("keep_alive_s", keep_alive_s),
@@ -514,7 +518,7 @@ class RetrievalServer:
         return b"".join(chunks)
 
     def parse_request(self, body: bytes) -> _Job:
-        """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) on anything wrong."""
+        """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) if it is bad."""
         req = _parse_json(body)
         if not isinstance(req, dict):
             raise _HttpError(400, f"the body must be a JSON object, got {type(req).__name__}")
@@ -550,7 +554,11 @@ class RetrievalServer:
             while n < self.max_batch:
                 try:
                     wait = deadline - loop.time()
-                    nxt = queue.get_nowait() if wait <= 0 else await asyncio.wait_for(queue.get(), wait)
+                    nxt = (
+                        queue.get_nowait()
+                        if wait <= 0
+                        else await asyncio.wait_for(queue.get(), wait)
+                    )
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
                     break
                 if n + len(nxt.queries) > self.max_batch:
@@ -588,7 +596,7 @@ class RetrievalServer:
                 if len(jobs) == 1:
                     _fail(jobs[0], e)
                     continue
-                # Isolate: retry each request alone, so only the one that breaks the retriever fails.
+                # Isolate: retry each request alone, so only those that break the retriever fail.
                 for job in jobs:
                     try:
                         self._search([job], topk)
@@ -606,7 +614,10 @@ class RetrievalServer:
             hits = results[start : start + len(job.queries)]
             start += len(job.queries)
             try:
-                job.reply = (200, _render({"result": [self._hits(h, job.return_scores) for h in hits]}))
+                job.reply = (
+                    200,
+                    _render({"result": [self._hits(h, job.return_scores) for h in hits]}),
+                )
             except Exception as e:  # e.g. a NaN score, which JSON cannot carry
                 job.reply = (500, _error_body(f"cannot render the answer: {type(e).__name__}: {e}"))
 
@@ -645,4 +656,6 @@ def _fail(job: _Job, e: Exception) -> None:
 def _error(status: int, message: str, close: bool = False) -> Response:
     # Close after a refused body: its unread bytes must not be parsed as the next request.
     headers = {"connection": "close"} if close else None
-    return Response(_error_body(message), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        _error_body(message), status_code=status, media_type="application/json", headers=headers
+    )
