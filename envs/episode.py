@@ -80,6 +80,8 @@ class Episode:
     final_em: float = 0.0
     """EM of the final answer (what the benchmarks count)."""
     num_searches: int = 0
+    search_failures: int = 0
+    """Searches whose retriever failed (after retries); each Searcher was told and went on."""
     num_waves: int = 0
     input_tokens: int = 0
     """Sum over model calls (turns) of the context length the model read."""
@@ -125,6 +127,7 @@ def question_record(episodes: Sequence[Episode]) -> dict[str, Any]:
         "correct": [ep.final_em for ep in episodes], "team_em": [ep.team_em for ep in episodes],
         "final_answers": [ep.final_answer for ep in episodes], "candidates": [ep.candidates for ep in episodes],
         "searches": [ep.num_searches for ep in episodes], "input_tokens": [ep.input_tokens for ep in episodes],
+        "search_failures": [ep.search_failures for ep in episodes],
         "output_tokens": [ep.output_tokens for ep in episodes],
         "invalid_turns": [ep.invalid_turns for ep in episodes],
     }

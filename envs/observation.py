@@ -1,20 +1,23 @@
-"""What an awaiting agent sees, and applying a batch of whole turns.
+"""What an awaiting agent sees, and the one implementation of a turn.
 
-Both the batched collector (``agents.collect``) and the single-role Gymnasium views
-(``envs.wrappers``) drive SearchTeam cores directly; they share these two functions so
-the observation record and the one-retriever-call-per-batch rule live in one place.
+:func:`apply_turns` is the only way a turn is played, whoever drives the env: the AEC
+``step()`` (one turn), ``raw_env.play_turns`` (one env, many agents), the batched
+collector and the single-role Gymnasium views (many envs at once). Each turn is cut,
+recorded and parsed by the env (``raw_env.begin_turn``); every search the batch asked for
+is answered with one retriever call per retriever (retried, then recorded as failed);
+then each env settles (scores a finished episode, selects its next agent, refreshes its
+agents' ``infos``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-
-from envs import protocol as P
 
 
 @dataclass
@@ -35,6 +38,9 @@ class Observation:
     """Which env copy the agent lives in (the collector's bookkeeping)."""
     decode: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)
     """Turns token ids into text; ``text`` uses it."""
+    info: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The structure the agent knows (``raw_env.view``: question, sub-task, passages,
+    reports, waves left, ...); policies read it instead of parsing ``text``."""
 
     @cached_property
     def text(self) -> str:
@@ -44,35 +50,76 @@ class Observation:
         return self.decode(self.token_ids.tolist())
 
 
+class PreparedTurn(NamedTuple):
+    """A whole turn already cut at its end and budget (``raw_env.prepare_turn``)."""
+
+    ids: list[int]
+    logprobs: list[float] | None
+    note: str
+
+
 def observe(env: Any, agent: str, env_index: int = 0) -> Observation:
     """The record of ``agent``'s context in a SearchTeam env (after reset)."""
-    raw = env.unwrapped
-    role = P.role_of(agent)
-    return Observation(agent=agent, role=role, token_ids=np.asarray(raw.core.context(agent), dtype=np.int64),
-                       stop=P.STOP_STRINGS[role], max_new_tokens=raw.core.turn_budget(agent),
-                       env_index=env_index, decode=raw.tokenizer.decode)
+    return env.unwrapped.turn_observation(agent, env_index)
 
 
 def observe_awaiting(env: Any, env_index: int = 0) -> list[Observation]:
     """One Observation per agent awaiting a turn in ``env``, in cycle order."""
-    return [observe(env, agent, env_index) for agent in env.unwrapped.core.awaiting]
+    return env.unwrapped.turn_observations(env_index)
 
 
 def apply_turns(turns: Sequence[tuple[Any, str, Any]]) -> list[Any]:
     """Apply whole turns ``(env, agent, action)`` in order, then answer every search they
-    asked for with one retriever call per retriever. Returns the cores' TurnResults."""
-    results, searches = [], {}
+    asked for with one retriever call per retriever, then settle each env. Returns the
+    turns' ``envs.team.TurnResult``.
+
+    A retriever that raises is retried ``search_retries`` times (``search_backoff``
+    seconds, doubling); then each of its searches is recorded as failed (the Searcher is
+    told, ``episode.search_failures`` counts it) and the episodes go on. A retriever that
+    answers a different number of result lists than it was given queries breaks its
+    contract: ValueError at once, naming it and the counts.
+    """
+    results, searches, last_agent = [], {}, {}
     for env, agent, action in turns:
         raw = env.unwrapped
-        ids, logprobs, note = raw.prepare_turn(agent, action)
-        result = raw.core.play(agent, ids, logprobs)
-        result.reason = result.reason or note
+        result = raw.begin_turn(agent, action)
         results.append(result)
+        last_agent[id(raw)] = (raw, agent)
         if result.query is not None:
-            searches.setdefault(id(raw.retriever), (raw.retriever, raw.config.top_k, []))[2].append(
-                (raw.core, agent, result.query))
-    for retriever, top_k, pending in searches.values():
-        hits = retriever.search([q for _, _, q in pending], top_k)
-        for (core, agent, _), passages in zip(pending, hits):
-            core.deliver(agent, passages)
+            key = id(raw.retriever)
+            searches.setdefault(key, (raw, []))[1].append((raw, agent, result.query))
+    for first, pending in searches.values():
+        hits, error = search(first.retriever, [q for _, _, q in pending], first.config.top_k,
+                             first.search_retries, first.search_backoff)
+        for k, (raw, agent, _) in enumerate(pending):
+            raw.end_search(agent, None if hits is None else hits[k], error)
+    for raw, agent in last_agent.values():
+        raw.settle(agent)
     return results
+
+
+def search(retriever: Any, queries: list[str], top_k: int, retries: int = 2,
+           backoff: float = 0.1) -> tuple[list[Any] | None, BaseException | None]:
+    """``(one passage list per query, None)``, or ``(None, the last error)`` when every
+    try raised. Raises ValueError when the retriever answers the wrong number of lists."""
+    error: BaseException | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        try:
+            hits = retriever.search(queries, top_k)
+        except Exception as err:  # a timeout, a dropped connection: untrusted, like model output
+            error = err
+            continue
+        count = len(hits) if isinstance(hits, Sequence) else None
+        if count != len(queries):
+            got = "nothing" if hits is None else f"{count} result lists" if count is not None \
+                else f"a {type(hits).__name__}"
+            raise ValueError(f"retriever {type(retriever).__name__}.search answered {got} for "
+                             f"{len(queries)} queries; it must return one list of passages per query")
+        bad = next((i for i, h in enumerate(hits) if not isinstance(h, Sequence) or isinstance(h, str)), None)
+        if bad is not None:
+            raise ValueError(f"retriever {type(retriever).__name__}.search answered a "
+                             f"{type(hits[bad]).__name__} for query {bad}; it must be a list of passages")
+        return [list(h) for h in hits], None
+    return None, error

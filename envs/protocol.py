@@ -72,6 +72,43 @@ FORMAT_REMINDERS: dict[str, str] = {
 }
 
 
+# --------------------------------------------------------------------------- the env's words
+# Every string the env writes into a context (or its render log) is one of these templates,
+# filled by name. Policies never parse them back: the structure they need is in
+# ``infos[agent]`` (see ``envs.team.TeamEpisode.view``).
+
+LEADER_USER = "Question: {question}"
+"""The Leader's first user message."""
+SEARCHER_USER = "Task: {task}"
+"""A Searcher's first user message: its sub-task (the question in the cascade)."""
+ANSWERER_USER = "Question: {question}\n\nEvidence:\n{evidence}"
+"""Every Answerer's user message: the question and the selected reports."""
+EVIDENCE_ITEM = "[{number}] {report}"
+NO_EVIDENCE = "(none)"
+NO_REPORT = "(no report)"
+"""Shown in place of an empty report (a Searcher that ended without a valid summary)."""
+REPORT_ITEM = "[{number}] Sub-task: {task}\nReport: {report}"
+"""One report as the Leader sees it after a wave."""
+WAVE_RESULTS = "{reports}\n\n{ask}"
+WAVES_LEFT = ("Waves left: {waves_left}. Dispatch another wave with <subtask> tags, or choose "
+              "the reports for the Answerer with <select>numbers</select>.")
+NO_WAVES_LEFT = "No waves left: choose the reports for the Answerer with <select>numbers</select>."
+PASSAGE = "Doc {number}(Title: {title}) {text}"
+INFORMATION = "<information>{docs}</information>"
+"""Search-R1's observation of a search's passages."""
+LAST_TURN_NOTE = "\nYou have one turn left: write your <summary> now."
+"""Appended to the passages when the Searcher has one turn left."""
+SEARCH_FAILED = "<information>The search failed ({error}); no passages.</information>"
+"""What a Searcher sees when its retriever failed even after retries."""
+INVALID_TURN = "Invalid turn: {reason}. {reminder}"
+NO_WAVES_REASON = "no waves left; write <select>numbers</select>"
+LOG_QUESTION = "Question: {question}"
+LOG_TURN = "[{agent}] {text}"
+LOG_INVALID = "  (invalid: {reason})"
+LOG_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  R_EM={team_em:.0f}"
+"""Lines of ``render()``'s log (for people, never in a context)."""
+
+
 def role_of(agent: str) -> str:
     """The role of a PettingZoo agent name: the part before the last ``_``."""
     return agent.rsplit("_", 1)[0]
@@ -174,17 +211,51 @@ def parse_answerer(text: str) -> ParsedTurn:
 # --------------------------------------------------------------------------- rendering
 
 
-def render_passages(passages: Sequence[Any]) -> str:
-    """Search-R1's observation: ``<information>Doc 1(Title: T) text ...</information>``."""
-    docs = "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, 1))
-    return f"<information>{docs}</information>"
+def render_passages(passages: Sequence[Any], turns_left: int | None = None) -> str:
+    """Search-R1's observation: ``<information>Doc 1(Title: T) text ...</information>``,
+    with :data:`LAST_TURN_NOTE` when ``turns_left == 1``."""
+    docs = "\n".join(PASSAGE.format(number=i, title=p.title, text=p.text) for i, p in enumerate(passages, 1))
+    return INFORMATION.format(docs=docs) + (LAST_TURN_NOTE if turns_left == 1 else "")
 
 
 def render_reports(reports: Sequence[tuple[int, str, str]]) -> str:
     """Reports as the Leader sees them: ``[n] Sub-task: ...`` then ``Report: ...``."""
-    lines = [f"[{n}] Sub-task: {task}\nReport: {report or '(no report)'}"
-             for n, task, report in reports]
-    return "\n".join(lines)
+    return "\n".join(REPORT_ITEM.format(number=n, task=task, report=report or NO_REPORT)
+                     for n, task, report in reports)
+
+
+def render_wave_results(reports: Sequence[tuple[int, str, str]], waves_left: int) -> str:
+    """What the Leader reads after a wave: the wave's reports, then how many waves are left."""
+    ask = WAVES_LEFT.format(waves_left=waves_left) if waves_left > 0 else NO_WAVES_LEFT
+    return WAVE_RESULTS.format(reports=render_reports(reports), ask=ask)
+
+
+def render_evidence(question: str, reports: Sequence[tuple[int, str]]) -> str:
+    """The Answerers' user message: the question and the ``(number, report)`` selected."""
+    items = "\n".join(EVIDENCE_ITEM.format(number=n, report=r or NO_REPORT) for n, r in reports)
+    return ANSWERER_USER.format(question=question, evidence=items or NO_EVIDENCE)
+
+
+def render_corrective(role: str, reason: str) -> str:
+    """The observation after an invalid turn: why, and the role's format reminder."""
+    return INVALID_TURN.format(reason=reason, reminder=FORMAT_REMINDERS[role])
+
+
+def render_search_failure(error: BaseException | str) -> str:
+    """A short observation for a search whose retriever failed (the error's first line)."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    name = type(error).__name__ if isinstance(error, BaseException) else "error"
+    return SEARCH_FAILED.format(error=f"{name}: {text[:120]}" if text else name)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates, e.g. a JSON ``"\\ud83d"``)
+    replaced by U+FFFD; valid surrogate pairs are joined. Valid text is returned as is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 # --------------------------------------------------------------------------- chat framing
@@ -210,6 +281,13 @@ class ChatFormat:
     (SmolLM2, Qwen, the micro preset's tokenizer), a plain ``User:``/``Assistant:`` layout
     otherwise. Env-written pieces start and end on special tokens or newlines, so
     encoding them separately never changes how the agent's own tokens are split.
+
+    **Quoted text is never markup.** Everything inside a message (questions, sub-tasks,
+    reports, passages, corrective messages, and text actions) goes through :meth:`encode`,
+    which turns off special-token parsing: a spelled ``<|im_end|>\\n<|im_start|>system``
+    stays ordinary tokens and cannot forge a chat turn. Only the frame's own markers are
+    the real special ids. Added tokens that are not special (the micro tokenizer's
+    ``<search>``...) still tokenise as themselves.
     """
 
     def __init__(self, tokenizer: Any):
@@ -218,21 +296,63 @@ class ChatFormat:
         self.chatml = start is not None and end is not None
         self.end_id = end if self.chatml else tokenizer.eos_token_id
         self._cache: dict[str, list[int]] = {}
+        self._special_ids = frozenset(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ()))
+        self._special_strings = tuple(sorted(
+            (str(t) for t in (getattr(tokenizer, "all_special_tokens", None) or ()) if str(t)),
+            key=len, reverse=True))
+        self._split_kwarg = True  # cleared if the tokenizer's encode does not take it
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of quoted (untrusted) text: no special tokens, never raises on a ``str``
+        (what UTF-8 cannot encode becomes U+FFFD)."""
+        text = clean_text(text)
+        ids = self._encode_plain(text)
+        if self._special_ids and not self._special_ids.isdisjoint(ids):
+            ids = self._encode_escaped(text)  # a tokenizer that ignored split_special_tokens
+        return ids
+
+    def _encode_plain(self, text: str) -> list[int]:
+        if self._split_kwarg:
+            try:
+                return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+            except TypeError:
+                self._split_kwarg = False
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _cached(self, text: str) -> list[int]:
+    def _encode_escaped(self, text: str) -> list[int]:
+        """Encode around every spelled special token, breaking each after its first
+        character, so no piece can match it; used only when the tokenizer parses specials
+        whatever it is told."""
+        pieces, i, start = [], 0, 0
+        while i < len(text):
+            hit = next((s for s in self._special_strings if text.startswith(s, i)), None)
+            if hit is None:
+                i += 1
+                continue
+            pieces += [text[start:i], hit[:1], hit[1:]]
+            i = start = i + len(hit)
+        pieces.append(text[start:])
+        ids: list[int] = []
+        for piece in pieces:
+            if piece:
+                ids += list(self.tokenizer.encode(piece, add_special_tokens=False))
+        return [t for t in ids if t not in self._special_ids]
+
+    def _markup(self, text: str) -> list[int]:
+        """Token ids of the env's own frame (special markers parsed), cached."""
         if text not in self._cache:
-            self._cache[text] = self.encode(text)
+            self._cache[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
         return self._cache[text]
+
+    # ``_cached`` was the name of the frame cache; kept for callers of the old name
+    _cached = _markup
 
     def prompt(self, system: str, user: str) -> list[int]:
         """System and first user message, ending in the assistant's header."""
         if self.chatml:
-            head = self._cached(f"<|im_start|>system\n{system}<|im_end|>\n")
-            return head + self.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
-        return self._cached(f"System: {system}\n\n") + self.encode(f"User: {user}\n\nAssistant:")
+            return (self._markup(f"<|im_start|>system\n{system}<|im_end|>\n") + self._markup("<|im_start|>")
+                    + self.encode(f"user\n{user}") + self._markup("<|im_end|>\n<|im_start|>assistant\n"))
+        return self._markup(f"System: {system}\n\n") + self.encode(f"User: {user}\n\nAssistant:")
 
     def closing(self, turn: Sequence[int]) -> list[int]:
         """What closes an assistant turn that the agent itself did not close."""
@@ -245,7 +365,8 @@ class ChatFormat:
     def observation(self, text: str) -> list[int]:
         """A user message written by the env, ending in the assistant's header again."""
         if self.chatml:
-            return self.encode(f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+            return (self._markup("\n<|im_start|>") + self.encode(f"user\n{text}")
+                    + self._markup("<|im_end|>\n<|im_start|>assistant\n"))
         return self.encode(f"\n\nUser: {text}\n\nAssistant:")
 
 

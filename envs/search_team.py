@@ -57,7 +57,7 @@ behaviour log-probs; per episode R_EM, candidates, final answer and cost counter
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -68,15 +68,32 @@ from pettingzoo.utils import wrappers
 
 from envs import protocol as P
 from envs.episode import Episode
+from envs.observation import Observation, PreparedTurn, apply_turns
 from envs.rewards import RewardConfig
-from envs.team import TeamConfig, TeamEpisode
+from envs.team import TeamConfig, TeamEpisode, TurnResult, check_room
 
 STEP_MODES = ("turn", "token")
+MAX_CHARS_PER_TOKEN = 128
+"""A text action is cut to ``turn budget x MAX_CHARS_PER_TOKEN`` characters before it is
+tokenised (no token of SmolLM2's or the micro vocabulary spans more than 81), so a huge
+string costs no more than a full turn."""
 
 
 def env(**kwargs: Any) -> AECEnv:
     """The wrapped environment (order enforcing), the PettingZoo way."""
     return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+
+def make_env(*, wrapped: bool = False, **kwargs: Any) -> Any:
+    """The one env factory: a SearchTeam env with ``raw_env``'s keyword arguments
+    (``wrapped=True`` adds PettingZoo's order enforcing, as :func:`env` does)."""
+    return env(**kwargs) if wrapped else raw_env(**kwargs)
+
+
+def env_fn(**kwargs: Any) -> Callable[[], Any]:
+    """A function that makes one env with these arguments (picklable; for
+    ``agents.collect``, trainers and benchmarks, which make many copies)."""
+    return functools.partial(make_env, **kwargs)
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,6 +144,8 @@ class raw_env(AECEnv):
         max_answerer_turns: int = 2,
         rewards: RewardConfig | dict[str, float] | None = None,
         render_mode: str | None = None,
+        search_retries: int = 2,
+        search_backoff: float = 0.1,
     ):
         super().__init__()
         if step_mode not in STEP_MODES:
@@ -154,6 +173,12 @@ class raw_env(AECEnv):
         self.eos_id = self.chat.end_id
         self.ender = P.TurnEnder(self.tokenizer, [self.eos_id, self.tokenizer.eos_token_id])
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        check_room(self.config, self.chat)
+        if not isinstance(search_retries, int) or search_retries < 0:
+            raise ValueError(f"search_retries must be an int >= 0, got {search_retries!r}")
+        if not np.isfinite(search_backoff) or search_backoff < 0:
+            raise ValueError(f"search_backoff must be a finite number >= 0, got {search_backoff!r}")
+        self.search_retries, self.search_backoff = search_retries, float(search_backoff)
 
         self.possible_agents = self.config.agents
         L, V = self.config.max_context_tokens, self.vocab_size
@@ -202,9 +227,10 @@ class raw_env(AECEnv):
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: {"role": P.role_of(a)} for a in self.agents}
         self._buffers: dict[str, tuple[list[int], list[float] | None]] = {}
-        self._log: list[str] = [f"Question: {self.core.question.question}"]
+        self._log: list[str] = [P.LOG_QUESTION.format(question=self.core.question.question)]
         self._rendered = 0
         self.agent_selection = self.core.awaiting[0]
+        self._update_views()
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         context = self.context(agent)
@@ -215,6 +241,60 @@ class raw_env(AECEnv):
         if self.step_mode == "token":
             out["action_mask"] = self.action_mask(agent)
         return out
+
+    # ------------------------------------------------------------------ the batched API
+    # Collectors, trainers, wrappers and benchmarks drive the env through these (and
+    # ``envs.observation.apply_turns`` across many envs); the AEC ``step`` is one of them.
+
+    @property
+    def awaiting(self) -> list[str]:
+        """The agents that await a turn now, in cycle order (empty before reset and at the end)."""
+        return [] if self.core is None else list(self.core.awaiting)
+
+    @property
+    def done(self) -> bool:
+        """Whether the current episode has ended (False before the first reset)."""
+        return self.core is not None and self.core.done
+
+    @property
+    def phase(self) -> str:
+        """``leader``, ``search``, ``answer`` or ``done`` (``""`` before reset)."""
+        return "" if self.core is None else self.core.phase
+
+    @property
+    def question(self) -> Any:
+        """The current episode's question (``envs.team.Question``), None before reset."""
+        return None if self.core is None else self.core.question
+
+    def view(self, agent: str) -> dict[str, Any]:
+        """The structure ``agent`` knows (question, sub-task, passages, reports, waves
+        left, ...): see ``envs.team.TeamEpisode.view``. ``infos[agent]`` holds it too."""
+        self._require_reset()
+        return self.core.view(agent)
+
+    def turn_budget(self, agent: str) -> int:
+        """Most tokens ``agent``'s next whole turn may have."""
+        self._require_reset()
+        return self.core.turn_budget(agent)
+
+    def turn_observation(self, agent: str, env_index: int = 0) -> Observation:
+        """The record a batched policy gets for ``agent``: its context (whole turns only),
+        stop strings, turn budget and :meth:`view` as ``info``."""
+        self._require_reset()
+        role = P.role_of(agent)
+        return Observation(agent=agent, role=role,
+                           token_ids=np.asarray(self.core.context(agent), dtype=np.int64),
+                           stop=P.STOP_STRINGS[role], max_new_tokens=self.core.turn_budget(agent),
+                           env_index=env_index, decode=self.tokenizer.decode, info=self.core.view(agent))
+
+    def turn_observations(self, env_index: int = 0) -> list[Observation]:
+        """One :meth:`turn_observation` per awaiting agent, in cycle order."""
+        return [self.turn_observation(a, env_index) for a in self.awaiting]
+
+    def play_turns(self, turns: Sequence[tuple[str, Any]]) -> list[TurnResult]:
+        """Apply whole turns ``(agent, action)`` of awaiting agents, then answer their
+        searches in one retriever call: ``apply_turns`` on this env alone."""
+        return apply_turns([(self, agent, action) for agent, action in turns])
 
     def context(self, agent: str) -> list[int]:
         """The agent's context, including the turn it is writing (token mode)."""
@@ -244,18 +324,30 @@ class raw_env(AECEnv):
         self.rewards = dict.fromkeys(self.agents, 0.0)
         if self.step_mode == "token":
             turn = self._token_step(agent, action)
+            if turn is not None:
+                apply_turns([(self, agent, turn)])
         else:
-            turn = self.prepare_turn(agent, action)
-        if turn is not None:
-            self._play(agent, *turn)
+            apply_turns([(self, agent, action)])
         self._accumulate_rewards()
 
-    def prepare_turn(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str]:
+    def prepare_turn(self, agent: str, action: Any) -> PreparedTurn:
         """A whole turn from any accepted action form, cut at its end and at its budget:
-        (token ids, log-probs or None, note). Batched collectors use it with ``core``."""
-        return self._turn_of(agent, action)
+        (token ids, log-probs or None, note). Never raises on the action."""
+        self._require_reset()
+        if isinstance(action, PreparedTurn):
+            return action
+        budget = self.core.turn_budget(agent)
+        ids, lps, note = _turn_ids(action, self.chat, self.vocab_size, budget)
+        end = self.ender.first_end(ids[:budget], P.STOP_STRINGS[P.role_of(agent)])
+        if end is not None and end + 1 < len(ids):
+            note = note or f"{len(ids) - end - 1} tokens after the end of the turn were dropped"
+            ids, lps = ids[: end + 1], None if lps is None else lps[: end + 1]
+        if len(ids) > budget:
+            note = note or f"turn cut to its budget of {budget} tokens"
+            ids, lps = ids[:budget], None if lps is None else lps[:budget]
+        return PreparedTurn(ids, lps, note)
 
-    def _token_step(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str] | None:
+    def _token_step(self, agent: str, action: Any) -> PreparedTurn | None:
         """Append one token; return the whole turn once it has ended."""
         token, logprob = _token_of(action)
         note = ""
@@ -274,40 +366,55 @@ class raw_env(AECEnv):
                 or len(ids) >= budget):
             return None
         del self._buffers[agent]
-        return ids, lps, note
+        return PreparedTurn(ids, lps, note)
 
-    def _turn_of(self, agent: str, action: Any) -> tuple[list[int], list[float] | None, str]:
-        """A whole turn from any accepted action form, cut at its end and its budget."""
-        ids, lps, note = _turn_ids(action, self.chat, self.vocab_size)
-        end = self.ender.first_end(ids, P.STOP_STRINGS[P.role_of(agent)])
-        if end is not None and end + 1 < len(ids):
-            note = note or f"{len(ids) - end - 1} tokens after the end of the turn were dropped"
-            ids, lps = ids[: end + 1], None if lps is None else lps[: end + 1]
-        budget = self.core.turn_budget(agent)
-        if len(ids) > budget:
-            note = note or f"turn cut to its budget of {budget} tokens"
-            ids, lps = ids[:budget], None if lps is None else lps[:budget]
-        return ids, lps, note
+    # The three steps of a turn, in the order ``envs.observation.apply_turns`` calls them;
+    # that function is the only caller, so a turn is done one way in every mode.
 
-    def _play(self, agent: str, ids: list[int], lps: list[float] | None, note: str) -> None:
-        core = self.core
-        seg = core.live[agent]
+    def begin_turn(self, agent: str, action: Any) -> TurnResult:
+        """Cut, record and parse ``agent``'s turn; a search is left pending for
+        :meth:`end_search`. Raises ValueError if ``agent`` does not await a turn."""
+        self._require_reset()
+        ids, lps, note = self.prepare_turn(agent, action)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        result = core.play(agent, ids, lps, text=text)
-        self._log.append(f"[{agent}] {text}")
-        if result.query is not None:
-            passages = self.retriever.search([result.query], self.config.top_k)[0]
-            core.deliver(agent, passages)
-            self._log.append("  " + P.render_passages(passages))
-        elif result.invalid:
-            self._log.append(f"  (invalid: {result.reason})")
+        result = self.core.play(agent, ids, lps, text=text)
+        result.note = note
+        seg = self.core.live[agent]
+        self._log.append(P.LOG_TURN.format(agent=agent, text=text))
+        if result.invalid:
+            self._log.append(P.LOG_INVALID.format(reason=result.reason))
         self.infos[agent] = {"role": seg.role, "kind": result.kind, "invalid": result.invalid,
                              "reason": result.reason, "turn": seg.turns, "wave": seg.wave,
                              "text": text, "note": note}
-        if core.done:
+        return result
+
+    def end_search(self, agent: str, passages: Sequence[Any] | None, error: BaseException | None = None) -> None:
+        """Hand ``agent`` the passages of its pending search, or (``passages`` None) tell
+        it the search failed with ``error``."""
+        if passages is None:
+            self.core.fail_search(agent, error if error is not None else "no answer")
+            self._log.append("  " + P.render_search_failure(error or "no answer"))
+            self.infos[agent] = {**self.infos.get(agent, {}), "search_error": str(error)}
+        else:
+            self.core.deliver(agent, passages)
+            self._log.append("  " + P.render_passages(passages))
+
+    def settle(self, agent: str) -> None:
+        """After a batch of turns (``agent`` played last here): score a finished episode,
+        or select the next awaiting agent after ``agent``; refresh the awaiting agents' infos."""
+        if self.core.done:
             self._finish()
         else:
             self.agent_selection = self._next_agent(agent)
+            self._update_views()
+
+    def _update_views(self) -> None:
+        for a in self.core.awaiting:
+            self.infos[a] = {**self.infos[a], **self.core.view(a)}
+
+    def _require_reset(self) -> None:
+        if self.core is None:
+            raise RuntimeError("call reset() before driving the env")
 
     def _next_agent(self, current: str) -> str:
         """The next awaiting agent after ``current`` in cycle order (round robin)."""
@@ -326,8 +433,8 @@ class raw_env(AECEnv):
         for a in self.agents:
             self.terminations[a] = True
             self.infos[a] = {**self.infos[a], "episode": ep}
-        self._log.append(f"Candidates: {ep.candidates}  final: {ep.final_answer!r}  "
-                         f"gold: {ep.question['golden_answers']}  R_EM={ep.team_em:.0f}")
+        self._log.append(P.LOG_OUTCOME.format(candidates=ep.candidates, final=ep.final_answer,
+                                              gold=ep.question["golden_answers"], team_em=ep.team_em))
         self._log.append("Rewards: " + ", ".join(f"{a}={r:.3f}" for a, r in self.rewards.items()))
         self.agent_selection = self.agents[0]
 
@@ -340,7 +447,7 @@ class raw_env(AECEnv):
             return None
         lines = self._log[self._rendered:] if self.core is not None else ["(not reset)"]
         self._rendered = len(self._log)
-        text = "\n".join(lines) if lines else f"(phase {self.core.phase}, awaiting {self.core.awaiting})"
+        text = P.clean_text("\n".join(lines)) if lines else f"(phase {self.core.phase}, awaiting {self.core.awaiting})"
         if self.render_mode == "human":
             print(text)
             return None
@@ -374,8 +481,11 @@ def _token_of(action: Any) -> tuple[int | None, float | None]:
         return None, None
 
 
-def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int) -> tuple[list[int], list[float] | None, str]:
-    """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn."""
+def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int,
+              budget: int | None = None) -> tuple[list[int], list[float] | None, str]:
+    """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn.
+    With a ``budget``, work stops there: a text is cut to ``budget * MAX_CHARS_PER_TOKEN``
+    characters before it is tokenised, token ids past the budget are not looked at."""
     logprobs = text = None
     if isinstance(action, dict):
         ids, logprobs, text = action.get("token_ids"), action.get("logprobs"), action.get("text")
@@ -388,6 +498,8 @@ def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int) -> tuple[list[int], l
         ids = action
     if ids is None:
         if isinstance(text, str):
+            if budget is not None:
+                text = text[: budget * MAX_CHARS_PER_TOKEN]
             return chat.encode(text), None, ""
         return [], None, f"not a turn: {_short(action)}"
     try:
@@ -396,14 +508,19 @@ def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int) -> tuple[list[int], l
             raise ValueError
     except (TypeError, ValueError):
         return [], None, f"not a 1-D sequence of token ids: {_short(ids)}"
+    full = arr.size
+    if budget is not None:
+        arr = arr[: budget + 1]  # one past the budget, so the cut below can say it cut
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):
         return [], None, f"token ids outside [0, {vocab}): {_short(ids)}"
     out = arr.astype(np.int64).tolist()
     if logprobs is not None:
         try:
-            logprobs = np.asarray(logprobs, dtype=np.float64).reshape(-1).tolist()
+            logprobs = np.asarray(logprobs, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
             logprobs = None
-        if logprobs is not None and (len(logprobs) != len(out) or not np.isfinite(logprobs).all()):
+        if logprobs is not None and (logprobs.size != full or not np.isfinite(logprobs[: len(out)]).all()):
             logprobs = None
+        if logprobs is not None:
+            logprobs = logprobs[: len(out)].tolist()
     return out, logprobs, ""

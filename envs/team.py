@@ -80,6 +80,29 @@ class TeamConfig:
                 + [f"answerer_{j}" for j in range(self.num_candidates)])
 
 
+def check_room(config: TeamConfig, chat: P.ChatFormat) -> None:
+    """Refuse a config whose contexts cannot hold a role's real prompt (with this
+    tokenizer) plus one whole turn: such an env would run out of room in the first turn.
+    Raises ValueError naming the settings and the smallest ``max_context_tokens`` that fits."""
+    prompts = system_prompts(config)
+    roles = sorted({P.role_of(a) for a in config.agents}, key=P.ROLES.index)
+    need, worst = max((len(chat.prompt(prompts[role], "")), role) for role in roles)
+    minimum = need + config.max_turn_tokens + MIN_TURN_ROOM
+    if config.max_context_tokens < minimum:
+        raise ValueError(
+            f"max_context_tokens={config.max_context_tokens} cannot hold the {worst}'s prompt "
+            f"({need} tokens with this tokenizer), a max_turn_tokens={config.max_turn_tokens} turn "
+            f"and {MIN_TURN_ROOM} tokens of room: use max_context_tokens >= {minimum} or a "
+            "smaller max_turn_tokens")
+
+
+def system_prompts(config: TeamConfig) -> dict[str, str]:
+    """Each role's system prompt, filled with the team's budgets."""
+    return {role: text.format(max_searchers=config.max_searchers, max_waves=config.max_waves,
+                              max_searches=config.max_searcher_turns - 1)
+            for role, text in P.SYSTEM_PROMPTS.items()}
+
+
 @dataclass(frozen=True)
 class Question:
     """The minimal view of a QA item the core needs (``envs.data.QAItem`` has it)."""
@@ -108,6 +131,8 @@ class TurnResult:
     reason: str = ""
     query: str | None = None
     """The search query awaiting ``deliver`` (Searcher search turns only)."""
+    note: str = ""
+    """What the env did to the action before playing it (cut at its end or budget, ...)."""
 
 
 class TeamEpisode:
@@ -132,16 +157,22 @@ class TeamEpisode:
         self.awaiting: list[str] = []
         self.pending: dict[str, str] = {}
         """Searchers whose search awaits its passages."""
-        self._wave_reports: list[tuple[int, str, str]] = []
-        self._prompts = {role: text.format(
-            max_searchers=config.max_searchers, max_waves=config.max_waves,
-            max_searches=config.max_searcher_turns - 1) for role, text in P.SYSTEM_PROMPTS.items()}
+        self._wave_reports: list[tuple[int, str, str, int]] = []
+        self.reports_shown: list[tuple[int, str, str, int]] = []
+        """``(number, sub-task, report, wave)`` of every report handed back to the Leader."""
+        self.passages: dict[str, list[list[Any]]] = {}
+        """Each live Searcher's passages, one list per delivered search."""
+        self.queries: dict[str, list[str]] = {}
+        """Each live Searcher's search queries so far."""
+        self._prompts = system_prompts(config)
         if config.workflow == "hierarchical":
-            self._start("leader_0", -1, self.question.question, f"Question: {self.question.question}")
+            self._start("leader_0", -1, self.question.question,
+                        P.LEADER_USER.format(question=self.question.question))
             self.awaiting = ["leader_0"]
         else:
             self.phase = "search"
-            self._start("searcher_0", 0, self.question.question, f"Task: {self.question.question}")
+            self._start("searcher_0", 0, self.question.question,
+                        P.SEARCHER_USER.format(task=self.question.question))
             self.awaiting = ["searcher_0"]
 
     # ------------------------------------------------------------------ queries
@@ -192,16 +223,60 @@ class TeamEpisode:
     def deliver(self, agent: str, passages: Sequence[Any]) -> None:
         """Hand a Searcher the passages of its pending search."""
         self.pending.pop(agent)
+        self.passages[agent].append(list(passages))
         seg = self.live[agent]
         turns_left = self.config.max_searcher_turns - seg.turns
         if turns_left <= 0:
             self._finish_searcher(agent, seg, "", valid=False)
             return
-        note = "\nYou have one turn left: write your <summary> now." if turns_left == 1 else ""
-        if self._observe(seg, P.render_passages(passages) + note):
+        if self._observe(seg, P.render_passages(passages, turns_left)):
             self._await(agent)
         else:
             self._finish_searcher(agent, seg, "", valid=False)
+
+    def fail_search(self, agent: str, error: BaseException | str) -> None:
+        """The retriever failed on ``agent``'s pending search: the Searcher reads a short
+        error message and goes on (the search still counts as made); the episode counts it."""
+        self.pending.pop(agent)
+        self.episode.search_failures += 1
+        seg = self.live[agent]
+        if seg.turns < self.config.max_searcher_turns and self._observe(seg, P.render_search_failure(error)):
+            self._await(agent)
+        else:
+            self._finish_searcher(agent, seg, "", valid=False)
+
+    def view(self, agent: str) -> dict[str, Any]:
+        """What ``agent`` knows, as structure (the AEC env puts it in ``infos[agent]``;
+        policies read it instead of parsing their context):
+
+        ``question`` the team's question; ``task`` the agent's sub-task (the question for
+        the Leader and the Answerers); ``turn`` turns taken in this context; ``turns_left``;
+        Leader: ``reports`` ``[(number, sub-task, report, wave)]`` handed back so far,
+        ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; Searcher:
+        ``passages`` (one list per search delivered, as the retriever gave them),
+        ``queries`` (its searches so far), ``max_searches``; Answerer: ``evidence``
+        ``[(number, report)]`` of the selected reports (empty reports left out).
+        """
+        role = P.role_of(agent)
+        seg = self.live.get(agent)
+        cfg, ep = self.config, self.episode
+        turns = seg.turns if seg is not None else 0
+        view: dict[str, Any] = {"role": role, "question": self.question.question,
+                                "task": seg.task if seg is not None else "", "turn": turns}
+        if role == P.LEADER:
+            view.update(reports=[(n, task, report, wave) for n, task, report, wave in self.reports_shown],
+                        waves_done=ep.num_waves, waves_left=max(0, cfg.max_waves - ep.num_waves),
+                        max_waves=cfg.max_waves, max_searchers=cfg.max_searchers,
+                        turns_left=max(0, cfg.leader_turns - turns))
+        elif role == P.SEARCHER:
+            view.update(passages=[list(ps) for ps in self.passages.get(agent, [])],
+                        queries=list(self.queries.get(agent, [])), max_searches=cfg.max_searcher_turns - 1,
+                        turns_left=max(0, cfg.max_searcher_turns - turns))
+        else:
+            view.update(evidence=[(n, ep.reports[n - 1].strip()) for n in ep.selection
+                                  if ep.reports[n - 1].strip()],
+                        turns_left=max(0, cfg.max_answerer_turns - turns))
+        return view
 
     # ------------------------------------------------------------------ handlers
 
@@ -209,7 +284,7 @@ class TeamEpisode:
         cfg = self.config
         parsed = P.parse_leader(text, len(self.episode.reports), cfg.max_searchers)
         if parsed.kind == "dispatch" and self.episode.num_waves >= cfg.max_waves:
-            parsed = P.ParsedTurn("invalid", reason="no waves left; write <select>numbers</select>")
+            parsed = P.ParsedTurn("invalid", reason=P.NO_WAVES_REASON)
         if parsed.kind == "dispatch":
             self.awaiting.remove(agent)
             self._start_wave(parsed.subtasks)
@@ -229,6 +304,7 @@ class TeamEpisode:
             self.episode.num_searches += 1
             self.awaiting.remove(agent)
             self.pending[agent] = parsed.text
+            self.queries[agent].append(parsed.text)
             return TurnResult("search", query=parsed.text)
         if parsed.kind == "summary":
             self._finish_searcher(agent, seg, parsed.text, valid=True)
@@ -257,7 +333,7 @@ class TeamEpisode:
         self._wave_reports = []
         for i, task in enumerate(subtasks):
             agent = f"searcher_{i}"
-            self._start(agent, wave, task, f"Task: {task}")
+            self._start(agent, wave, task, P.SEARCHER_USER.format(task=task))
             self.awaiting.append(agent)
 
     def _finish_searcher(self, agent: str, seg: Segment, report: str, valid: bool) -> None:
@@ -265,7 +341,7 @@ class TeamEpisode:
         self._retire(agent)
         ep = self.episode
         ep.reports.append(report)
-        self._wave_reports.append((len(ep.reports), seg.task, report))
+        self._wave_reports.append((len(ep.reports), seg.task, report, seg.wave))
         if self.awaiting or self.pending:
             return
         ep.num_waves += 1
@@ -275,13 +351,9 @@ class TeamEpisode:
         self.phase = "leader"
         leader = self.live["leader_0"]
         left = self.config.max_waves - ep.num_waves
-        if left > 0:
-            ask = (f"Waves left: {left}. Dispatch another wave with <subtask> tags, or choose "
-                   "the reports for the Answerer with <select>numbers</select>.")
-        else:
-            ask = "No waves left: choose the reports for the Answerer with <select>numbers</select>."
-        reports = P.render_reports(self._wave_reports)
-        if leader.turns < self.config.leader_turns and self._observe(leader, f"{reports}\n\n{ask}"):
+        waves = [(n, task, report) for n, task, report, _ in self._wave_reports]
+        if leader.turns < self.config.leader_turns and self._observe(leader, P.render_wave_results(waves, left)):
+            self.reports_shown += self._wave_reports
             self._await("leader_0")
         else:
             self._start_answerers(list(range(1, len(ep.reports) + 1)))
@@ -291,8 +363,7 @@ class TeamEpisode:
         ep.selection = selection
         self.awaiting = [a for a in self.awaiting if a != "leader_0"]
         self.phase = "answer"
-        evidence = "\n".join(f"[{n}] {ep.reports[n - 1] or '(no report)'}" for n in selection)
-        user = f"Question: {self.question.question}\n\nEvidence:\n{evidence or '(none)'}"
+        user = P.render_evidence(self.question.question, [(n, ep.reports[n - 1]) for n in selection])
         for j in range(self.config.num_candidates):
             agent = f"answerer_{j}"
             self._start(agent, -1, self.question.question, user)
@@ -335,16 +406,22 @@ class TeamEpisode:
         seg = Segment(agent=agent, role=role, wave=wave, task=task)
         seg.append(self._fit_prompt(self._prompts[role], user), generated=False)
         self.live[agent] = seg
+        if role == P.SEARCHER:
+            self.passages[agent], self.queries[agent] = [], []
         self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 
     def _fit_prompt(self, system: str, user: str) -> list[int]:
-        """The prompt's ids, shortening over-long user text so a turn still fits."""
+        """The prompt's ids, shortening over-long user text so a turn still fits. The
+        env refuses at construction a context too short for the system prompt and a turn
+        (:func:`check_room`), so the result always leaves ``MIN_TURN_ROOM`` tokens."""
         limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
         ids = self.chat.prompt(system, user)
         while len(ids) > limit and len(user) > 16:
             user = user[: int(len(user) * 0.8 * limit / len(ids))] + " ..."
             ids = self.chat.prompt(system, user)
+        if len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
+            ids = self.chat.prompt(system, "")  # even 16 characters did not fit
         return ids
 
     def _observe(self, seg: Segment, text: str) -> bool:
@@ -356,7 +433,7 @@ class TeamEpisode:
         return True
 
     def _corrective(self, role: str, reason: str) -> str:
-        return f"Invalid turn: {reason}. {P.FORMAT_REMINDERS[role]}"
+        return P.render_corrective(role, reason)
 
     def _await(self, agent: str) -> None:
         """Put ``agent`` back among the awaiting, keeping the cycle order."""
