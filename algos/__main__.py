@@ -15,63 +15,121 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from algos.config import PRESETS, TrainConfig
+from algos.preflight import PreflightError
+
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+"""The words ``--set name=value`` takes for a bool field (any case); anything else is refused
+rather than read as False (``freeze_embeddings=ture`` used to train with False)."""
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> typed TrainConfig overrides."""
+    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> typed TrainConfig overrides.
+
+    Each value is parsed by its field's declared type: bools from ``BOOLEANS``, ints,
+    floats, comma-separated tuples, a JSON object for ``env_kwargs``, ``none`` for an
+    optional field. Raises :class:`PreflightError` naming the pair for an unknown name or
+    a value of the wrong kind (range checks are ``TrainConfig``'s)."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or name not in fields:
-            raise SystemExit(f"--set {pair!r}: expected name=value with name one of {sorted(fields)}")
-        default = fields[name].default
-        if default is dataclasses.MISSING:
-            default = fields[name].default_factory()  # type: ignore[misc]
-        if isinstance(default, bool):
-            value: Any = raw.lower() in ("1", "true", "yes")
-        elif isinstance(default, int):
-            value = int(raw)
-        elif isinstance(default, float):
-            value = float(raw)
-        elif isinstance(default, tuple):
-            value = tuple(x for x in raw.split(",") if x)
-        elif raw.lower() == "none":
-            value = None
-        elif default is None and str(fields[name].type).startswith("int"):
-            value = int(raw)
-        else:
-            value = raw
-        out[name] = value
+            raise PreflightError(f"--set {pair!r}: expected name=value with name one of {sorted(fields)}")
+        out[name] = _parse_value(pair, str(fields[name].type), raw)
     return out
+
+
+def _parse_value(pair: str, kind: str, raw: str) -> Any:
+    if kind.endswith("| None") and raw.lower() == "none":
+        return None
+    try:
+        if kind == "bool":
+            if raw.lower() not in BOOLEANS:
+                raise ValueError
+            return BOOLEANS[raw.lower()]
+        if kind.startswith("int"):
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind.startswith("tuple"):
+            return tuple(x for x in raw.split(",") if x)
+        if kind.startswith("dict"):
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
+    except ValueError:
+        wanted = {"bool": f"one of {'/'.join(BOOLEANS)}", "float": "a number",
+                  "dict": 'a JSON object, e.g. {"top_k": 5}'}
+        raise PreflightError(f"--set {pair!r}: expected {wanted.get(kind.split('[')[0], 'an integer')}") from None
+    return raw
+
+
+def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig overrides of a ``train`` command: ``--set`` pairs, then the options
+    that name a field (``--steps 0`` is passed on, for the config to refuse, not ignored)."""
+    overrides = parse_overrides(args.set)
+    for option, name in (("teacher", "teacher"), ("signal", "searcher_signal"), ("steps", "steps")):
+        if getattr(args, option) is not None:
+            overrides[name] = getattr(args, option)
+    return overrides
+
+
+def stage_configs(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, TrainConfig]:
+    """The TrainConfig of every stage this ``train`` command runs, in run order; a bad
+    setting raises :class:`PreflightError` with the config's one-line reason."""
+    from algos.pipeline import stage_config
+
+    stages = (args.stage,) if args.stage else ("teacher", "team")
+    try:
+        return {stage: stage_config(args.preset, stage, _out(args), overrides) for stage in stages}
+    except ValueError as err:
+        raise PreflightError(str(err)) from None
+
+
+def _out(args: argparse.Namespace) -> Path:
+    return Path(args.out or f"runs/{args.preset}")
 
 
 def _train(args: argparse.Namespace) -> int:
     from algos.pipeline import run_pipeline
+    from algos.preflight import check_train_run
 
-    overrides = parse_overrides(args.set)
-    if args.teacher:
-        overrides["teacher"] = args.teacher
-    if args.signal:
-        overrides["searcher_signal"] = args.signal
-    if args.steps:
-        overrides["steps"] = args.steps
-    stages = (args.stage,) if args.stage else ("teacher", "team")
-    out = args.out or f"runs/{args.preset}"
-    run_pipeline(args.preset, out, stages, overrides, resume=args.resume, progress=not args.no_progress)
+    overrides = train_overrides(args)
+    configs = stage_configs(args, overrides)
+    check_train_run(configs, resume=args.resume)  # before the pipeline loads or builds anything
+    run_pipeline(args.preset, _out(args), tuple(configs), overrides, resume=args.resume,
+                 progress=not args.no_progress)
     return 0
+
+
+def _sft(argv: list[str]) -> int:
+    from algos.preflight import check_sft
+    from algos.sft_cli import _parser
+    from algos.sft_cli import main as sft_main
+
+    check_sft(_parser().parse_args(argv))
+    return sft_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "sft":
-        from algos.sft import main as sft_main
+    try:
+        return _dispatch(argv)
+    except PreflightError as err:  # one line, no traceback: the run never started
+        print(f"python -m algos: error: {err}", file=sys.stderr)
+        return 2
 
-        return sft_main(argv[1:])
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "sft":
+        return _sft(argv[1:])
     if argv and argv[0] == "train-leader-sb3":
         from algos.sb3_leader import main as sb3_main
 

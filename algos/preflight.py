@@ -1,0 +1,120 @@
+"""Checks that a training run can start, made before anything loads or builds.
+
+A bad path, a run folder in the wrong state or a retrieval server that does not answer
+would otherwise be found only after minutes of work (the micro preset builds its base
+model first; Stage II starts after Stage I). Each check raises :class:`PreflightError`
+with one line that names the setting and its value. The value checks that need neither
+the filesystem nor the network live in ``TrainConfig.__post_init__``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from algos.checkpoint import latest_checkpoint, resolve_model_path
+from algos.config import TrainConfig
+
+RETRIEVER_TIMEOUT_S = 3.0
+"""How long the retriever probe waits for an answer: a live server answers one query in
+well under a second; a dead host should not hold the command line for long."""
+
+
+class PreflightError(SystemExit):
+    """A run that cannot start: ``str(error)`` is the one-line reason.
+
+    A ``SystemExit``, so that a script which does not catch it stops with that line and
+    no traceback; ``python -m algos`` catches it, prints it and exits with status 2."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
+                    retriever_timeout: float = RETRIEVER_TIMEOUT_S) -> None:
+    """Refuse a ``train`` command whose stages (``{"teacher": cfg, "team": cfg}``, in run
+    order) cannot run: ``--resume`` with nothing to continue, a fresh run over an old one,
+    a Teacher, data folder or corpus that does not exist, a retrieval URL that does not
+    answer within ``retriever_timeout`` seconds."""
+    out_dirs = [Path(cfg.out_dir) for cfg in configs.values()]
+    if resume and not any(latest_checkpoint(d) is not None for d in out_dirs):
+        where = ", ".join(str(d / "checkpoints") for d in out_dirs)
+        raise PreflightError(f"--resume: no run to continue (no checkpoint in {where}); "
+                             "drop --resume to start a new run")
+    if not resume:
+        for d in out_dirs:
+            if (d / "metrics.jsonl").exists():
+                raise PreflightError(f"--out: {d} already holds a run (metrics.jsonl); pass --resume to "
+                                     "continue it, or give another --out")
+    trained_here = {Path(cfg.out_dir) for stage, cfg in configs.items() if stage == "teacher"}
+    probed: set[str] = set()
+    for cfg in configs.values():
+        if cfg.teacher not in (None, "base") and Path(cfg.teacher) not in trained_here:
+            check_teacher(cfg.teacher)
+        if cfg.data != "synthetic" and not Path(cfg.data).is_dir():
+            raise PreflightError(f"data={cfg.data!r}: no such directory (give 'synthetic' or a "
+                                 "FlashRAG-layout folder)")
+        if cfg.retriever not in probed:
+            check_retriever(cfg.retriever, timeout=retriever_timeout)
+            probed.add(cfg.retriever)
+
+
+def check_teacher(teacher: str) -> None:
+    """``teacher`` must be a Stage-I run folder with a checkpoint, or a saved model folder."""
+    path = Path(teacher)
+    if not path.exists():
+        raise PreflightError(f"teacher={teacher!r}: no such file or directory (give a Stage-I run folder, "
+                             "or 'base')")
+    if path.is_dir() and not (Path(resolve_model_path(teacher)) / "config.json").exists():
+        raise PreflightError(f"teacher={teacher!r}: holds neither a checkpoint nor a saved model "
+                             "(config.json)")
+
+
+def check_retriever(spec: str, *, timeout: float = RETRIEVER_TIMEOUT_S) -> None:
+    """``default`` passes; a corpus path must exist; an http(s) URL must answer one query
+    in Search-R1's protocol within ``timeout`` seconds (no retries)."""
+    if spec == "default":
+        return
+    if spec.startswith(("http://", "https://")):
+        from envs.retrieval import RemoteRetriever, RetrievalError
+
+        try:
+            RemoteRetriever(spec, timeout=timeout, retries=0).search(["preflight"], top_k=1)
+        except (RetrievalError, ValueError) as err:
+            reason = " ".join(str(err).split())  # one line, whatever the server said
+            raise PreflightError(f"retriever={spec!r} does not answer: {reason}") from None
+        return
+    if not Path(spec).is_file():
+        raise PreflightError(f"retriever={spec!r}: no such corpus file (give 'default', a corpus JSONL "
+                             "or an http(s) URL)")
+
+
+def check_sft(args: Any) -> None:
+    """Refuse ``python -m algos sft`` settings that would fail or train nonsense (a
+    non-finite or negative learning rate, zero epochs, ...) before the SFT loads a model
+    or builds the micro base. ``args``: the namespace of ``algos.sft_cli``'s parser."""
+    def bad(option: str, value: Any, why: str) -> PreflightError:
+        return PreflightError(f"--{option.replace('_', '-')}={value!r}: {why}")
+
+    for name in ("lr", "context_weight", "skip_search"):
+        value = getattr(args, name, None)
+        if value is not None and not math.isfinite(value):
+            raise bad(name, value, "must be a finite number")
+    if args.lr is not None and not args.lr > 0:
+        raise bad("lr", args.lr, "must be > 0")
+    if args.context_weight is not None and args.context_weight < 0:
+        raise bad("context_weight", args.context_weight, "must be >= 0")
+    if args.skip_search is not None and not 0 <= args.skip_search <= 1:
+        raise bad("skip_search", args.skip_search, "must be in [0, 1]")
+    for name in ("epochs", "batch_tokens", "max_len"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise bad(name, value, "must be >= 1")
+    if args.preset is None and args.episodes is not None and not Path(args.episodes).is_file():
+        raise bad("episodes", str(args.episodes), "no such file")
