@@ -32,10 +32,11 @@ from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
 from algos import advantages as A
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
-from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
+from algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from algos.config import TrainConfig
 from algos.freeze import frozen
 from algos.losses import LossOutput, Totals, policy_loss
+from algos.models import load_model  # noqa: F401  (algos.trainer.load_model too)
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.teacher import load_teacher, score_with_teacher
@@ -56,16 +57,6 @@ def validation_path(out_dir: str | Path, step: int) -> Path:
     """Where a run's validation at ``step`` writes its per-question records (JSONL in the
     format of ``benchmarks.metrics``; step 0 is the base model)."""
     return Path(out_dir) / "validation" / f"step_{step:06d}.jsonl"
-
-
-def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer) of ``name``: a model directory, a run directory (its latest
-    checkpoint), ``smollm2`` or a hub id. A preset's own model name (``algos.config.RECIPES``)
-    is turned into a directory by the command line before the Trainer starts
-    (``algos.config.prepare_model``)."""
-    from agents.models import load_causal_lm
-
-    return load_causal_lm(resolve_model_path(name), dtype=dtype, device=device)
 
 
 def make_retriever(spec: str) -> Any:
@@ -239,20 +230,14 @@ class Trainer:
         with frozen(self.model):  # what the model declares frozen (config.mopd_frozen) stays put
             for m, part in enumerate(parts):
                 where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
-                mb = sorted((trained[i] for i in part), key=lambda r: len(r.token_ids))
-                # the minibatch's denominators, shared by its chunks: chunking cannot change the objective
-                mb_total = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
+                mb = [trained[i] for i in part]
                 self.optimizer.zero_grad(set_to_none=True)
-                for chunk in batches_by_tokens(mb, cfg.max_tokens_per_batch):
-                    out = self._chunk_loss(chunk, mb_total)
-                    if not torch.isfinite(out.loss):
-                        self._abandon(snapshot, f"loss {out.loss.item()} in {where}")
-                    out.loss.backward()
-                    n = sum(r.num_targets for r in chunk)
-                    sums["policy"] += out.policy_loss * mb_total.tokens / total.tokens
-                    sums["kl"] += out.kl * mb_total.kl_tokens / max(total.kl_tokens, 1.0)
-                    sums["clip"] += out.clip_fraction * n / total.tokens
-                    sums["approx_kl"] += out.approx_kl_old * n / total.tokens
+                stats = self._backward(mb, kl_of, snapshot, where)
+                mb_tokens, mb_kl_tokens = stats.pop("tokens"), stats.pop("kl_tokens")
+                sums["policy"] += stats["policy"] * mb_tokens / total.tokens
+                sums["kl"] += stats["kl"] * mb_kl_tokens / max(total.kl_tokens, 1.0)
+                sums["clip"] += stats["clip"] * mb_tokens / total.tokens
+                sums["approx_kl"] += stats["approx_kl"] * mb_tokens / total.tokens
                 if cfg.freeze_embeddings:
                     self.model.get_input_embeddings().weight.grad = None
                 norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
@@ -270,6 +255,30 @@ class Trainer:
         return {"losses/policy": sums["policy"], "losses/kl_teacher": sums["kl"],
                 "losses/clip_fraction": sums["clip"], "losses/approx_kl": sums["approx_kl"],
                 "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": total.tokens}
+
+    def _backward(self, mb: list[Row], kl_of: dict[int, bool] | None = None, snapshot: Any = None,
+                  where: str = "a minibatch") -> dict[str, float]:
+        """Accumulate the gradient of one minibatch's loss, chunk by chunk; returns the
+        minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``, ``loss``) and its
+        ``tokens`` and ``kl_tokens``. Every chunk divides by the minibatch's :class:`Totals`,
+        so the loss and the gradient do not depend on ``max_tokens_per_batch``. A non-finite
+        chunk loss abandons the step (:meth:`_abandon`)."""
+        kl_of = kl_of if kl_of is not None else {id(r): self._kl_applies(r) for r in mb}
+        mb = sorted(mb, key=lambda r: len(r.token_ids))  # similar lengths share a chunk: less padding
+        totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
+        stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
+        for chunk in batches_by_tokens(mb, self.config.max_tokens_per_batch):
+            out = self._chunk_loss(chunk, totals)
+            if not torch.isfinite(out.loss):
+                self._abandon(snapshot, f"loss {out.loss.item()} in {where}")
+            out.loss.backward()
+            share = sum(r.num_targets for r in chunk) / totals.tokens
+            stats["policy"] += out.policy_loss  # chunk shares of the minibatch's means: they add up
+            stats["kl"] += out.kl
+            stats["loss"] += float(out.loss.detach())
+            stats["clip"] += out.clip_fraction * share  # chunk means over its tokens: weighted
+            stats["approx_kl"] += out.approx_kl_old * share
+        return {**stats, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
 
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the parameters and of the optimizer state, for :meth:`_abandon`."""
