@@ -15,6 +15,7 @@ from typing import Any
 
 from algos.advantages import SEARCHER_SIGNALS
 from algos.losses import AGGREGATIONS
+from algos.recipes.micro import preset as micro_recipe
 
 STAGES = ("teacher", "team")
 
@@ -206,27 +207,8 @@ def _check_field_types(config: TrainConfig, bad: Any) -> None:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # A 5.2M-parameter Llama (tied embeddings, a wired copy circuit, lookup heads) with a 4k-token
-    # vocabulary, warmed up by SFT on a scripted team whose Searchers skip the search on 60% of
-    # their tasks (algos.micro), trained on all seven synthetic styles. Larger learning rate and
-    # smaller budgets than the paper so that both stages finish in minutes on 2 cores. Rollouts
-    # at temperature 0.7: at 1.0 a quarter of this model's turns are invalid and no rollout is
-    # right. Validation is greedy on 140 questions, so the base and the trained team are
-    # compared on the same deterministic runs (at temperature 1, one question of 56 was 1.8
-    # points of noise). Learning rate 1.5e-4: in 12 Stage-I steps it moved a skipping base's
-    # log-odds of skipping by 0.85 nats (6e-5: by 0.31). beta 1 (PAPER: 0.01): with 0.01 the
-    # Stage-II Searchers did not move in 12 steps (skip probability 0.551 -> 0.543); with 1,
-    # the usual scale of on-policy distillation, they followed the Teacher (0.55 -> 0.40 in 6).
-    # Frozen embeddings: trained, RL raised rewarded names' own rows and the Answerer's first
-    # answer token on dev evidence got less likely (-4.81 -> -4.94 nats); frozen, more likely
-    # (-4.73). All measured on 2 CPU cores (README, "The micro preset, measured").
-    "micro": dict(model="micro", steps=12, questions_per_step=8, group_size=4, learning_rate=1.5e-4,
-                  beta=1.0, freeze_embeddings=True,
-                  temperature=0.7, minibatches=2, max_turn_tokens=64, max_context_tokens=1024,
-                  max_waves=2, max_searchers=2, max_searcher_turns=3, num_candidates=5,
-                  train_datasets=("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
-                  val_per_dataset=20, val_temperature=0.0, eval_every=12, save_every=6,
-                  max_tokens_per_batch=12288, max_row_tokens=1024, generation_batch_size=64),
+    # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
+    "micro": micro_recipe.TRAIN,
     # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
     # takes about 6 minutes on 2 CPU cores).
     "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
@@ -244,3 +226,24 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
     return TrainConfig(**{**PRESETS[preset], **overrides})
+
+
+RECIPES: dict[str, Any] = {"micro": micro_recipe}
+"""The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
+pipeline, never the learner: ``MODEL`` (the model name its settings train),
+``prepare_model(progress=)`` (builds or reuses that model; returns its directory),
+``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
+``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer).
+A preset without a recipe trains a model that loads by name or path."""
+
+
+def prepare_model(model: str, *, progress: bool = True) -> str:
+    """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
+    directory of that recipe's base, built the first time (minutes) and reused after; any
+    other name or path is returned as is. Called by the command line and
+    :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
+    loads anything."""
+    for recipe in RECIPES.values():
+        if model == recipe.MODEL:
+            return str(recipe.prepare_model(progress=progress))
+    return model

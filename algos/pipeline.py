@@ -5,13 +5,14 @@ validation questions training made better and worse and an exact sign test on th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 from algos.checkpoint import latest_checkpoint
-from algos.config import TrainConfig, preset_config
+from algos.config import TrainConfig, prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.trainer import Trainer, validation_path
 
@@ -29,7 +30,10 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                  overrides: dict[str, Any] | None = None, resume: bool = False, progress: bool = True,
                  log=print, retriever: Any = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
-    ``retriever``: an object with ``search`` used instead of the config's (tests)."""
+    A preset's own model name (``micro``) is prepared (its base built or reused,
+    :func:`algos.config.prepare_model`) once the stage's settings are validated, and the
+    Trainer gets its directory. ``retriever``: an object with ``search`` used instead of the
+    config's (tests)."""
     start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -37,6 +41,8 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     summary: dict[str, Any] = {"preset": preset, "stages": {}}
     for stage in stages:
         cfg = stage_config(preset, stage, out, overrides)
+        # the settings are valid: now a preset's own model (micro's base) may be built
+        cfg = dataclasses.replace(cfg, model=prepare_model(cfg.model, progress=progress))
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
                                     "or pass --set teacher=base")

@@ -4,34 +4,28 @@ Each segment of an episode is one training row: its exact token ids (never re-to
 trained where ``loss_mask == 1``, the tokens the agent generated itself: the same mask the
 RL learner uses, so prompts, retrieved passages and reports handed over never enter the
 loss (PITFALLS 1), unless ``context_weight`` asks for language-model pre-training on them
-(for a model that starts from random weights, like the micro preset's). The loss is the token-mean negative log-likelihood over the masked
-tokens of a batch, computed by :func:`agents.hf.token_logprobs`, the function the learner
-scores with.
+(for a model that starts from random weights). The loss is the token-mean negative
+log-likelihood over the masked tokens of a batch, computed by :func:`agents.hf.token_logprobs`,
+the function the learner scores with. Parameters the model declares frozen in its config
+(``algos.freeze``) stay exactly as they are.
 
 >>> losses = sft(model, load_episodes("scripted.jsonl"), epochs=2, lr=1e-3)  # doctest: +SKIP
 
-Command line (``python -m algos sft``)::
-
-    python -m algos sft --episodes FILE.jsonl [--model smollm2|micro|PATH] [--epochs N] [--out DIR]
-    python -m algos sft --preset micro [--out DIR]    # = algos.micro.build_micro_base
+The command line (``python -m algos sft``) is :mod:`algos.sft_cli`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
-import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from agents.hf import token_logprobs
-from agents.induction import frozen_if_wired
-from envs.episode import Episode, load_episodes
+from algos.freeze import frozen
+from envs.episode import Episode
 
 Row = tuple[list[int], list[int]]
 """One training row: token ids and their loss mask (1 = trained on)."""
@@ -159,9 +153,9 @@ def sft(
     ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
     ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
     ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
-    tokens only). ``seed`` fixes the batch order. A wired copy circuit
-    (``agents.induction``, the micro model's) is kept frozen: SFT learns when to copy, not
-    how. The model is left in eval mode.
+    tokens only). ``seed`` fixes the batch order. What the model's config declares frozen
+    (``mopd_frozen``, :mod:`algos.freeze`) stays exactly as it is. The model is left in eval
+    mode.
     """
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
@@ -203,7 +197,7 @@ def sft(
     losses: list[float] = []
     model.train()
     try:
-        with frozen_if_wired(model):
+        with frozen(model):
             for batch in (b for epoch_batches in plan for b in epoch_batches):
                 input_ids, attention_mask, targets = (
                     t.to(device) for t in collate([rows[i] for i in batch], pad_id))
@@ -227,89 +221,3 @@ def _progress(total: int, show: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="sft", unit="step", disable=not show)
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def _load_model(name: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: ``micro`` is a fresh micro model with the micro tokenizer,
-    wired like the preset's base (``algos.micro.BUILD_DEFAULTS``: copy circuit, lookup
-    heads); anything else goes to :func:`agents.models.load_causal_lm`."""
-    if name == "micro":
-        from algos.micro import BUILD_DEFAULTS, micro_model, micro_tokenizer
-
-        tokenizer = micro_tokenizer()
-        model = micro_model(tokenizer, induction=BUILD_DEFAULTS["induction"],
-                            lookup=BUILD_DEFAULTS["lookup"])
-        return model, tokenizer
-    from agents.models import load_causal_lm
-
-    return load_causal_lm(name)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m algos sft",
-        description="Supervised fine-tuning on the generated tokens (loss_mask == 1) of "
-                    "recorded episodes, or --preset micro to build the CPU micro base model.")
-    parser.add_argument("--episodes", type=Path, help="episodes JSONL (envs.episode.save_episodes)")
-    parser.add_argument("--preset", choices=["micro"],
-                        help="micro: build the micro base (scripted-team episodes, micro "
-                             "tokenizer and model; algos.micro.build_micro_base); the "
-                             "training options below override its own defaults")
-    parser.add_argument("--model", default="smollm2",
-                        help="smollm2 (default), micro (a fresh micro model, wired like the "
-                             "preset's base; the episodes must use the micro tokenizer), or a "
-                             "model directory / hub id")
-    parser.add_argument("--epochs", type=int, help="passes over the data (default 1)")
-    parser.add_argument("--lr", type=float, help="peak learning rate (default 1e-4)")
-    parser.add_argument("--batch-tokens", type=int, help="padded tokens per step (default 8192)")
-    parser.add_argument("--context-weight", type=float,
-                        help="weight of the context tokens' NLL (default 0: generated tokens only)")
-    parser.add_argument("--max-len", type=int, help="longest row in tokens (default: the model's)")
-    parser.add_argument("--skip-search", type=float,
-                        help="--preset micro: share of Searcher tasks the imitated scripted team "
-                             "reports on without searching (default 0.6; 0: a team that always searches)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
-    parser.add_argument("--no-progress", action="store_true")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m algos sft ...``; returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    progress = not args.no_progress
-    given = {key: value for key, value in (
-        ("epochs", args.epochs), ("lr", args.lr), ("batch_tokens", args.batch_tokens),
-        ("context_weight", args.context_weight)) if value is not None}
-    if args.preset == "micro":
-        from algos.micro import build_micro_base
-
-        if args.skip_search is not None:
-            given["skip_search"] = args.skip_search
-        print(build_micro_base(args.out, seed=args.seed, progress=progress, **given))
-        return 0
-    if args.episodes is None:
-        parser.error("give --episodes FILE.jsonl (or --preset micro)")
-    if not args.episodes.exists():
-        parser.error(f"--episodes {args.episodes} does not exist")
-    episodes = load_episodes(args.episodes)
-    model, tokenizer = _load_model(args.model)
-    settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
-                "max_len": args.max_len, "seed": args.seed}
-    started = time.perf_counter()
-    losses = sft(model, episodes, progress=progress, **settings)
-    out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    record = {"episodes": str(args.episodes), "model": args.model, **settings,
-              "steps": len(losses), "losses": losses,
-              "seconds": round(time.perf_counter() - started, 1)}
-    (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
-    first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
-    print(f"{len(losses)} steps, loss {first:.3f} -> {last:.3f}; saved to {out}")
-    return 0

@@ -24,7 +24,7 @@ from algos.roles import RoleRule, rule_of, rules_for
 def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str = "float32") -> Any:
     """The frozen Teacher model. ``teacher``: ``"base"`` (then ``base_model``, the policy's
     own starting point), a Stage-I run directory (its latest checkpoint) or a model path."""
-    from algos.trainer import load_model
+    from algos.models import load_model
 
     model, _ = load_model(base_model if teacher == "base" else teacher, device, dtype)
     return freeze(model)

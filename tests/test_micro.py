@@ -11,16 +11,14 @@ import pytest
 import torch
 from conftest import QUESTION, WORLD, Doc, KeywordRetriever
 
-from algos.micro import (
-    MICRO_ENV,
+from algos.recipes.micro.build import build_micro_base
+from algos.recipes.micro.episodes import EosScripted, micro_env_fn, spaced_tags
+from algos.recipes.micro.model import micro_model
+from algos.recipes.micro.settings import ENV
+from algos.recipes.micro.tokenizer import (
     PROTOCOL_TOKENS,
     SPECIAL_TOKENS,
-    _EosScripted,
-    build_micro_base,
-    micro_env_fn,
-    micro_model,
     micro_tokenizer,
-    spaced_tags,
     train_micro_tokenizer,
 )
 from envs import protocol as P
@@ -85,11 +83,11 @@ def test_scripted_team_plays_the_micro_env_and_closes_dispatches_with_eos(tok):
     from agents.collect import collect
 
     env_fn = micro_env_fn(tok, "hierarchical", KeywordRetriever(WORLD), questions=[QUESTION])
-    [[ep]] = collect(env_fn, _EosScripted(tok), [QUESTION])
+    [[ep]] = collect(env_fn, EosScripted(tok), [QUESTION])
     assert ep.team_em == 1.0 and ep.invalid_turns == 0 and ep.num_searches >= 1
-    assert ep.num_waves <= MICRO_ENV["max_waves"]
+    assert ep.num_waves <= ENV["max_waves"]
     for seg in ep.segments:
-        assert len(seg.token_ids) <= MICRO_ENV["max_context_tokens"]
+        assert len(seg.token_ids) <= ENV["max_context_tokens"]
     leader = ep.segments_of(P.LEADER)[0]
     # the wave's EOS is generated (mask 1); a Searcher's closing EOS is the env's (mask 0)
     ends = [i for i, t in enumerate(leader.token_ids) if t == tok.eos_token_id and leader.loss_mask[i]]
@@ -167,7 +165,6 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     assert action.token_ids and isinstance(action.text, str)
     # SFT made the protocol likely: a Searcher's opening tag scores far better than before
     from agents.hf import sequence_logprobs
-    from algos.micro import micro_model
 
     turn = loaded.encode("<search>", add_special_tokens=False)
     seq = list(obs.token_ids) + turn
@@ -182,7 +179,7 @@ def test_tiny_build_end_to_end(tmp_path, tok):
 
 def test_the_base_imitates_right_episodes_and_every_skipped_search():
     from agents.scripted import SKIPPED_REPORT
-    from algos.micro import imitated
+    from algos.recipes.micro.episodes import imitated
     from envs.episode import Episode
 
     right = Episode({}, "cascade", team_em=1.0, reports=["Ana was born in Velm."])
@@ -194,7 +191,8 @@ def test_the_base_imitates_right_episodes_and_every_skipped_search():
 @pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
 def test_skip_probability_is_summary_against_search_at_each_first_searcher_turn(tok, workflow):
     from agents.collect import observations_of
-    from algos.micro import _questions, searcher_skip_probability
+    from algos.recipes.micro.episodes import questions
+    from algos.recipes.micro.measure import searcher_skip_probability
 
     model = micro_model(tok, hidden_size=64, num_layers=2, num_heads=2).eval()
     retriever = synthetic_keyword_retriever()
@@ -204,10 +202,10 @@ def test_skip_probability_is_summary_against_search_at_each_first_searcher_turn(
     assert len(probabilities) == 7 if workflow == "cascade" else len(probabilities) >= 7
     # By hand for the first question: its first Searcher context, the two tags' logits.
     env = micro_env_fn(tok, workflow, retriever)()
-    env.reset(seed=0, options={"question": _questions("dev", 1)[0]})
+    env.reset(seed=0, options={"question": questions("dev", 1)[0]})
     observations = observations_of(env)
     if workflow == "hierarchical":
-        env.step(_EosScripted(tok).act(observations)[0])
+        env.step(EosScripted(tok).act(observations)[0])
         observations = observations_of(env)
     first = next(o for o in observations if o.role == P.SEARCHER)
     with torch.no_grad():
@@ -227,3 +225,32 @@ def test_default_build_needs_the_default_retriever():
         build_micro_base(retriever=object())
     with pytest.raises(ValueError, match="skip_search must be in"):
         build_micro_base(skip_search=1.5)
+
+
+def test_an_older_build_gets_its_circuits_freeze_declared_on_reuse(tmp_path, tok):
+    """A base built before models declared their frozen parameters is reused as it is, with
+    the declaration its wired circuit implies written into its config (RL then keeps the
+    circuit frozen, as before); a base without a circuit gets none."""
+    from algos.freeze import FROZEN_KEY
+    from algos.recipes.micro.circuit import frozen_entries
+
+    for wired in (True, False):
+        out = tmp_path / f"old-{wired}"
+        model = micro_model(tok, hidden_size=64, num_layers=3, num_heads=2, induction=wired,
+                            lookup=wired)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        (out / "micro_build.json").write_text("{}")
+        config = json.loads((out / "config.json").read_text())
+        assert (FROZEN_KEY in config) == wired
+        config.pop(FROZEN_KEY, None)
+        (out / "config.json").write_text(json.dumps(config))
+        weights = sorted(p.read_bytes() for p in out.glob("*.safetensors"))
+        assert build_micro_base(out, retriever=object(), progress=False) == out
+        again = json.loads((out / "config.json").read_text())
+        if wired:
+            assert again[FROZEN_KEY] == frozen_entries(model.config) == model.config.mopd_frozen
+        else:
+            assert FROZEN_KEY not in again
+        assert {k: v for k, v in again.items() if k != FROZEN_KEY} == config
+        assert sorted(p.read_bytes() for p in out.glob("*.safetensors")) == weights

@@ -1,5 +1,6 @@
 """SFT: the loss is the masked NLL and nothing else, it learns, rows are cut and batched
-as documented, and the command line trains and saves a model."""
+as documented, the command line trains and saves a model, and what a model declares frozen
+stays frozen."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from agents.models import tiny_causal_lm
-from algos.sft import batches, collate, main, sft, sft_loss, sft_rows
+from algos.sft import batches, collate, sft, sft_loss, sft_rows
+from algos.sft_cli import main
 from envs.episode import Episode, Segment, save_episodes
 
 V = 48
@@ -174,7 +176,7 @@ def test_out_of_vocabulary_ids_are_refused():
 def test_command_line_trains_and_saves(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from algos.micro import micro_tokenizer
+    from algos.recipes.micro.tokenizer import micro_tokenizer
 
     tokenizer = micro_tokenizer()
     model_dir = tmp_path / "base"
@@ -200,16 +202,16 @@ def test_command_line_trains_and_saves(tmp_path):
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
-    from algos.sft import _load_model
+    from algos.sft_cli import load_model
 
-    model, tokenizer = _load_model("micro")
+    model, tokenizer = load_model("micro")
     assert model.config.vocab_size == len(tokenizer)
     assert model.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1, 2, 3],
                                       "lookup_heads": [0, 1, 2, 3], "lookup_layer": 2}
 
 
 def test_sft_keeps_a_wired_copy_circuit_frozen_and_trains_the_rest():
-    from agents.induction import ROPE_THETA, wire_induction_heads
+    from algos.recipes.micro.circuit import ROPE_THETA, wire_induction_heads
 
     model = tiny_causal_lm(V, hidden_size=128, num_layers=3, num_heads=4, seed=0,
                            tie_word_embeddings=True, attention_bias=True, rope_theta=ROPE_THETA)

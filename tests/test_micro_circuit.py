@@ -1,13 +1,15 @@
-"""The hand-wired copy circuit (agents.induction): it copies at initialisation, matching two
-tokens beats matching one where tokens recur, its look-back heads look exactly 1 and 2
-positions back, training inside ``frozen_circuit`` leaves it intact, it survives
-save/load, and models it cannot wire are refused with the reason."""
+"""The micro recipe's hand-wired copy circuit (algos.recipes.micro.circuit): it copies at
+initialisation, matching two tokens beats matching one where tokens recur, its look-back
+heads look exactly 1 and 2 positions back, the model declares what of it stays frozen and
+training inside ``algos.freeze.frozen`` leaves it intact, it survives save/load, and models
+it cannot wire are refused with the reason."""
 
 import pytest
 import torch
 
-from agents.induction import ROPE_THETA, frozen_circuit, wire_induction_heads
 from agents.models import tiny_causal_lm
+from algos.freeze import frozen
+from algos.recipes.micro.circuit import ROPE_THETA, frozen_entries, wire_induction_heads
 
 VOCAB = 2048
 
@@ -67,12 +69,12 @@ def test_look_back_heads_attend_one_and_two_positions_back_over_the_whole_contex
 
 
 def _train_frozen(model, ids, steps: int = 3):
-    """``steps`` AdamW steps of language modelling on ``ids`` inside ``frozen_circuit``; returns
+    """``steps`` AdamW steps of language modelling on ``ids`` inside ``frozen``; returns
     ``moved(name, index)``: whether that slice of a parameter changed."""
     model.train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    with frozen_circuit(model):
+    with frozen(model):
         for _ in range(steps):
             optimizer.zero_grad()
             model(ids, labels=ids).loss.backward()
@@ -81,7 +83,7 @@ def _train_frozen(model, ids, steps: int = 3):
     return lambda name, index=slice(None): not torch.equal(params[name][index], before[name][index])
 
 
-def test_training_inside_frozen_circuit_keeps_the_circuit_and_moves_the_rest():
+def test_training_inside_frozen_keeps_the_circuit_and_moves_the_rest():
     model = _model(num_layers=3)
     ids, _ = _repeats(batch=2, length=128)
     moved = _train_frozen(model, ids)
@@ -111,10 +113,10 @@ def test_training_inside_frozen_circuit_keeps_the_circuit_and_moves_the_rest():
     assert params[layer1 + "k_proj.weight"].grad[:128].abs().sum() > 0
 
 
-def test_frozen_circuit_needs_a_wired_model():
+def test_frozen_entries_need_a_wired_model():
     with pytest.raises(ValueError, match="no wired circuit"):
-        with frozen_circuit(_model(wired=False)):
-            pass
+        frozen_entries(_model(wired=False).config)
+    assert not getattr(_model(wired=False).config, "mopd_frozen", None)  # a plain model trains whole
 
 
 def test_wired_model_round_trips_through_save_pretrained(tmp_path):
@@ -205,7 +207,7 @@ def test_lookup_heads_learn_where_to_copy_from_their_queries_alone():
     assert accuracy_before < 0.05 and accuracy_after > 0.3, (accuracy_before, accuracy_after)
 
 
-def test_frozen_circuit_keeps_lookup_keys_values_and_the_space_they_read():
+def test_frozen_keeps_lookup_keys_values_and_the_space_they_read():
     model = _small()
     moved = _train_frozen(model, _pointer_batch(torch.Generator().manual_seed(1), batch=4)[0])
     params = dict(model.named_parameters())
@@ -227,8 +229,7 @@ def test_lookup_layout_survives_save_pretrained(tmp_path):
     loaded = LlamaForCausalLM.from_pretrained(tmp_path)
     assert loaded.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1],
                                        "lookup_heads": [0, 1], "lookup_layer": 2}
-    with frozen_circuit(loaded):  # the layout is read back from the saved config
-        pass
+    assert loaded.config.mopd_frozen == model.config.mopd_frozen  # the freeze travels with it
 
 
 def test_lookup_layer_must_follow_the_induction_heads():
@@ -237,3 +238,44 @@ def test_lookup_layer_must_follow_the_induction_heads():
     with pytest.raises(ValueError, match="lookup_layer=1"):
         wire_induction_heads(model, prev_heads=(0,), induction_heads=(0,), lookup_heads=(0,),
                              lookup_layer=1)
+
+
+def test_the_micro_layout_declares_exactly_its_circuit():
+    """The micro base's layout (hidden 256, 8 heads of 32, look-back heads 0-1, induction and
+    lookup heads 0-3, lookup layer 2), written out by hand."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(hidden_size=256, num_attention_heads=8, induction={
+        "prev_heads": [0, 1], "induction_heads": [0, 1, 2, 3], "lookup_heads": [0, 1, 2, 3],
+        "lookup_layer": 2})
+    rows = ["0:32", "32:64", "64:96", "96:128"]
+    expected = ["model.embed_tokens.weight[:, 192:]", "model.layers.1.input_layernorm.weight",
+                "model.layers.0.*"]
+    for r in rows:
+        expected += [f"model.layers.1.self_attn.{p}.{k}[{r}]"
+                     for p in ("q_proj", "k_proj", "v_proj") for k in ("weight", "bias")]
+    expected += ["model.layers.2.input_layernorm.weight",
+                 "model.layers.1.self_attn.o_proj.weight[192:, :]",
+                 "model.layers.1.mlp.down_proj.weight[192:, :]"]
+    for r in rows:
+        expected += [f"model.layers.2.self_attn.{p}.{k}[{r}]"
+                     for p in ("k_proj", "v_proj") for k in ("weight", "bias")]
+    assert frozen_entries(config) == expected
+
+
+def test_a_wired_model_freezes_the_elements_the_circuit_needs():
+    """Frozen element counts of a wired 256-wide model (2 look-back, 4 induction heads), by hand."""
+    from algos.freeze import frozen_masks
+
+    model = _model(num_layers=3)
+    masks = frozen_masks(model)
+    zeros = {name: int((mask == 0).sum()) for name, mask in masks.items()}
+    layer0 = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.layers.0."))
+    assert sum(v for n, v in zeros.items() if n.startswith("model.layers.0.")) == layer0
+    assert zeros["model.embed_tokens.weight"] == VOCAB * 64        # S: the last 2 x 32 dims
+    assert zeros["model.layers.1.input_layernorm.weight"] == 256
+    for proj in ("q_proj", "k_proj", "v_proj"):                    # heads 0-3: 128 rows
+        assert zeros[f"model.layers.1.self_attn.{proj}.weight"] == 128 * 256
+        assert zeros[f"model.layers.1.self_attn.{proj}.bias"] == 128
+    assert "model.layers.1.self_attn.o_proj.weight" not in zeros   # how much they copy trains
+    assert not any(n.startswith("model.layers.2.") for n in zeros)  # no lookup heads

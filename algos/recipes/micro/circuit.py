@@ -59,12 +59,13 @@ matching one 75% (``tests/test_induction.py``).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from algos.freeze import declare_frozen
 
 ROPE_THETA = 200.0 ** 16
 """RoPE base at which frequency pair 0 turns 1 rad per position, pair 1 0.005 rad (one turn
@@ -94,7 +95,8 @@ def wire_induction_heads(
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
     ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``
-    (saved with the model) for :func:`frozen_circuit`.
+    and what must stay frozen (:func:`frozen_entries`) in ``model.config.mopd_frozen``, both
+    saved with the model, so SFT and RL (``algos.freeze``) keep the circuit as it is.
 
     The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back and writes that token into
     its own block of S (``head_dim`` residual dimensions each). Heads ``induction_heads`` of
@@ -191,17 +193,16 @@ def wire_induction_heads(
     cfg.induction = {"prev_heads": list(prev_heads), "induction_heads": list(induction_heads)}
     if lookup_heads:
         cfg.induction.update(lookup_heads=list(lookup_heads), lookup_layer=lookup_layer)
+    declare_frozen(model, frozen_entries(cfg))
     return model
 
 
-@contextlib.contextmanager
-def frozen_circuit(model: Any) -> Iterator[None]:
-    """Inside the block, gradients never reach the wired circuit of ``model`` (its layout
-    from ``model.config.induction``): all of layer 0 (so it adds the looked-back tokens and
-    nothing else), the embeddings' S dimensions, layer 1's input norm, and the queries, keys
-    and values of the induction heads. Every other weight trains as usual, including how
-    strongly the induction heads write (their ``o_proj`` columns). With AdamW and no weight
-    decay, a zero gradient leaves a weight exactly where it was, so SFT learns *when* to
+def frozen_entries(config: Any) -> list[str]:
+    """What of a wired model stays frozen, as ``algos.freeze`` entries, from the layout in
+    ``config.induction``: all of layer 0 (so it adds the looked-back tokens and nothing
+    else), the embeddings' S dimensions, layer 1's input norm, and the queries, keys and
+    values of the induction heads. Every other weight trains as usual, including how
+    strongly the induction heads write (their ``o_proj`` columns), so SFT learns *when* to
     copy without unlearning *how*.
 
     With lookup heads (layer ``L``), their keys and values are frozen too, and so are the
@@ -209,55 +210,36 @@ def frozen_circuit(model: Any) -> Iterator[None]:
     keys then read the looked-back tokens exactly as layer 0 wrote them. Their queries,
     which say what to look up, train.
     """
-    layout = getattr(model.config, "induction", None)
+    layout = getattr(config, "induction", None)
     if not layout:
-        raise ValueError("frozen_circuit: the model has no wired circuit (config.induction is "
+        raise ValueError("frozen_entries: the model has no wired circuit (config.induction is "
                          "missing; see wire_induction_heads)")
-    d = model.config.hidden_size
-    hd = d // model.config.num_attention_heads
-    t_dims = d - len(layout["prev_heads"]) * hd
-    layer0, layer1 = model.model.layers[0], model.model.layers[1]
-    everything = slice(None)
-    frozen: list[tuple[torch.Tensor, Any]] = [
-        (model.model.embed_tokens.weight, (everything, slice(t_dims, None))),
-        (layer1.input_layernorm.weight, everything),
-    ]
-    # layer 0 is the look-back heads and nothing else: what layer 1 reads stays exactly
-    # the embeddings plus the looked-back tokens
-    frozen += [(p, everything) for p in layer0.parameters()]
+    hd = config.hidden_size // config.num_attention_heads
+    t_dims = config.hidden_size - len(layout["prev_heads"]) * hd
+    entries = [f"model.embed_tokens.weight[:, {t_dims}:]",
+               "model.layers.1.input_layernorm.weight",
+               # layer 0 is the look-back heads and nothing else: what layer 1 reads stays
+               # exactly the embeddings plus the looked-back tokens
+               "model.layers.0.*"]
     for head in layout["induction_heads"]:  # where they look and what they read; how much
-        rows = _head(head, hd)              # they write (o_proj) trains
-        for proj in (layer1.self_attn.q_proj, layer1.self_attn.k_proj, layer1.self_attn.v_proj):
-            frozen += [(proj.weight, rows), (proj.bias, rows)]
+        rows = _rows(head, hd)              # they write (o_proj) trains
+        entries += [f"model.layers.1.self_attn.{proj}.{kind}[{rows}]"
+                    for proj in ("q_proj", "k_proj", "v_proj") for kind in ("weight", "bias")]
     if layout.get("lookup_heads"):
         lookup_layer = layout["lookup_layer"]
-        frozen.append((model.model.layers[lookup_layer].input_layernorm.weight, everything))
-        for layer in model.model.layers[1:lookup_layer]:  # nothing else writes into S
-            frozen += [(layer.self_attn.o_proj.weight, (slice(t_dims, None), everything)),
-                       (layer.mlp.down_proj.weight, (slice(t_dims, None), everything))]
-        lookup = model.model.layers[lookup_layer].self_attn
+        entries.append(f"model.layers.{lookup_layer}.input_layernorm.weight")
+        for layer in range(1, lookup_layer):  # nothing else writes into S
+            entries += [f"model.layers.{layer}.self_attn.o_proj.weight[{t_dims}:, :]",
+                        f"model.layers.{layer}.mlp.down_proj.weight[{t_dims}:, :]"]
         for head in layout["lookup_heads"]:
-            rows = _head(head, hd)
-            for proj in (lookup.k_proj, lookup.v_proj):
-                frozen += [(proj.weight, rows), (proj.bias, rows)]
-    masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (parameter, 0/1 mask)
-    for param, index in frozen:
-        masks.setdefault(id(param), (param, torch.ones_like(param)))[1][index] = 0
-    handles = [param.register_hook(lambda grad, m=mask: grad * m) for param, mask in masks.values()]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+            rows = _rows(head, hd)
+            entries += [f"model.layers.{lookup_layer}.self_attn.{proj}.{kind}[{rows}]"
+                        for proj in ("k_proj", "v_proj") for kind in ("weight", "bias")]
+    return entries
 
 
-def frozen_if_wired(model: Any) -> contextlib.AbstractContextManager[None]:
-    """:func:`frozen_circuit` for a model with a wired circuit, and a no-op for any other:
-    what a trainer wraps its updates in, so RL on the micro base keeps the circuit that SFT
-    kept."""
-    if getattr(model.config, "induction", None):
-        return frozen_circuit(model)
-    return contextlib.nullcontext()
+def _rows(head: int, head_dim: int) -> str:
+    return f"{head * head_dim}:{(head + 1) * head_dim}"
 
 
 def _head(head: int, head_dim: int) -> slice:

@@ -1,0 +1,208 @@
+"""The micro base model: the scripted team's episodes imitated by a wired micro model with
+:func:`algos.sft.sft`, built once and cached (about 13 minutes on a 2-core CPU).
+
+>>> path = build_micro_base()       # cached after the first build  # doctest: +SKIP
+>>> policy = HFPolicy(str(path), temperature=0)                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from algos.recipes.micro.episodes import WORKFLOWS, imitated, scripted_episodes
+from algos.recipes.micro.measure import team_stats
+from algos.recipes.micro.model import micro_model
+from algos.recipes.micro.settings import ENV
+from algos.recipes.micro.tokenizer import TOKENIZER_VERSION, Saver, micro_tokenizer, save_atomically
+from envs.paths import cache_dir
+
+BUILD_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
+    "episodes_per_dataset": 50, "epochs": 1, "lr": 2e-3, "batch_tokens": 1024,
+    "context_weight": 0.5, "only_correct": True, "worlds": (0, 1, 2, 3, 4, 5), "induction": True,
+    "lookup": True, "skip_search": 0.6,
+}
+"""The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
+worlds, each seen once, by a model with the wired copy circuit and lookup heads
+(:mod:`algos.recipes.micro.circuit`), about 13 minutes alone on a 2-core CPU, once; the
+result is cached.
+
+``skip_search``: the imitated team reports without searching on 60% of its Searcher tasks,
+so the base under-searches (skip probability 0.58; greedy, it never searches), as untrained
+search agents do. Unlearning that is what RL can teach a model this small in a few dozen
+updates, and it carries over to new questions (``docs/micro.md``). A
+base that imitates the whole team (``skip_search=0``) lacks mostly the lookup skill (the
+notes in ``README.md`` in this folder), which a few dozen RL updates on a hundred questions
+did not teach. At 0.5 the base sat on
+the edge (0.551 or 0.434, depending on the data), where greedy decoding flips on noise.
+50 questions per style and world (35 before ``skip_search``) keep more whole episodes to
+imitate.
+
+What the other choices fixed: ``README.md`` in this folder.
+"""
+
+
+def build_micro_base(
+    out_dir: str | Path | None = None,
+    *,
+    episodes_per_dataset: int = BUILD_DEFAULTS["episodes_per_dataset"],
+    epochs: int = BUILD_DEFAULTS["epochs"],
+    lr: float = BUILD_DEFAULTS["lr"],
+    batch_tokens: int = BUILD_DEFAULTS["batch_tokens"],
+    context_weight: float = BUILD_DEFAULTS["context_weight"],
+    vocab_size: int = BUILD_DEFAULTS["vocab_size"],
+    hidden_size: int = BUILD_DEFAULTS["hidden_size"],
+    num_layers: int = BUILD_DEFAULTS["num_layers"],
+    num_heads: int = BUILD_DEFAULTS["num_heads"],
+    only_correct: bool = BUILD_DEFAULTS["only_correct"],
+    worlds: Sequence[int] = BUILD_DEFAULTS["worlds"],
+    induction: bool = BUILD_DEFAULTS["induction"],
+    lookup: bool = BUILD_DEFAULTS["lookup"],
+    skip_search: float = BUILD_DEFAULTS["skip_search"],
+    retriever: Any = None,
+    threads: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Path:
+    """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
+    synthetic train questions per dataset, in both workflows (``settings.ENV``), imitated by
+    :func:`micro_model` with :func:`algos.sft.sft`. Saved with ``save_pretrained`` (model
+    and tokenizer, loadable by ``HFPolicy(path)``) plus ``micro_build.json`` (settings,
+    losses, timings) in ``out_dir``, by default ``cache_dir("models", "micro-sft-<key>")``
+    keyed by every setting; an existing build there is reused.
+
+    ``only_correct`` keeps the episodes the scripted team answered right (team EM 1):
+    imitating its failures would teach the ways it goes wrong (a broken chain, a guessed
+    comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
+    scripted team reports on without searching; the episodes with such a report are kept
+    even when wrong (most are), so the base skips about as often as that team
+    (:func:`imitated`). ``context_weight``: the model starts from random weights, so it
+    also learns to predict the contexts (prompts, passages, reports) at this weight (see
+    :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
+    copying of names and questions that valid turns need. ``retriever``: what the scripted
+    team searches (default: ``envs.search_team.default_retriever()``, MiniLM over the
+    synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's
+    intra-op threads during the build (restored after; None leaves torch's default, all
+    cores: about 2.5 steps a second on an otherwise idle 2-core machine). On a machine busy
+    with something else, 1 is faster: two threads that wait on each other make each step
+    several times slower.
+    """
+    settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
+                "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
+                "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
+                "context_weight": context_weight, "only_correct": only_correct,
+                "worlds": list(worlds), "induction": induction, "lookup": lookup,
+                "skip_search": skip_search, "seed": seed, "env": ENV,
+                "tied_embeddings": True, "spaced_tags": True,
+                "tokenizer": TOKENIZER_VERSION,
+                "retriever": None if retriever is None else type(retriever).__name__}
+    if not 0 <= skip_search <= 1:
+        raise ValueError(f"skip_search must be in [0, 1] (a share of Searcher tasks), got {skip_search}")
+    if out_dir is None and retriever is not None:
+        raise ValueError("a build with a custom retriever needs an explicit out_dir (the "
+                         "default cache directory is keyed for the default retriever)")
+    if out_dir is None:
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        out_dir = cache_dir("models") / f"micro-sft-{key}"
+    out_dir = Path(out_dir)
+    if _is_build(out_dir):
+        _declare_frozen_circuit(out_dir)
+        return out_dir
+    with _torch_threads(threads):
+        _build(out_dir, settings, retriever, progress)
+    return out_dir
+
+
+def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bool) -> None:
+    from algos.sft import sft
+
+    s = settings
+    started, cpu = time.perf_counter(), time.process_time()
+    log = _log(progress)
+    tokenizer = micro_tokenizer(s["vocab_size"])
+    log(f"micro base: collecting scripted episodes ({s['episodes_per_dataset']} per dataset, "
+        f"{len(WORKFLOWS)} workflows)")
+    episodes = scripted_episodes(tokenizer, s["episodes_per_dataset"], retriever=retriever,
+                                 worlds=s["worlds"], seed=s["seed"],
+                                 skip_search=s["skip_search"], progress=progress)
+    collected = time.perf_counter()
+    scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
+    kept = imitated(episodes) if s["only_correct"] else episodes
+    model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
+                        seed=s["seed"], induction=s["induction"], lookup=s["lookup"])
+    params = sum(p.numel() for p in model.parameters())
+    log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
+        f"{len(episodes)} episodes, {s['epochs']} epochs")
+    losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
+                 context_weight=s["context_weight"], max_len=ENV["max_context_tokens"],
+                 seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
+    record = {
+        "settings": settings, "parameters": params, "episodes": len(episodes),
+        "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),
+        "losses": losses,
+        "seconds": {"collect": round(collected - started, 1),
+                    "sft": round(time.perf_counter() - collected, 1),
+                    "total": round(time.perf_counter() - started, 1),
+                    "cpu": round(time.process_time() - cpu, 1)},
+    }
+    _save_build(model, tokenizer, record, out_dir)
+    log(f"micro base: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {record['seconds']['total']}s; "
+        f"saved to {out_dir}")
+
+
+def _is_build(path: Path) -> bool:
+    return ((path / "micro_build.json").exists() and (path / "config.json").exists()
+            and (path / "tokenizer.json").exists() and any(path.glob("*.safetensors")))
+
+
+def _declare_frozen_circuit(path: Path) -> None:
+    """A base built before models declared their frozen parameters has the circuit's layout
+    (``induction``) in its config but no ``mopd_frozen``: write the declaration in, so RL
+    keeps the circuit frozen as it did then. The weights are not touched."""
+    from types import SimpleNamespace
+
+    from algos.freeze import FROZEN_KEY
+    from algos.recipes.micro.circuit import frozen_entries
+
+    config_path = path / "config.json"
+    config = json.loads(config_path.read_text())
+    if not config.get("induction") or FROZEN_KEY in config:
+        return
+    config[FROZEN_KEY] = frozen_entries(SimpleNamespace(**config))
+    tmp = config_path.with_name(config_path.name + ".tmp")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, config_path)
+
+
+def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path) -> None:
+    """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed)."""
+    save_atomically(Saver([model, tokenizer], {"micro_build.json": record}), target,
+                     replace=target.parent == cache_dir("models"))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _log(show: bool) -> Any:
+    def log(message: str) -> None:
+        if show:
+            print(message, flush=True)
+
+    return log

@@ -1,0 +1,111 @@
+"""The micro base's training data: the scripted team's episodes in the micro env, written as a
+model should write them (EOS after every turn, a space after each opening tag), and the
+episodes the base imitates."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agents.scripted import SKIPPED_REPORT, ScriptedPolicy
+from algos.recipes.micro.settings import ENV
+from algos.recipes.micro.tokenizer import synthetic_world
+from envs import protocol as P
+from envs.retrieval.passage import MemoRetriever
+
+WORKFLOWS = ("hierarchical", "cascade")
+
+
+_OPENING_TAG = re.compile("(" + "|".join(f"<{t}>" for t in P.TAGS) + r")(?=\S)")
+
+
+def spaced_tags(text: str) -> str:
+    """``text`` with a space after each opening protocol tag that a word follows directly:
+    ``<answer>Ludina Tovar</answer>`` becomes ``<answer> Ludina Tovar</answer>``. A byte-level
+    BPE fuses a word's leading space into its token, so a name mid-sentence in a passage
+    (`` Ludina``) and the same name right after a tag (``L`` + ``udina``) share no token,
+    and a copy head cannot copy it. The parsers strip the space, so the turn means the same.
+
+    >>> spaced_tags("<search>Who wrote it?</search><summary> Kept.</summary>")
+    '<search> Who wrote it?</search><summary> Kept.</summary>'
+    """
+    return _OPENING_TAG.sub(r"\1 ", text)
+
+
+class EosScripted:
+    """The scripted team as a model should write it: every turn closed by EOS, and a space
+    after each opening tag (:func:`spaced_tags`). The env cuts a Searcher or Answerer turn at
+    its closing tag (the EOS is dropped, the env closes the message), but a Leader's wave of
+    sub-tasks ends only at EOS, so imitation has to see that EOS among the generated
+    (loss-masked) tokens."""
+
+    def __init__(self, tokenizer: Any, seed: int = 0, skip_search: float = 0.0):
+        self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search)
+        self.tokenizer = tokenizer
+
+    def act(self, observations: Sequence[Any]) -> list[Any]:
+        from agents.base import Action
+
+        eos = self.tokenizer.eos_token_id
+        return [Action(token_ids=self.tokenizer.encode(spaced_tags(text), add_special_tokens=False) + [eos])
+                for text in self.policy.act(observations)]
+
+
+def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any = None,
+                 **overrides: Any) -> Any:
+    """A function that makes one micro-preset SearchTeam env (``settings.ENV`` + overrides)
+    over the synthetic world; for :func:`agents.collect.collect`."""
+    import functools
+
+    from envs import search_team_v0
+    from envs.search_team import default_retriever
+
+    return functools.partial(search_team_v0.raw_env, workflow=workflow, tokenizer=tokenizer,
+                             retriever=retriever or default_retriever(),
+                             **{**ENV, **overrides})
+
+
+def questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:
+    from envs.data.qa import DATASETS
+
+    world = synthetic_world(world_seed)
+    return [q for d in DATASETS for q in world.questions(d, split)[:per_dataset]]
+
+
+def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
+                      workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
+                      worlds: Sequence[int] = (0,), seed: int = 0, skip_search: float = 0.0,
+                      progress: bool = False) -> list[Any]:
+    """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
+    dataset in ``split``, one per question and workflow, in the micro env, for each world
+    seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
+    serves world 0 (default: ``envs.search_team.default_retriever()``); any other world is
+    searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk).
+    ``skip_search``: the share of Searcher tasks the scripted team reports on without
+    searching (``agents.scripted.ScriptedPolicy``)."""
+    from agents.collect import collect
+    from envs.retrieval import DenseRetriever
+    from envs.search_team import default_retriever
+
+    episodes = []
+    for world_seed in worlds:
+        if world_seed == 0:
+            searched = retriever or default_retriever()
+        else:
+            searched = DenseRetriever(synthetic_world(world_seed).corpus)
+        memo = MemoRetriever(searched)
+        asked = questions(split, per_dataset, world_seed)
+        for workflow in workflows:
+            groups = collect(micro_env_fn(tokenizer, workflow, memo),
+                             EosScripted(tokenizer, seed, skip_search),
+                             asked, seed=seed, max_envs=128, progress=progress)
+            episodes += [ep for group in groups for ep in group]
+    return episodes
+
+
+def imitated(episodes: Sequence[Any]) -> list[Any]:
+    """The scripted episodes the base imitates: those the team answered right, and those in
+    which a Searcher reported without searching (``skip_search``), right or not, so that the
+    base skips as often as the team it imitates."""
+    return [ep for ep in episodes if ep.team_em == 1 or SKIPPED_REPORT in ep.reports]

@@ -1,0 +1,101 @@
+"""``python -m algos sft``: supervised fine-tuning (:func:`algos.sft.sft`) from the command line,
+or a preset's base model build.
+
+    python -m algos sft --episodes FILE.jsonl [--model smollm2|micro|PATH] [--epochs N] [--out DIR]
+    python -m algos sft --preset micro [--out DIR]    # the micro recipe's base (cached)
+
+The command line, not the learner, knows the recipes: ``--preset`` and a recipe's model name
+given to ``--model`` go to the recipe's hooks (``algos.config.RECIPES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from algos.config import RECIPES
+from algos.sft import sft
+from envs.episode import load_episodes
+
+
+def load_model(name: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` to fine-tune: a recipe's model name (``micro``) is a fresh,
+    untrained model of that recipe with its tokenizer (the micro one is wired like the
+    preset's base); anything else goes to :func:`agents.models.load_causal_lm`."""
+    for recipe in RECIPES.values():
+        if name == recipe.MODEL:
+            return recipe.fresh_model()
+    from agents.models import load_causal_lm
+
+    return load_causal_lm(name)
+
+
+def _parser() -> argparse.ArgumentParser:
+    recipes = ", ".join(sorted(RECIPES))
+    models = "|".join(recipe.MODEL for recipe in RECIPES.values())
+    parser = argparse.ArgumentParser(
+        prog="python -m algos sft",
+        description="Supervised fine-tuning on the generated tokens (loss_mask == 1) of "
+                    f"recorded episodes, or --preset ({recipes}) to build a preset's base model.")
+    parser.add_argument("--episodes", type=Path, help="episodes JSONL (envs.episode.save_episodes)")
+    parser.add_argument("--preset", choices=sorted(RECIPES),
+                        help="build the preset's base model (micro: scripted-team episodes, "
+                             "micro tokenizer and model; algos.micro.build_micro_base); the "
+                             "training options below override its own defaults")
+    parser.add_argument("--model", default="smollm2",
+                        help=f"smollm2 (default), {models} (a fresh model of that recipe, wired "
+                             "like the preset's base; the episodes must use its tokenizer), or "
+                             "a model directory / hub id")
+    parser.add_argument("--epochs", type=int, help="passes over the data (default 1)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default 1e-4)")
+    parser.add_argument("--batch-tokens", type=int, help="padded tokens per step (default 8192)")
+    parser.add_argument("--context-weight", type=float,
+                        help="weight of the context tokens' NLL (default 0: generated tokens only)")
+    parser.add_argument("--max-len", type=int, help="longest row in tokens (default: the model's)")
+    parser.add_argument("--skip-search", type=float,
+                        help="--preset micro: share of Searcher tasks the imitated scripted team "
+                             "reports on without searching (default 0.6; 0: a team that always searches)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m algos sft ...``; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    progress = not args.no_progress
+    given = {key: value for key, value in (
+        ("epochs", args.epochs), ("lr", args.lr), ("batch_tokens", args.batch_tokens),
+        ("context_weight", args.context_weight)) if value is not None}
+    if args.preset is not None:
+        if args.skip_search is not None:
+            given["skip_search"] = args.skip_search
+        print(RECIPES[args.preset].build_base(args.out, seed=args.seed, progress=progress, **given))
+        return 0
+    if args.episodes is None:
+        parser.error(f"give --episodes FILE.jsonl (or --preset {'|'.join(sorted(RECIPES))})")
+    if not args.episodes.exists():
+        parser.error(f"--episodes {args.episodes} does not exist")
+    episodes = load_episodes(args.episodes)
+    model, tokenizer = load_model(args.model)
+    settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
+                "max_len": args.max_len, "seed": args.seed}
+    started = time.perf_counter()
+    losses = sft(model, episodes, progress=progress, **settings)
+    out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    record = {"episodes": str(args.episodes), "model": args.model, **settings,
+              "steps": len(losses), "losses": losses,
+              "seconds": round(time.perf_counter() - started, 1)}
+    (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
+    first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
+    print(f"{len(losses)} steps, loss {first:.3f} -> {last:.3f}; saved to {out}")
+    return 0

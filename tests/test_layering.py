@@ -1,0 +1,150 @@
+"""The house's layering, read from the source of every module in envs/, agents/, algos/ and
+benchmarks/: no import circles (imports inside functions count too), dependencies flow one
+way (benchmarks -> algos -> agents -> envs), and the learner knows no recipe."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("envs", "agents", "algos", "benchmarks")
+RANK = {name: rank for rank, name in enumerate(PACKAGES)}
+"""A module may import its own package and the ones before it in this order, never after."""
+
+LEARNER = ("algos.trainer", "algos.sft", "algos.batch", "algos.losses", "algos.advantages",
+           "algos.teacher", "algos.checkpoint", "algos.freeze")
+"""The general learner: it knows no recipe (issue 18: 'only the command line and the preset
+registry know it')."""
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted name -> file for every module of the four packages (a package is its __init__)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its file. ``from pkg import sub`` is an
+    import of the module ``pkg.sub`` when it is one (and of ``pkg`` otherwise); the package
+    ``__init__`` that Python runs on the way is not counted, or every package that imports
+    its own submodules would be a circle."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package, up level - 1
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = package[:len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}" if base else alias.name
+                if full in modules:
+                    out.add(full)
+                elif base in modules:
+                    out.add(base)
+    out.discard(name)
+    return out
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    modules = project_modules(root)
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_the_walker_sees_every_kind_of_import(tmp_path):
+    """On a made-up tree: plain, from, relative and function-level imports are edges, a
+    circle through a function-level import is found, and a package importing its own
+    submodule is not a circle."""
+    files = {
+        "envs/__init__.py": "from envs.core import step\n",
+        "envs/core.py": "from envs import util\n",
+        "envs/util.py": "def f():\n    from .core import step\n",
+        "agents/__init__.py": "",
+        "agents/a.py": "import envs.util\nfrom envs import core\n",
+        "algos/__init__.py": "",
+        "benchmarks/__init__.py": "",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    g = import_graph(tmp_path)
+    assert g["envs"] == {"envs.core"}
+    assert g["envs.core"] == {"envs.util"}
+    assert g["envs.util"] == {"envs.core"}
+    assert g["agents.a"] == {"envs.util", "envs.core"}
+    assert circles(g) == [["envs.core", "envs.util"]]
+
+
+def test_no_import_circles(graph):
+    assert circles(graph) == []
+
+
+def test_dependencies_flow_one_way(graph):
+    upward = sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                    if RANK[dep.split(".")[0]] > RANK[name.split(".")[0]])
+    assert upward == []
+
+
+def test_the_learner_imports_no_recipe_and_names_none(graph):
+    for name in LEARNER:
+        assert name in graph, f"{name} moved: update LEARNER"
+        recipe = sorted(d for d in graph[name] if d.startswith("algos.recipes") or d == "algos.micro")
+        assert recipe == [], f"{name} imports {recipe}"
+        assert "micro" not in project_modules()[name].read_text(encoding="utf-8").lower(), name
+    # only the preset registry and the alias module reach into a recipe from outside it
+    outside = sorted(name for name, deps in graph.items()
+                     if not name.startswith("algos.recipes")
+                     and any(d.startswith("algos.recipes") for d in deps))
+    assert outside == ["algos.config", "algos.micro"]

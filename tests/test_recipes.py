@@ -1,0 +1,103 @@
+"""Recipes above the learner: the micro preset is defined once, and only the command line and
+the pipeline (through the preset registry's hooks) turn its model name into a built base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import algos.micro
+from algos.config import PRESETS, RECIPES, prepare_model, preset_config
+from algos.recipes.micro import measure, preset, settings
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def hooks(monkeypatch, tmp_path):
+    """The micro recipe's hooks replaced by recorders (nothing is built)."""
+    calls: list[tuple[str, tuple, dict]] = []
+    base = tmp_path / "micro-base"
+
+    def prepare(**kwargs):
+        calls.append(("prepare_model", (), kwargs))
+        return base
+
+    def build(*args, **kwargs):
+        calls.append(("build_base", args, kwargs))
+        return base
+
+    monkeypatch.setattr(preset, "prepare_model", prepare)
+    monkeypatch.setattr(preset, "build_base", build)
+    return calls, base
+
+
+def test_the_micro_preset_is_defined_once():
+    assert PRESETS["micro"] is settings.TRAIN and RECIPES["micro"] is preset
+    assert preset.ENV is settings.ENV and algos.micro.MICRO_ENV is settings.ENV
+    assert {k: settings.TRAIN[k] for k in settings.ENV} == settings.ENV
+    shape = preset_config("micro", stage="teacher").env_shape()
+    assert {k: shape[k] for k in settings.ENV} == {"max_turn_tokens": 64, "max_context_tokens": 1024,
+                                                   "max_waves": 2, "max_searchers": 2,
+                                                   "max_searcher_turns": 3}
+
+
+def test_the_alias_module_reexports_the_recipe():
+    assert algos.micro.searcher_skip_probability is measure.searcher_skip_probability
+    assert all(hasattr(algos.micro, name) for name in algos.micro.__all__)
+
+
+def test_only_a_recipes_model_name_is_prepared(hooks):
+    calls, base = hooks
+    assert prepare_model("smollm2") == "smollm2" and prepare_model("/some/model") == "/some/model"
+    assert calls == []
+    assert prepare_model("micro", progress=False) == str(base)
+    assert calls == [("prepare_model", (), {"progress": False})]
+
+
+def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_a_path(
+        hooks, monkeypatch, tmp_path):
+    import algos.pipeline
+
+    calls, base = hooks
+    seen = []
+
+    def trainer(cfg, **kwargs):
+        seen.append(cfg)
+        raise Stop
+
+    monkeypatch.setattr(algos.pipeline, "Trainer", trainer)
+    with pytest.raises(ValueError, match="steps"):  # refused before anything is built
+        algos.pipeline.run_pipeline("micro", tmp_path / "bad", ("teacher",), {"steps": 0},
+                                    progress=False)
+    assert calls == []
+    with pytest.raises(Stop):
+        algos.pipeline.run_pipeline("micro", tmp_path / "run", ("teacher",), progress=False)
+    assert calls == [("prepare_model", (), {"progress": False})]
+    assert seen[0].model == str(base) and seen[0].stage == "teacher"
+    assert seen[0].max_waves == settings.ENV["max_waves"]
+
+
+def test_sft_preset_goes_to_the_recipes_build_with_the_options(hooks, tmp_path, capsys):
+    from algos.sft_cli import main
+
+    calls, base = hooks
+    out = tmp_path / "out"
+    assert main(["--preset", "micro", "--epochs", "2", "--skip-search", "0.3", "--out", str(out),
+                 "--seed", "4", "--no-progress"]) == 0
+    assert calls == [("build_base", (out,), {"seed": 4, "progress": False, "epochs": 2,
+                                            "skip_search": 0.3})]
+    assert capsys.readouterr().out.strip() == str(base)
+
+
+def test_prepare_hook_builds_the_default_base(monkeypatch, tmp_path):
+    """The real hook asks the build for the default (cached) base and nothing else."""
+    import algos.recipes.micro.build as build
+
+    asked = []
+    monkeypatch.setattr(build, "build_micro_base", lambda **kw: asked.append(kw) or Path(tmp_path))
+    assert RECIPES["micro"].prepare_model is preset.prepare_model
+    assert preset.prepare_model(progress=False) == tmp_path and asked == [{"progress": False}]
