@@ -532,10 +532,11 @@ def load_model(name: str) -> tuple[Any, Any]:
         from agents.models import load_causal_lm
 
         return load_causal_lm("smollm2")
-    if name == "micro":
-        from algos.trainer import load_model as load_trainer_model
+    if name == "micro":  # the micro recipe's base: built once, then loaded by path
+        from algos.config import prepare_model
+        from algos.models import load_model as load_trainer_model
 
-        return load_trainer_model("micro")
+        return load_trainer_model(prepare_model("micro"))
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
 
 
