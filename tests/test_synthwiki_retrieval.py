@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import os
-import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import pytest  # noqa: E402
-
-from envs.data.synthwiki import default_world  # noqa: E402
-from envs.retrieval import DenseRetriever  # noqa: E402
+from envs.data.synthwiki import default_world
+from envs.paths import cache_dir
+from envs.retrieval import DenseRetriever
 
 SINGLE_HOP = ("nq", "triviaqa", "popqa")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("synthwiki-retrieval")
-
-
-@pytest.fixture(scope="module")
-def retriever(cache) -> DenseRetriever:
-    start = time.perf_counter()
-    r = DenseRetriever(default_world().corpus, index="flat", cache_dir=cache)
-    print(
-        f"\nencoded the synthetic world ({len(r)} passages) in {time.perf_counter() - start:.1f} s"
-    )
-    return r
-
-
-def test_gold_passage_in_top3_for_single_hop_questions(retriever):
+def test_gold_passage_in_top3_for_single_hop_questions(world_retriever):
+    retriever = world_retriever
     world = default_world()
     items = [q for dataset in SINGLE_HOP for q in world.questions(dataset, "test")]
     assert len(items) >= 100
@@ -54,9 +36,12 @@ def test_gold_passage_in_top3_for_single_hop_questions(retriever):
     assert rate >= 0.9
 
 
-def test_second_build_over_the_world_loads_the_cache(retriever, cache):
-    again = DenseRetriever(default_world().corpus, index="flat", cache_dir=cache)
+def test_second_build_over_the_world_loads_the_cache(world_retriever):
+    session_cache = os.environ["MOPD_CACHE"]  # conftest's temporary folder, not ~/.cache/mopd
+    assert str(cache_dir()).startswith(session_cache) and ".cache" not in session_cache.split(os.sep)
+    assert os.path.commonpath([world_retriever.cache_path, session_cache]) == session_cache
+    again = DenseRetriever(default_world().corpus, index="flat")
     assert again.loaded_from_cache
-    assert again.cache_path == retriever.cache_path
+    assert again.cache_path == world_retriever.cache_path
     query = default_world().questions("nq", "test")[0].question
-    assert [p.id for p in again.search([query])[0]] == [p.id for p in retriever.search([query])[0]]
+    assert [p.id for p in again.search([query])[0]] == [p.id for p in world_retriever.search([query])[0]]
