@@ -1,6 +1,7 @@
 """The house's layering, read from the source of every module in envs/, agents/, algos/ and
-benchmarks/: no import circles (imports inside functions count too), dependencies flow one
-way (benchmarks -> algos -> agents -> envs), and the learner knows no recipe."""
+benchmarks/: no import circles (imports inside functions count too; those under
+``if TYPE_CHECKING:`` never run and do not), dependencies flow one way (benchmarks -> algos
+-> agents -> envs), and the learner knows no recipe."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     its own submodules would be a circle."""
     is_package = path.name == "__init__.py"
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -55,6 +56,20 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 elif base in modules:
                     out.add(base)
     out.discard(name)
+    return out
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports for the type
+    checker only, never run)."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
     return out
 
 
@@ -105,12 +120,13 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_walker_sees_every_kind_of_import(tmp_path):
     """On a made-up tree: plain, from, relative and function-level imports are edges, a
-    circle through a function-level import is found, and a package importing its own
-    submodule is not a circle."""
+    circle through a function-level import is found, a package importing its own submodule
+    is not a circle, and an import under ``if TYPE_CHECKING:`` is no edge."""
     files = {
         "envs/__init__.py": "from envs.core import step\n",
         "envs/core.py": "from envs import util\n",
         "envs/util.py": "def f():\n    from .core import step\n",
+        "envs/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from envs import core\n",
         "agents/__init__.py": "",
         "agents/a.py": "import envs.util\nfrom envs import core\n",
         "algos/__init__.py": "",
@@ -124,11 +140,15 @@ def test_the_walker_sees_every_kind_of_import(tmp_path):
     assert g["envs.core"] == {"envs.util"}
     assert g["envs.util"] == {"envs.core"}
     assert g["agents.a"] == {"envs.util", "envs.core"}
+    assert g["envs.typed"] == set()  # for the type checker only
     assert circles(g) == [["envs.core", "envs.util"]]
 
 
 def test_no_import_circles(graph):
-    assert circles(graph) == []
+    found = circles(graph)
+    assert found == [], "\n".join(
+        " <-> ".join(c) + ": " + "; ".join(f"{a} imports {sorted(set(graph[a]) & set(c))}" for a in c)
+        for c in found)
 
 
 def test_dependencies_flow_one_way(graph):
