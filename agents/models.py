@@ -148,7 +148,7 @@ def tiny_causal_lm(
     std of the weights: larger values give peakier next-token distributions.
     ``tie_word_embeddings`` shares the input embedding with the output layer (as SmolLM2
     does), halving the parameters a large vocabulary costs. ``attention_bias`` and
-    ``rope_theta`` are Llama's (``agents.induction`` needs both changed)."""
+    ``rope_theta`` are Llama's (the micro recipe's wired circuit needs both changed)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if hidden_size % num_heads:
