@@ -8,7 +8,8 @@ from benchmarks.__main__ import main as bench_main
 from benchmarks.suite import run_suite
 
 
-def test_run_on_synthetic_writes_consistent_results(tmp_path):
+def test_run_on_synthetic_writes_consistent_results(tmp_path, world_retriever):
+    # world_retriever: the suite's default retriever is the session's one encoding of the world
     out = tmp_path / "res"
     summary = run_suite("scripted", out_dir=out, datasets=("nq", "hotpotqa"), limit=3, runs=2,
                         progress=False, log=lambda *_: None)

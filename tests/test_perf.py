@@ -1,5 +1,7 @@
-"""The perf suite at its smallest sizes: every figure is a finite positive ratio, batching
-the env copies into one policy batch pays, and the JSON and the table say so."""
+"""The perf suite at its smallest sizes: every figure is a finite positive ratio, the exact
+counts are exact, and the JSON and the table say so. No test asserts a timing: how much
+batching pays is a figure ``python -m benchmarks perf`` reports, not a pass/fail line on a
+shared machine."""
 
 import json
 import math
@@ -13,7 +15,8 @@ from benchmarks.perf import FullBudgetTeam, PerfSettings, figure, interleaved, m
 SECTIONS = ("env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
 
 
-def test_perf_suite_smallest_sizes(tmp_path, capsys):
+def test_perf_suite_smallest_sizes(tmp_path, capsys, world_retriever):
+    # world_retriever: the suite's default retriever is the session's one encoding of the world
     out = tmp_path / "perf.json"
     assert main(["--tiny-for-tests", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -23,7 +26,6 @@ def test_perf_suite_smallest_sizes(tmp_path, capsys):
     for name, f in figures.items():
         assert math.isfinite(f["ratio"]) and f["ratio"] > 0, (name, f)
         assert f["low"] <= f["ratio"] <= f["high"], (name, f)
-    assert figures["collect.batched_speedup.model"]["ratio"] > 1  # batching must help
     # shares are fractions of one run
     assert 0 < figures["env.outside_policy_share"]["ratio"] < 1
     # token counts are exact: G doubles, so do the tokens; more waves and Searchers add some
