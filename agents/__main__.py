@@ -16,10 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agents.collect import collect, observations_of
+from agents.collect import collect
 from agents.registry import make_policy
 from agents.router import RoleRouter
 from envs.episode import Episode, load_episodes, save_episodes
+from envs.protocol import render_passages, render_search_failure
 
 RULE = "─" * 72
 
@@ -46,44 +47,45 @@ def _policy(args: argparse.Namespace, vocab_size: int) -> Any:
 
 def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episode:
     """Step one episode through the AEC API, showing every turn and what the env wrote."""
-    from envs import search_team_v0
+    from envs import make_env
 
-    env = search_team_v0.env(workflow=args.workflow, step_mode=args.mode)
+    env = make_env(wrapped=True, workflow=args.workflow, step_mode=args.mode)
     env.reset(seed=args.seed, options={"question": _question(args)})
     raw = env.unwrapped
     policy = _policy(args, raw.vocab_size)
-    out(f"Question: {raw.core.question.question}")
+    out(f"Question: {raw.question.question}")
     shown: dict[str, int] = {}
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
         if term or trunc:
             env.step(None)
             continue
-        context = raw.core.context(agent)
+        obs = raw.turn_observation(agent)
+        context = obs.token_ids.tolist()
         start = shown.get(agent, 0) if shown.get(agent, 0) <= len(context) else 0
-        out(f"{RULE}\n{agent} · turn {raw.core.live[agent].turns + 1} · phase {raw.core.phase}")
+        out(f"{RULE}\n{agent} · turn {obs.info['turn'] + 1} · phase {raw.phase}")
         out(raw.tokenizer.decode(context[start:]).rstrip())
-        obs = next(o for o in observations_of(env) if o.agent == agent)
         action = policy.act([obs])[0]
         if args.mode == "token":
             ids = raw.prepare_turn(agent, action)[0] or [raw.eos_id]
             for token in ids:
                 env.step(token)
-            if len(raw.context(agent)) > len(raw.core.context(agent)):  # still mid-turn
+            if env.agent_selection == agent and not raw.done and \
+                    len(raw.context(agent)) > len(raw.turn_observation(agent).token_ids):  # still mid-turn
                 env.step(raw.eos_id)
         else:
             env.step(action)
         info = env.infos.get(agent) or env.unwrapped.infos.get(agent, {})
         verdict = f"invalid: {info.get('reason')}" if info.get("invalid") else info.get("kind", "")
         out(f">>> {info.get('text', '').strip()}\n    [{verdict}]{'  ' + info['note'] if info.get('note') else ''}")
-        if raw.core.done:
+        if raw.done:
             continue
-        after = raw.core.context(agent)
+        after = raw.context(agent)
         shown[agent] = len(after)
-        _, _, end = raw.episode.turn_spans[-1]
-        reply = raw.tokenizer.decode(after[end:], skip_special_tokens=True)
-        if "</information>" in reply:  # the passages this search retrieved
-            out(reply[reply.index("<information>"): reply.index("</information>") + 14])
+        if info.get("kind") == "search" and "passages" in raw.view(agent):  # what this search retrieved
+            seen = raw.view(agent)["passages"]
+            failed = info.get("search_error")
+            out(render_search_failure(failed) if failed else render_passages(seen[-1] if seen else []))
     ep = raw.episode
     out(RULE)
     _summary(ep, out)
@@ -147,7 +149,7 @@ def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
 
 def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
     """A policy over the synthetic world's questions, every style, both workflows."""
-    from envs import search_team_v0
+    from envs import env_fn
     from envs.data import DATASETS, load_qa
 
     policy = make_policy(args.policy, seed=args.seed)
@@ -155,8 +157,7 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
     questions = [q for name in DATASETS for q in load_qa(name, args.split, root="synthetic")[: args.per_dataset]]
     results: dict[str, dict[str, float]] = {}
     for workflow in args.workflows.split(","):
-        groups = collect(lambda wf=workflow: search_team_v0.raw_env(workflow=wf, tokenizer=tokenizer,
-                                                                    max_turn_tokens=args.max_turn_tokens),
+        groups = collect(env_fn(workflow=workflow, tokenizer=tokenizer, max_turn_tokens=args.max_turn_tokens),
                          policy, questions, seed=args.seed)  # every question in one batch
         rows = {}
         for name in DATASETS:

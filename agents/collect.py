@@ -2,9 +2,9 @@
 
 It runs G env copies per question side by side. Every step it sends every agent that
 awaits a turn, in every copy, to the policy in one batch, applies the turns, and answers
-all the searches they asked for with one retriever call. It drives each copy's
-:class:`envs.team.TeamEpisode` directly (the AEC API serves one agent at a time), using
-the env's own turn handling, so the Episodes are exactly those that stepping the
+all the searches they asked for with one retriever call. It drives the copies through
+the env's batched API (``turn_observations``, ``envs.observation.apply_turns``), the same
+turn path the AEC ``step()`` takes, so the Episodes are exactly those that stepping the
 PettingZoo env with the same turns would give.
 """
 
@@ -35,8 +35,8 @@ def collect(
 ) -> list[list[Episode]]:
     """Roll out ``group_size`` workflows per question; Episodes grouped by question.
 
-    ``env_fn()`` makes one SearchTeam env (``search_team_v0.env`` or ``raw_env`` with its
-    arguments bound); copies share its retriever. Copy k of question i is reset with seed
+    ``env_fn()`` makes one SearchTeam env (``envs.env_fn(**kwargs)``, or
+    ``search_team_v0.env`` / ``raw_env`` with its arguments bound); copies share its retriever. Copy k of question i is reset with seed
     ``seed + i * group_size + k``. ``max_envs`` bounds how many copies run at once (all by
     default). ``out`` also writes the Episodes as JSON lines, in question order.
     """
@@ -70,9 +70,9 @@ def _advance(live, policy, results, bar) -> list:
     apply_turns([(live[obs.env_index][0], obs.agent, action) for obs, action in zip(observations, actions)])
     still = []
     for env, i, k in live:
-        core = env.unwrapped.core
-        if core.done:
-            results[i][k] = core.episode
+        raw = env.unwrapped
+        if raw.done:
+            results[i][k] = raw.episode
             bar.update(1)
         else:
             still.append((env, i, k))

@@ -1,7 +1,7 @@
 """SB3LeaderPolicy: a Leader trained with stable-baselines3 on the macro-action view
 (``envs.leader_view``), playing in any SearchTeam episode through the usual ``act``.
 
-It reads each Leader observation the way :class:`envs.leader_view.LeaderMacroEnv` did in
+It reads each Leader observation's ``info`` the way :class:`envs.leader_view.LeaderMacroEnv` did in
 training (the same :class:`~envs.leader_view.LeaderMacro` code), asks its model for a
 macro-action, and writes the protocol text: ``<subtask>...</subtask>`` x n on the
 decomposition policy's sub-tasks, or ``<select>...</select>``. It plays the Leader only;
@@ -90,7 +90,7 @@ class SB3LeaderPolicy:
         proposals = self.decomposer.act(list(observations))
         states, feats = [], []
         for obs, proposed in zip(observations, proposals, strict=True):
-            state = self.macro.state(obs.text)
+            state = self.macro.state(obs.info)
             proposal = Proposal.of_turn(turn_text(proposed, obs.decode or _no_decode), state)
             states.append((state, proposal))
             feats.append(self.macro.features(state, len(obs.token_ids), proposal))

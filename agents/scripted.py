@@ -1,8 +1,10 @@
 """ScriptedPolicy: a search team without a language model, the baseline every learned team
 should beat.
 
-It plays all three roles from the observation text alone (never the world, never the gold
-answers), with a few rules any reader of encyclopedia text would use:
+It plays all three roles from what the env tells each agent (``Observation.info``: the
+question, its sub-task, the passages it saw, the reports in hand, the waves left; never
+the world, never the gold answers, never by parsing prompt text), with a few rules any
+reader of encyclopedia text would use:
 
 - **Questions become chains.** ``"In which country was the director of 'X' born?"`` is
   the entity ``X`` and the relations ``director -> born_place -> country``; a comparison
@@ -23,7 +25,7 @@ answers), with a few rules any reader of encyclopedia text would use:
   years found for each option; otherwise a span of the asked type that is not already
   in the question.
 
-The same observation text always gives the same turn (``seed`` only breaks ties where
+The same observation always gives the same turn (``seed`` only breaks ties where
 the evidence cannot decide a comparison, and picks the tasks ``skip_search`` skips).
 
 >>> from agents.scripted import parse_question
@@ -35,8 +37,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agents.base import Observation
 from envs import protocol as P
@@ -516,54 +519,23 @@ def resolve(chain: Chain, sentences: Sequence[Sentence], exclude: str = "", ques
 # ----------------------------------------------------------------------------- observations
 
 
-def _after(text: str, marker: str) -> str:
-    """The text from the first ``marker`` on (the system prompt is before it)."""
-    i = text.find(marker)
-    return text[i:] if i >= 0 else text
-
-
-def _line_after(text: str, marker: str) -> str:
-    m = re.search(re.escape(marker) + r"(.*?)(?:<\|im_end\|>|\n|$)", text)
-    return m.group(1).strip() if m else ""
-
-
 @dataclass(frozen=True)
 class Doc:
     title: str
     text: str
 
 
-def parse_information(text: str) -> list[list[Doc]]:
-    """The passages of every ``<information>`` block after the task, one list per search."""
-    blocks = re.findall(r"<information>(.*?)</information>", _after(text, "Task: "), re.DOTALL)
-    out = []
-    for block in blocks:
-        docs = re.findall(r"Doc \d+\(Title: (.*?)\) (.*?)(?=\nDoc \d+\(Title: |\Z)", block, re.DOTALL)
-        out.append([Doc(title.strip(), body.strip()) for title, body in docs])
-    return out
+def _docs(passages: Sequence[Sequence[object]]) -> list[list[Doc]]:
+    """The passages a Searcher saw (``info["passages"]``, one list per search)."""
+    return [[Doc(str(getattr(p, "title", "")).strip(), str(getattr(p, "text", "")).strip()) for p in ps]
+            for ps in passages]
 
 
-def parse_reports(text: str) -> list[tuple[int, str, str]]:
-    """``(number, sub-task, report)`` of every report the Leader has been shown."""
-    found = re.findall(r"\[(\d+)\] Sub-task: (.*?)\nReport: (.*?)(?=\n\[\d+\] Sub-task: |\n\nWaves left|"
-                       r"\n\nNo waves left|<\|im_end\|>|\n\nAssistant:|\Z)", _after(text, "Question: "), re.DOTALL)
-    return [(int(n), task.strip(), report.strip()) for n, task, report in found]
-
-
-def parse_evidence(text: str) -> list[str]:
-    """The numbered evidence items of an Answerer's context."""
-    start = text.find("Evidence:\n")
-    if start < 0:
-        return []
-    body = re.split(r"<\|im_end\|>|\n\nAssistant:", text[start + len("Evidence:\n"):], maxsplit=1)[0]
-    items = re.findall(r"\[\d+\] (.*?)(?=\n\[\d+\] |\Z)", body, re.DOTALL)
-    return [item.strip() for item in items if item.strip() and item.strip() != "(no report)"]
-
-
-def _waves_left(text: str, default: int) -> int:
-    marks = [(m.start(), int(m.group(1))) for m in re.finditer(r"Waves left: (\d+)", text)]
-    marks += [(m.start(), 0) for m in re.finditer(r"No waves left", text)]
-    return max(marks)[1] if marks else default
+def _require_info(info: object) -> Mapping[str, Any]:
+    if not isinstance(info, Mapping) or "question" not in info:
+        raise TypeError("ScriptedPolicy reads the env's structure, not prompt text: pass the "
+                        f"observation's info (obs.info / infos[agent]), got {type(info).__name__}")
+    return info
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -609,28 +581,32 @@ class ScriptedPolicy:
         return random.Random(f"{self.seed}:skip:{task}").random() < self.skip_search
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
-        return [self.turn(obs.role, obs.text, obs.max_new_tokens) for obs in observations]
+        return [self.turn(obs.role, obs.info, obs.max_new_tokens, context=lambda o=obs: o.text)
+                for obs in observations]
 
-    def turn(self, role: str, text: str, max_new_tokens: int = 256) -> str:
-        """One turn of ``role`` from its context text; a report is shortened to fit
-        ``max_new_tokens`` (at about three characters a token)."""
+    def turn(self, role: str, info: Mapping[str, Any], max_new_tokens: int = 256,
+             context: str | Callable[[], str] = "") -> str:
+        """One turn of ``role`` from what it knows (``info``: the env's ``infos[agent]`` or
+        ``Observation.info``); a report is shortened to fit ``max_new_tokens`` (at about three
+        characters a token). ``context`` (the context text, or a function giving it) only
+        seeds the tie-break of a comparison the evidence cannot decide."""
+        info = _require_info(info)
         if role == P.LEADER:
-            return self._leader(text)
+            return self._leader(info)
         if role == P.SEARCHER:
-            return self._searcher(text, max(40, min(600, 3 * max_new_tokens - 30)))
+            return self._searcher(info, max(40, min(600, 3 * max_new_tokens - 30)))
         if role == P.ANSWERER:
-            return self._answerer(text)
+            return self._answerer(info, context)
         raise ValueError(f"unknown role {role!r}; expected one of {P.ROLES}")
 
     # ------------------------------------------------------------------ Leader
 
-    def _leader(self, text: str) -> str:
-        question = _line_after(text, "Question: ")
+    def _leader(self, info: Mapping[str, Any]) -> str:
+        question = info["question"].strip()
         plan = parse_question(question)
-        max_waves = int(m.group(1)) if (m := re.search(r"at most (\d+) waves", text)) else 3
-        max_searchers = int(m.group(1)) if (m := re.search(r"per Searcher \(at most (\d+)\)", text)) else 3
-        reports = parse_reports(text)
-        waves_left = _waves_left(text, max_waves)
+        max_searchers = info.get("max_searchers", 3)
+        reports = [(n, task.strip(), (report or P.NO_REPORT).strip()) for n, task, report, *_ in info.get("reports", ())]
+        waves_left = info.get("waves_left", info.get("max_waves", 3))
         chains = [_Progress(c.entity, c.relations) for c in plan.chains]
         useful: list[int] = []
         for n, task, report in reports:
@@ -666,11 +642,11 @@ class ScriptedPolicy:
 
     # ------------------------------------------------------------------ Searcher
 
-    def _searcher(self, text: str, max_chars: int = 600) -> str:
-        task = _line_after(text, "Task: ")
+    def _searcher(self, info: Mapping[str, Any], max_chars: int = 600) -> str:
+        task = info["task"].strip()
         plan = parse_question(task)
-        searches = parse_information(text)
-        queries = re.findall(r"<search>(.*?)</search>", _after(text, "Task: "), re.DOTALL)
+        searches = _docs(info.get("passages", ()))
+        queries = list(info.get("queries", ()))
         seen, sents = set(), []
         for docs in searches:
             for d in docs:
@@ -680,7 +656,7 @@ class ScriptedPolicy:
         exclude = "" if plan.is_comparison else task
         progress = [(c, resolve(c, sents, exclude, task)) for c in plan.chains]
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
-        last_turn = "one turn left" in text[text.rfind("<information>"):] if searches else False
+        last_turn = bool(searches) and info.get("turns_left", 2) <= 1
         if not searches and self.skips(task):
             return f"<summary>{SKIPPED_REPORT}</summary>"
         if open_chains and len(searches) < self.max_searches and not last_turn:
@@ -717,12 +693,12 @@ class ScriptedPolicy:
 
     # ------------------------------------------------------------------ Answerer
 
-    def _answerer(self, text: str) -> str:
-        question = _line_after(text, "Question: ")
+    def _answerer(self, info: Mapping[str, Any], context: str | Callable[[], str] = "") -> str:
+        question = info["question"].strip()
         plan = parse_question(question)
-        sents = [s for item in parse_evidence(text) for s in sentences_of("", item)]
+        sents = [s for _, item in info.get("evidence", ()) for s in sentences_of("", item)]
         if plan.is_comparison:
-            return f"<answer>{self._compare(plan, sents, text)}</answer>"
+            return f"<answer>{self._compare(plan, sents, context)}</answer>"
         chain = plan.chains[0]
         hops = resolve(chain, sents, exclude=question, question=question)
         if len(hops) == len(chain.relations):
@@ -734,7 +710,7 @@ class ScriptedPolicy:
         hop = _read_by_type(kind, question, sents[::-1], question)
         return f"<answer>{hop.answer if hop else ''}</answer>"
 
-    def _compare(self, plan: Plan, sents: list[Sentence], text: str) -> str:
+    def _compare(self, plan: Plan, sents: list[Sentence], context: str | Callable[[], str]) -> str:
         values: list[int | None] = []
         for chain in plan.chains:
             hops = resolve(chain, sents)
@@ -751,4 +727,5 @@ class ScriptedPolicy:
         if plan.direction is not None and len(known) == len(values) and len(set(values)) == len(values):
             pick = min(known) if plan.direction == "min" else max(known)
             return plan.options[pick[1]]
+        text = context() if callable(context) else context  # decoded only for a tie
         return random.Random(f"{self.seed}:{text}").choice(plan.options)

@@ -56,7 +56,7 @@ def _play(env, ids_by_role, token_mode: bool) -> int:
             env.step(None)
             continue
         role = role_of(agent)
-        key = f"{agent}/{env.unwrapped.core.live[agent].wave}"
+        key = f"{agent}/{env.unwrapped.view(agent)['wave']}"
         turns = ids_by_role[role]
         k = cursor.get(key, 0)
         ids = turns[min(k, len(turns) - 1)]
@@ -77,14 +77,13 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=512)
     args = parser.parse_args()
 
-    from envs import search_team_v0
+    from envs import make_env
     from envs.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     ids = _turn_ids(tokenizer)
     for mode in ("turn", "token"):
-        env = search_team_v0.raw_env(tokenizer=tokenizer, retriever=ConstantRetriever(),
-                                     questions=["unused"], step_mode=mode)
+        env = make_env(tokenizer=tokenizer, retriever=ConstantRetriever(), questions=["unused"], step_mode=mode)
         _play(env, ids, mode == "token")  # warm-up
         start = time.perf_counter()
         steps = sum(_play(env, ids, mode == "token") for _ in range(args.episodes))

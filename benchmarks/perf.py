@@ -55,7 +55,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -237,16 +236,17 @@ class FullBudgetTeam:
         self.scripted = ScriptedPolicy(seed=seed)
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
-        return [self._leader(o.text) if o.role == P.LEADER
-                else self.scripted.turn(o.role, o.text, o.max_new_tokens) for o in observations]
+        return [self._leader(o) if o.role == P.LEADER else self.scripted.act([o])[0] for o in observations]
 
-    def _leader(self, text: str) -> str:
-        marks = re.findall(r"Waves left: \d+|No waves left", text)
-        if marks and marks[-1] == "No waves left":
-            return self.scripted.turn(P.LEADER, text)  # it selects when no wave is left
-        slots = int(m.group(1)) if (m := re.search(r"per Searcher \(at most (\d+)\)", text)) else 1
-        tasks = re.findall(r"<subtask>(.*?)</subtask>", self.scripted.turn(P.LEADER, text), re.DOTALL)
-        tasks = tasks or [text.split("Question: ", 1)[-1].split("<|im_end|>", 1)[0].strip()]
+    def _leader(self, obs: Observation) -> str:
+        """Reads the Leader's ``info`` (waves left, Searcher slots, question), never its prompt."""
+        info = obs.info
+        turn = self.scripted.act([obs])[0]
+        if info["waves_left"] <= 0:
+            return turn  # it selects when no wave is left
+        slots = info["max_searchers"]
+        parsed = P.parse_leader(turn, len(info["reports"]), slots)
+        tasks = list(parsed.subtasks) or [info["question"].strip()]
         return "".join(f"<subtask>{tasks[i % len(tasks)]}</subtask>" for i in range(slots))
 
 
@@ -323,11 +323,9 @@ class Bench:
         return list(self.questions[::step][:n])
 
     def env_fn(self, **kwargs: Any) -> Callable[[], Any]:
-        from envs import search_team_v0
+        from envs import env_fn
 
-        tokenizer, retriever, questions = self.tokenizer, self.retriever, self.questions[:1]
-        return lambda: search_team_v0.raw_env(tokenizer=tokenizer, retriever=retriever,
-                                              questions=questions, **kwargs)
+        return env_fn(tokenizer=self.tokenizer, retriever=self.retriever, questions=self.questions[:1], **kwargs)
 
     def add(self, name: str, fig: Figure) -> None:
         self.figures[name] = fig

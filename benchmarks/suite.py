@@ -65,7 +65,7 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
               env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print) -> dict[str, Any]:
-    from envs import search_team_v0
+    from envs import env_fn as make_env_fn
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,10 +83,8 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
             skipped.append(name)
             log(f"skipping {name}: {err}")
             continue
-        def env_fn(questions=questions):
-            return search_team_v0.raw_env(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
-                                          questions=questions, **env_kwargs)
-
+        env_fn = make_env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
+                             questions=questions, **env_kwargs)
         groups = collect(env_fn, agent, questions, runs, seed=seed, progress=progress)
         records.extend({**question_record(eps), "dataset": name} for eps in groups)
     if not records:

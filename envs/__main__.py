@@ -16,9 +16,9 @@ import sys
 
 
 def _step(args: argparse.Namespace) -> int:
-    from envs import search_team_v0
+    from envs import make_env
 
-    env = search_team_v0.env(workflow=args.workflow, render_mode="human")
+    env = make_env(wrapped=True, workflow=args.workflow, render_mode="human")
     options = {"question": args.question} if args.question else None
     env.reset(seed=args.seed, options=options)
     print(env.unwrapped.context_text(env.agent_selection))
@@ -38,9 +38,9 @@ def _step(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from envs import search_team_v0
+    from envs import make_env
 
-    env = search_team_v0.raw_env(workflow=args.workflow, step_mode=args.mode)
+    env = make_env(workflow=args.workflow, step_mode=args.mode)
     print(f"agents: {env.possible_agents}")
     agent = env.possible_agents[0]
     print(f"observation space: {env.observation_space(agent)}")

@@ -18,10 +18,11 @@ Episode             at most ``max_waves`` decisions; once no wave is left the vi
                     for the Leader (no decision to make)
 ==================  ===========================================================
 
-**Observation from the Leader's context only.** Every feature is computed from the text
-the Leader reads (question, numbered reports, "Waves left") and its length in tokens, by
-:class:`LeaderMacro` -- the same code a deployed Leader (``agents.sb3_leader``) runs on a
-benchmark observation, so what the model saw in training is what it sees in use. The
+**Observation from what the Leader knows.** Every feature is computed from the Leader's
+``infos`` (``Observation.info``: the question, the numbered reports, the waves left) and
+its context length in tokens, by :class:`LeaderMacro` -- the same code a deployed Leader
+(``agents.sb3_leader``) runs on a benchmark observation, so what the model saw in training
+is what it sees in use. The
 retriever's own scores never reach the Leader in the turn protocol, so the retrieval
 signal is the *support* of each report for its sub-task: the share of the sub-task's
 content words the report contains (0 for an empty report).
@@ -35,8 +36,7 @@ are the proposals, and when it would select, its selection is the one used on st
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -45,7 +45,6 @@ import gymnasium
 import numpy as np
 
 from envs import protocol as P
-from envs.observation import observe
 from envs.rewards import normalize_answer
 from envs.wrappers import SingleRoleEnv
 
@@ -71,11 +70,7 @@ _STOPWORDS = frozenset(
     "a an the of in on at to for by from with and or is was were are be been who whom whose what which "
     "when where why how did does do that this these those it its he she his her they their as into than "
     "then there also not no first".split())
-_EMPTY_REPORTS = ("", "(no report)", "nothing found.", "nothing found")
-_REPORT = re.compile(r"\[(\d+)\] Sub-task: (.*?)\nReport: (.*?)"
-                     r"(?=\n\[\d+\] Sub-task: |\n\n(?:Waves left|No waves left)|<\|im_end\|>|\n\nAssistant:|\Z)",
-                     re.DOTALL)
-_ASK = re.compile(r"Waves left: (\d+)|No waves left")
+_EMPTY_REPORTS = ("", P.NO_REPORT, "nothing found.", "nothing found")
 
 
 def content_words(text: str) -> set[str]:
@@ -85,11 +80,12 @@ def content_words(text: str) -> set[str]:
 
 @dataclass(frozen=True)
 class LeaderState:
-    """What the Leader knows, read back from its context text."""
+    """What the Leader knows, read from its ``infos`` (``Observation.info``)."""
 
     question: str
     reports: tuple[tuple[int, str, str], ...]
-    """``(number, sub-task, report)`` of every report, in arrival order."""
+    """``(number, sub-task, report)`` of every report, in arrival order (an empty report
+    reads as the env shows it, ``(no report)``)."""
     wave_of: tuple[int, ...]
     """The wave (0-based) each report came back in."""
     waves_done: int
@@ -98,25 +94,21 @@ class LeaderState:
     max_searchers: int
 
     @classmethod
-    def parse(cls, text: str, max_waves: int = 3, max_searchers: int = 3) -> LeaderState:
-        """Read a Leader context (decoded, special tokens kept). ``max_waves`` and
-        ``max_searchers`` are defaults for a context whose system prompt does not say."""
-        if m := re.search(r"at most (\d+) waves", text):
-            max_waves = int(m.group(1))
-        if m := re.search(r"per Searcher \(at most (\d+)\)", text):
-            max_searchers = int(m.group(1))
-        start = text.find("Question: ")
-        body = text[start:] if start >= 0 else text
-        question = re.match(r"Question: (.*?)(?:<\|im_end\|>|\n|$)", body)
-        asks = [(m.start(), 0 if m.group(1) is None else int(m.group(1))) for m in _ASK.finditer(body)]
-        reports, waves = [], []
-        for m in _REPORT.finditer(body):
-            reports.append((int(m.group(1)), m.group(2).strip(), m.group(3).strip()))
-            waves.append(sum(1 for pos, _ in asks if pos < m.start()))
-        return cls(question=question.group(1).strip() if question else "", reports=tuple(reports),
-                   wave_of=tuple(waves), waves_done=len(asks),
-                   waves_left=asks[-1][1] if asks else max_waves,
-                   max_waves=max_waves, max_searchers=max_searchers)
+    def of_info(cls, info: Mapping[str, Any], max_waves: int = 3, max_searchers: int = 3) -> LeaderState:
+        """The state in a Leader's ``infos``; ``max_waves`` and ``max_searchers`` are
+        defaults for an info that does not say."""
+        if not isinstance(info, Mapping) or "question" not in info:
+            raise TypeError("LeaderState reads the Leader's infos (Observation.info), "
+                            f"not its prompt text; got {type(info).__name__}")
+        max_waves = int(info.get("max_waves", max_waves))
+        reports = [(int(n), str(task).strip(), (str(report) or P.NO_REPORT).strip(), int(wave))
+                   for n, task, report, wave in info.get("reports", ())]
+        return cls(question=str(info["question"]).strip(),
+                   reports=tuple((n, task, report) for n, task, report, _ in reports),
+                   wave_of=tuple(wave for *_, wave in reports),
+                   waves_done=int(info.get("waves_done", 0)),
+                   waves_left=int(info.get("waves_left", max_waves)),
+                   max_waves=max_waves, max_searchers=int(info.get("max_searchers", max_searchers)))
 
 
 @dataclass(frozen=True)
@@ -156,8 +148,9 @@ class LeaderMacro:
         self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (len(FEATURES),), np.float32)
         self.action_space = gymnasium.spaces.Discrete(max_searchers + 1)
 
-    def state(self, text: str) -> LeaderState:
-        return LeaderState.parse(text, self.max_waves, self.max_searchers)
+    def state(self, info: Mapping[str, Any]) -> LeaderState:
+        """The Leader's state from its ``infos`` (``Observation.info``)."""
+        return LeaderState.of_info(info, self.max_waves, self.max_searchers)
 
     def features(self, state: LeaderState, num_tokens: int, proposal: Proposal) -> np.ndarray:
         """The observation vector (:data:`FEATURES`, float32 in [0, 1])."""
@@ -263,10 +256,10 @@ class LeaderMacroEnv(gymnasium.Env):
         return self._observe(), self._info()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        if self.raw.core is None:
+        if self.raw.episode is None:
             raise RuntimeError("call reset() before step()")
         searches = self.episode.num_searches
-        done = self.raw.core.done
+        done = self.raw.done
         if not done:
             done = self._act(int(np.asarray(action).reshape(())))
             if not done and self._decision()[0].waves_left <= 0:
@@ -294,22 +287,21 @@ class LeaderMacroEnv(gymnasium.Env):
     def _decision(self) -> tuple[LeaderState, Proposal]:
         """The Leader's state and the decomposer's proposal, once per Leader context."""
         if self._now is None:
-            state = self.macro.state(self.team.context_text())
+            state = self.macro.state(self.raw.view("leader_0"))
             self._now = state, self._proposal(state)
         return self._now
 
     def _proposal(self, state: LeaderState) -> Proposal:
         if callable(getattr(self.decompose, "act", None)):
-            obs = observe(self.raw, "leader_0")
+            obs = self.raw.turn_observation("leader_0")
             return Proposal.of_turn(turn_text(self.decompose.act([obs])[0], self.raw.tokenizer.decode), state)
         subtasks = [str(t).strip() for t in self.decompose(state.question, state.waves_done, list(state.reports))]
         return Proposal(subtasks=tuple(t for t in subtasks if t))
 
     def _observe(self) -> np.ndarray:
-        core = self.raw.core
-        ids = core.context("leader_0")
-        if core.done:  # the last Leader context; a terminal observation is never acted on
-            state, proposal = self.macro.state(self.raw.tokenizer.decode(ids)), Proposal(selection=())
+        ids = self.raw.context("leader_0")
+        if self.raw.done:  # the last Leader context; a terminal observation is never acted on
+            state, proposal = self.macro.state(self.raw.view("leader_0")), Proposal(selection=())
         else:
             state, proposal = self._decision()
         return self.macro.features(state, len(ids), proposal)
@@ -317,6 +309,6 @@ class LeaderMacroEnv(gymnasium.Env):
     def _info(self) -> dict[str, Any]:
         ep = self.episode
         info: dict[str, Any] = {"searches": ep.num_searches, "waves": ep.num_waves}
-        if self.raw.core.done:
+        if self.raw.done:
             info.update(team_em=float(ep.team_em), leader_reward=self.team.role_reward())
         return info

@@ -251,6 +251,7 @@ class TeamEpisode:
 
         ``question`` the team's question; ``task`` the agent's sub-task (the question for
         the Leader and the Answerers); ``turn`` turns taken in this context; ``turns_left``;
+        ``wave`` the wave a Searcher serves (-1 for the others);
         Leader: ``reports`` ``[(number, sub-task, report, wave)]`` handed back so far,
         ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; Searcher:
         ``passages`` (one list per search delivered, as the retriever gave them),
@@ -262,7 +263,8 @@ class TeamEpisode:
         cfg, ep = self.config, self.episode
         turns = seg.turns if seg is not None else 0
         view: dict[str, Any] = {"role": role, "question": self.question.question,
-                                "task": seg.task if seg is not None else "", "turn": turns}
+                                "task": seg.task if seg is not None else "", "turn": turns,
+                                "wave": seg.wave if seg is not None else -1}
         if role == P.LEADER:
             view.update(reports=[(n, task, report, wave) for n, task, report, wave in self.reports_shown],
                         waves_done=ep.num_waves, waves_left=max(0, cfg.max_waves - ep.num_waves),

@@ -18,7 +18,9 @@ Episode end         ``terminated`` when the team has answered; never truncated (
 ==================  ===========================================================
 
 When several controlled agents await a turn (the Searchers of one wave), they act one per
-step in cycle order; ``info["agent"]`` names the agent whose context the observation is.
+step in cycle order; ``info["agent"]`` names the agent whose context the observation is,
+and ``info`` holds what it knows (``raw_env.view``: question, sub-task, passages, reports,
+waves left), so a policy never has to parse the context.
 ``reset`` redraws the question (from ``self.np_random``) when the episode ended before the
 controlled role got a turn (a Leader that never dispatched a Searcher); with a question
 forced through ``options``, it returns an empty context and the next step ends the episode.
@@ -37,7 +39,6 @@ import gymnasium
 import numpy as np
 
 from envs import protocol as P
-from envs.observation import apply_turns, observe
 
 MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
@@ -46,22 +47,20 @@ MAX_REDRAWS = 32
 def play_turn(raw: Any, agent: str, action: Any) -> Any:
     """Apply one whole turn of ``agent`` (any action form the AEC env accepts) and answer
     its search at once; returns the core's ``TurnResult``."""
-    return apply_turns([(raw, agent, action)])[0]
+    return raw.play_turns([(agent, action)])[0]
 
 
 def play_others(raw: Any, others: Any, controls: Callable[[str], bool]) -> None:
     """Let ``others`` play every awaiting agent that ``controls`` rejects, in batches (one
     retriever call per batch), until a controlled agent awaits or the episode is over."""
-    core = raw.core
-    while not core.done and not any(controls(a) for a in core.awaiting):
-        waiting = list(core.awaiting)
-        if not waiting:  # the core always has someone awaiting before it is done
-            raise RuntimeError(f"no agent awaits a turn in phase {core.phase!r}")
-        observations = [observe(raw, a) for a in waiting]
+    while not raw.done and not any(controls(a) for a in raw.awaiting):
+        observations = raw.turn_observations()
+        if not observations:  # the env always has someone awaiting before it is done
+            raise RuntimeError(f"no agent awaits a turn in phase {raw.phase!r}")
         actions = others.act(observations)
         if len(actions) != len(observations):
             raise ValueError(f"others returned {len(actions)} actions for {len(observations)} observations")
-        apply_turns([(raw, agent, action) for agent, action in zip(waiting, actions)])
+        raw.play_turns([(obs.agent, action) for obs, action in zip(observations, actions)])
 
 
 class SingleRoleEnv(gymnasium.Env):
@@ -79,7 +78,7 @@ class SingleRoleEnv(gymnasium.Env):
 
     def __init__(self, env: Any, role: str, others: Any, *, render_mode: str | None = None):
         raw = env.unwrapped
-        if not hasattr(raw, "core") or not hasattr(raw, "prepare_turn"):
+        if not hasattr(raw, "play_turns") or not hasattr(raw, "turn_observations"):
             raise TypeError(f"env must be a SearchTeam env (search_team_v0.raw_env), got {type(env).__name__}")
         if role not in P.ROLES and role not in raw.possible_agents:
             raise ValueError(f"role must be one of {P.ROLES} or an agent of {raw.possible_agents}, got {role!r}")
@@ -111,7 +110,7 @@ class SingleRoleEnv(gymnasium.Env):
 
     def context(self) -> list[int]:
         """The token ids of the current agent's context (empty when no agent is current)."""
-        return self.raw.core.context(self.agent) if self.agent is not None else []
+        return self.raw.context(self.agent) if self.agent is not None else []
 
     def context_text(self) -> str:
         return self.raw.tokenizer.decode(self.context())
@@ -119,7 +118,7 @@ class SingleRoleEnv(gymnasium.Env):
     def role_reward(self) -> float:
         """Mean reward of the controlled agents that took part (0.0 before the end)."""
         ep = self.raw.episode
-        if ep is None or not self.raw.core.done:
+        if ep is None or not self.raw.done:
             return 0.0
         played = {s.agent for s in ep.segments} & self._controlled
         return float(np.mean([ep.rewards[a] for a in played])) if played else 0.0
@@ -136,20 +135,21 @@ class SingleRoleEnv(gymnasium.Env):
                 options["question"] = questions[int(self.np_random.integers(len(questions)))]
             self.raw.reset(seed=seed, options=options)
             play_others(self.raw, self.others, self._controls)
-            if not self.raw.core.done:
+            if not self.raw.done:
                 break
         self.agent = self._next_agent()
         return self._observe(), self._info()
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
-        if self.raw.core is None:
+        if self.raw.episode is None:
             raise RuntimeError("call reset() before step()")
         info: dict[str, Any] = {}
         if self.agent is not None:
             result = play_turn(self.raw, self.agent, action)
-            info = {"kind": result.kind, "invalid": result.invalid, "reason": result.reason}
+            info = {"kind": result.kind, "invalid": result.invalid, "reason": result.reason or result.note,
+                    "note": result.note}
             play_others(self.raw, self.others, self._controls)
-        done = self.raw.core.done
+        done = self.raw.done
         self.agent = None if done else self._next_agent()
         return self._observe(), self.role_reward(), done, False, {**self._info(), **info}
 
@@ -157,11 +157,10 @@ class SingleRoleEnv(gymnasium.Env):
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
             return None
-        core = self.raw.core
-        if core is None:
+        ep = self.raw.episode
+        if ep is None:
             text = "(not reset)"
-        elif core.done:
-            ep = core.episode
+        elif self.raw.done:
             text = (f"Candidates: {ep.candidates}  final: {ep.final_answer!r}  "
                     f"gold: {ep.question['golden_answers']}  reward: {self.role_reward():.3f}")
         else:
@@ -180,10 +179,10 @@ class SingleRoleEnv(gymnasium.Env):
         return agent in self._controlled
 
     def _next_agent(self) -> str | None:
-        core = self.raw.core
-        if core.done:
+        if self.raw.done:
             return None
-        return next(a for a in self.raw.possible_agents if a in core.awaiting and a in self._controlled)
+        awaiting = self.raw.awaiting
+        return next(a for a in self.raw.possible_agents if a in awaiting and a in self._controlled)
 
     def _observe(self) -> dict[str, np.ndarray]:
         context = self.context()
@@ -193,8 +192,11 @@ class SingleRoleEnv(gymnasium.Env):
         return {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
 
     def _info(self) -> dict[str, Any]:
+        """The current agent's ``raw_env.view`` (what it knows: question, sub-task, passages,
+        reports, waves left) and the episode's counters."""
         ep = self.raw.episode
-        info: dict[str, Any] = {"agent": self.agent, "searches": ep.num_searches, "waves": ep.num_waves}
-        if self.raw.core.done:
+        info: dict[str, Any] = self.raw.view(self.agent) if self.agent is not None else {}
+        info.update(agent=self.agent, searches=ep.num_searches, waves=ep.num_waves)
+        if self.raw.done:
             info.update(team_em=float(ep.team_em), final_answer=ep.final_answer)
         return info

@@ -86,7 +86,7 @@ def test_single_role_leader_with_scripted_turns_reproduces_collect(tokenizer):
     steps, done, reward = 0, False, 0.0
     while not done:
         assert reward == 0.0
-        text = scripted.turn("leader", env.context_text())
+        text = scripted.turn("leader", info)
         obs, reward, done, truncated, info = env.step(text)
         steps += 1
         assert truncated is False
@@ -104,7 +104,7 @@ def test_single_role_searchers_act_one_per_step_and_get_the_mean_searcher_reward
     agents, done = [], False
     while not done:
         agents.append(info["agent"])
-        _, reward, done, _, info = env.step(scripted.turn("searcher", env.context_text()))
+        _, reward, done, _, info = env.step(scripted.turn("searcher", info))
     assert set(agents) == {"searcher_0"} and len(agents) >= 2  # search, then summary, per wave
     ep = env.episode
     assert reward == pytest.approx(ep.rewards["searcher_0"])
@@ -159,12 +159,11 @@ def test_the_last_wave_ends_the_episode_without_a_decision(tokenizer):
     assert reward == pytest.approx(env.episode.rewards["leader_0"])
 
 
-def test_leader_state_and_turns_from_context_text():
-    text = ("system ... per Searcher (at most 2) ... at most 4 waves ...<|im_end|>\n<|im_start|>user\n"
-            "Question: Who founded Kessa Mills?<|im_end|>\n<|im_start|>assistant\n<subtask>a</subtask><|im_end|>\n"
-            "<|im_start|>user\n[1] Sub-task: Who founded Kessa Mills?\nReport: Kessa Mills was founded by Ivo Ro.\n"
-            "[2] Sub-task: Kessa Mills founder\nReport: (no report)\n\nWaves left: 3. Dispatch ...<|im_end|>\n")
-    state = LeaderState.parse(text)
+def test_leader_state_and_turns_from_the_leaders_info():
+    info = {"role": "leader", "question": "Who founded Kessa Mills?", "max_searchers": 2, "max_waves": 4,
+            "reports": [(1, "Who founded Kessa Mills?", "Kessa Mills was founded by Ivo Ro.", 0),
+                        (2, "Kessa Mills founder", "", 0)], "waves_done": 1, "waves_left": 3}
+    state = LeaderState.of_info(info)
     assert state.question == "Who founded Kessa Mills?" and state.max_searchers == 2 and state.max_waves == 4
     assert state.reports == ((1, "Who founded Kessa Mills?", "Kessa Mills was founded by Ivo Ro."),
                              (2, "Kessa Mills founder", "(no report)"))
@@ -179,6 +178,8 @@ def test_leader_state_and_turns_from_context_text():
     assert macro.turn(0, state, Proposal(selection=(1,))) == "<select>1</select>"
     with pytest.raises(ValueError, match="0..2, got 3"):
         macro.turn(3, state, Proposal())
+    with pytest.raises(TypeError, match="not its prompt text"):
+        LeaderState.of_info("Question: Who founded Kessa Mills?")
 
 
 def test_a_callable_decomposer_gives_the_subtasks(tokenizer):

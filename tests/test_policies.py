@@ -17,12 +17,8 @@ STYLES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "
 
 
 def observation(env, agent: str) -> Observation:
-    """What a collector would hand the policy for ``agent`` (the whole context)."""
-    core = env.unwrapped.core
-    role = P.role_of(agent)
-    return Observation(agent, role, np.array(env.unwrapped.context(agent), dtype=np.int64),
-                       P.STOP_STRINGS[role], core.turn_budget(agent),
-                       decode=env.unwrapped.tokenizer.decode)
+    """What a collector would hand the policy for ``agent`` (the whole context and its info)."""
+    return env.unwrapped.turn_observation(agent)
 
 
 def play(env, policy, question=None, seed=0):
@@ -42,8 +38,8 @@ def context_text(tokenizer, role: str, user: str) -> str:
 
 
 def answer_of(tokenizer, question: str, evidence: list[str]) -> str:
-    user = f"Question: {question}\n\nEvidence:\n" + "\n".join(f"[{i}] {e}" for i, e in enumerate(evidence, 1))
-    turn = ScriptedPolicy().turn("answerer", context_text(tokenizer, "answerer", user))
+    info = {"role": "answerer", "question": question, "evidence": list(enumerate(evidence, 1))}
+    turn = ScriptedPolicy().turn("answerer", info)
     parsed = P.parse_answerer(turn)
     assert parsed.kind == "answer", turn
     return parsed.text
@@ -109,6 +105,27 @@ def test_scripted_turn_depends_only_on_the_observation_text(make_env, tokenizer)
         env.step(action)
     # The five Answerers see the same text and so write the same candidate.
     assert len(set(env.unwrapped.episode.candidates)) == 1
+
+
+@pytest.mark.parametrize("workflow", ["hierarchical", "cascade"])
+def test_scripted_team_reads_infos_not_the_prompt_wording(make_env, monkeypatch, workflow):
+    """Rewording every prompt the env writes leaves the scripted team's play unchanged:
+    it reads the question, sub-tasks, passages, reports and waves left from ``infos``."""
+    before = play(make_env(workflow=workflow), ScriptedPolicy(), QUESTION)
+    for name, text in [("LEADER_USER", "Q >> {question}"), ("SEARCHER_USER", "Your job: {task}"),
+                       ("ANSWERER_USER", "Asked: {question}\nNotes:\n{evidence}"),
+                       ("EVIDENCE_ITEM", "({number}) {report}"), ("REPORT_ITEM", "#{number} {task} => {report}"),
+                       ("WAVES_LEFT", "{waves_left} more rounds."), ("PASSAGE", "<{number}> {title}: {text}")]:
+        monkeypatch.setattr(P, name, text)
+    after = play(make_env(workflow=workflow), ScriptedPolicy(), QUESTION)
+    assert [s.task for s in after.segments] == [s.task for s in before.segments]
+    assert after.reports == before.reports and after.candidates == before.candidates == ["Ostria"] * 5
+    assert after.segments[0].token_ids != before.segments[0].token_ids  # the words did change
+
+
+def test_scripted_policy_refuses_prompt_text():
+    with pytest.raises(TypeError, match="obs.info"):
+        ScriptedPolicy().turn("leader", "<|im_start|>user\nQuestion: Who?<|im_end|>")
 
 
 def test_leader_splits_a_comparison_into_one_subtask_per_option(make_env):
