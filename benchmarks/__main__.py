@@ -24,14 +24,13 @@ from envs.data import DATASETS
 
 def _load(result: str) -> tuple[dict, list[dict]]:
     """A result directory of ``python -m benchmarks run``, or a learner's validation file
-    (``<run>/validation/step_*.jsonl``: per-question records, summarised here)."""
+    (``<run>/validation/step_*.jsonl``: per-question records, summarised here). A record the
+    metrics cannot use stops the command with one line naming the file and the line."""
     from benchmarks.metrics import summarize
 
     path = Path(result)
     if path.is_file():
-        from algos.report import read_metrics
-
-        records = read_metrics(path)
+        records = _records(path)
         if not records:
             raise SystemExit(f"{path} holds no per-question records")
         summary = summarize(records)
@@ -40,9 +39,27 @@ def _load(result: str) -> tuple[dict, list[dict]]:
     if not (path / "summary.json").exists():
         raise SystemExit(f"{path} has no summary.json: give a directory written by `python -m benchmarks run` "
                          "or a learner's validation/step_*.jsonl")
-    summary = json.loads((path / "summary.json").read_text())
-    records = [json.loads(line) for line in (path / "questions.jsonl").read_text().splitlines() if line.strip()]
-    return summary, records
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError alike
+        raise SystemExit(f"{path / 'summary.json'}: not a JSON summary ({err})") from None
+    return summary, _records(path / "questions.jsonl")
+
+
+def _records(path: Path) -> list[dict]:
+    from benchmarks.metrics import check_record
+    from envs.data.items import iter_jsonl
+
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist")
+    records = []
+    try:
+        for line, row in iter_jsonl(path):
+            check_record(row, f"{path}, line {line}")
+            records.append(row)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return records
 
 
 def _run(args: argparse.Namespace) -> int:

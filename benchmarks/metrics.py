@@ -12,6 +12,33 @@ from typing import Any
 
 import numpy as np
 
+RECORD_LISTS = ("correct", "searches", "input_tokens", "output_tokens")
+"""The per-run lists of a record; ``correct`` is required, the cost lists when present must
+have one entry per run too."""
+
+
+def check_record(record: Any, where: str) -> None:
+    """Refuse a per-question record the metrics cannot use, with ``where`` (file and line)
+    and what is wrong: not an object, no ``dataset`` or ``id``, an empty ``correct`` (its
+    mean would be NaN and silently drop out of a macro), a value that is not a number, or
+    cost lists of another length than ``correct``."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
+    for key in ("dataset", "id", "correct"):
+        if key not in record:
+            raise ValueError(f"{where}: the record has no {key!r} (keys: {sorted(record)})")
+    k = None
+    for key in RECORD_LISTS:
+        if key not in record:
+            continue
+        values = record[key]
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, (int, float)) and np.isfinite(v) for v in values):
+            raise ValueError(f"{where}: {key}={values!r} must be a non-empty list of finite numbers, one per run")
+        if k is not None and len(values) != k:
+            raise ValueError(f"{where}: {key} has {len(values)} runs, correct has {k}")
+        k = len(values) if k is None else k
+
 
 def avg_at_k(correct_QK: Sequence[Sequence[float]]) -> float:
     """Mean over questions of the mean correctness over the k runs."""

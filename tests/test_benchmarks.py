@@ -87,3 +87,19 @@ def test_trainer_env_and_suite_retrievers_come_from_the_one_factory(tmp_path, mo
         make_retriever(tmp_path / "no-corpus.jsonl")
     with pytest.raises(ValueError, match="'default', a corpus JSONL path or an http"):
         make_retriever(" ")
+
+
+def test_compare_refuses_a_bad_result_line_naming_file_and_line(tmp_path):
+    good = {"dataset": "nq", "id": "1", "correct": [1], "searches": [1], "input_tokens": [5], "output_tokens": [2]}
+    path = tmp_path / "validation" / "step_000001.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "2", "correct": []}) + "\n")
+    with pytest.raises(SystemExit) as error:
+        bench_main(["compare", str(path), str(path)])
+    assert str(error.value) == f"{path}, line 2: correct=[] must be a non-empty list of finite numbers, one per run"
+    results = tmp_path / "res"
+    results.mkdir()
+    (results / "summary.json").write_text("{}")
+    (results / "questions.jsonl").write_bytes(json.dumps(good).encode() + b"\n\xff\n")
+    with pytest.raises(SystemExit, match=r"questions.jsonl, line 2: not UTF-8"):
+        bench_main(["compare", str(results), str(path)])

@@ -133,3 +133,19 @@ def test_resume_leaves_one_metrics_row_per_step(tmp_path, tiny_dirs, torch_one_t
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [1, 2]
     resumed.train(validate_first=False)
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("record, message", [
+    ([1], "a record must be a JSON object"),
+    ({"dataset": "nq", "correct": [1]}, "no 'id'"),
+    ({"dataset": "nq", "id": "1", "correct": []}, "correct=[] must be a non-empty list"),
+    ({"dataset": "nq", "id": "1", "correct": [1, None]}, "correct=[1, None]"),
+    ({"dataset": "nq", "id": "1", "correct": [1, 0], "searches": [2]}, "searches has 1 runs, correct has 2"),
+])
+def test_a_record_the_metrics_cannot_use_is_refused_with_where(record, message):
+    from benchmarks.metrics import check_record
+
+    with pytest.raises(ValueError) as error:
+        check_record(record, "r.jsonl, line 3")
+    assert str(error.value).startswith("r.jsonl, line 3: ") and message in str(error.value)
+    check_record(_rec("nq", 1, [1, 0]), "fine")
