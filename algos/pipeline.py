@@ -79,8 +79,7 @@ def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:
     records = validation_path(cfg.out_dir, 0)
     metrics = Path(cfg.out_dir) / "metrics.jsonl"
     if metrics.exists() and records.exists():
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
+        for row in read_metrics(metrics):  # a bad line (a run killed mid-write) is skipped, not fatal
             if row.get("step") == 0 and "val/avg@1" in row:
                 return float(row["val/avg@1"]), records
     if trainer.step == 0:
