@@ -460,4 +460,6 @@ def test_bad_settings_are_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--corpus", "/nonexistent.jsonl", "--max-query-chars", "-5"])
     assert exit_.value.code == 2
-    assert "max_query_chars=-5" in capsys.readouterr().err
+    assert "max_query_chars=-5 (must be a positive integer) (set by --max-query-chars)" in (
+        capsys.readouterr().err
+    )

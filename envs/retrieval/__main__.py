@@ -58,6 +58,19 @@ class _NoRetriever:
         raise NotImplementedError
 
 
+_FLAGS = {
+    "max_batch": "--max-batch",
+    "batch_wait_s": "--batch-wait-ms",
+    "default_topk": "--topk",
+    "max_topk": "--max-topk",
+    "max_queries": "--max-queries",
+    "max_body_bytes": "--max-body-bytes",
+    "max_query_chars": "--max-query-chars",
+    "keep_alive_s": "--keep-alive",
+    "request_timeout_s": "--request-timeout",
+}
+
+
 def _server_settings(args: argparse.Namespace) -> dict:
     return {
         "host": args.host,
@@ -123,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             settings = _server_settings(args)
             RetrievalServer(_NoRetriever(), **settings)
         except ValueError as e:
-            parser.error(str(e))
+            setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
+            flag = _FLAGS.get(setting)
+            parser.error(f"{e} (set by {flag})" if flag else str(e))
     retriever = _build(args)
     if args.command == "search":
         for query, hits in zip(
