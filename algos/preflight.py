@@ -69,8 +69,8 @@ def check_teacher(teacher: str) -> None:
     """``teacher`` must be a Stage-I run folder with a checkpoint, or a saved model folder."""
     path = Path(teacher)
     if not path.exists():
-        raise PreflightError(f"teacher={teacher!r}: no such file or directory (give a Stage-I run folder, "
-                             "or 'base')")
+        raise PreflightError(f"teacher={teacher!r}: no such file or directory (train it first with --stage "
+                             "teacher, or pass --teacher base)")
     if path.is_dir() and not (Path(resolve_model_path(teacher)) / "config.json").exists():
         raise PreflightError(f"teacher={teacher!r}: holds neither a checkpoint nor a saved model "
                              "(config.json)")
