@@ -6,15 +6,15 @@ hub dataset when ``root`` is None, or the built-in synthetic world when ``root``
 the styles of the seven benchmarks; ``write_flashrag`` writes it out as files.
 """
 
-from envs.data.qa import (
+from envs.data.items import (
     DATASETS,
     MULTI_HOP,
     SINGLE_HOP,
     QAItem,
-    load_qa,
     read_jsonl,
     write_jsonl,
 )
+from envs.data.qa import load_qa
 from envs.data.synthwiki import SynthWiki, build_world, default_world, write_flashrag
 
 __all__ = [

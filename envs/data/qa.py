@@ -4,8 +4,8 @@ A dataset lives at ``<root>/<name>/<split>.jsonl`` (or ``.jsonl.gz``, or ``.parq
 one question per row: ``{"id", "question", "golden_answers": [...], "dataset"?,
 "metadata"?}``. This is the layout of the hub dataset ``RUC-NLPIR/FlashRAG_datasets``,
 which ``load_qa`` reads when no ``root`` is given, and of what ``write_flashrag`` (the
-synthetic world) writes. The items themselves are ``envs.data.items.QAItem`` (re-exported
-here).
+synthetic world) writes. The items and the JSONL helpers are in ``envs.data.items``;
+``envs.data`` exports both.
 """
 
 from __future__ import annotations
@@ -16,27 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envs.data.items import (
-    DATASETS,
-    MULTI_HOP,
-    SINGLE_HOP,
-    QAItem,
-    iter_jsonl,
-    read_jsonl,
-    write_jsonl,
-)
+from envs.data.items import DATASETS, QAItem, iter_jsonl
 from envs.data.synthwiki import default_world
-
-__all__ = [
-    "DATASETS",
-    "MULTI_HOP",
-    "SINGLE_HOP",
-    "QAItem",
-    "load_qa",
-    "read_jsonl",
-    "read_qa_file",
-    "write_jsonl",
-]
 
 SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 """The files ``load_qa`` looks for, in this order: ``<root>/<name>/<split><suffix>``."""
