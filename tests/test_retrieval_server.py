@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -435,6 +436,16 @@ def test_silent_connections_are_closed(fake_server):
     with socket.create_connection(("127.0.0.1", srv.port)) as slow:  # half a request head
         slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
         assert _closed_by_server(slow)
+    with socket.create_connection(("127.0.0.1", srv.port)) as trickle:  # a byte at a time
+        head = b"POST /retrieve HTTP/1.1\r\nX-Padding: " + b"x" * 400
+        sent = 0
+        with contextlib.suppress(OSError):  # the server hangs up while we still send
+            while sent < len(head):
+                trickle.sendall(head[sent : sent + 1])
+                sent += 1
+                time.sleep(0.02)  # 400 bytes would take 8 s: 40 times the idle limit
+        assert _closed_by_server(trickle)
+        assert sent < len(head)
     with socket.create_connection(("127.0.0.1", srv.port)) as stalled:  # half a body
         stalled.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
         stalled.settimeout(20)

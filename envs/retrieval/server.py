@@ -22,9 +22,9 @@ a batch, so one bad request fails alone: a body over ``max_body_bytes`` gets a 4
 malformed JSON (including nesting too deep for the parser and integers over Python's
 4300 digits) a 400, more than ``max_queries`` queries or a query over ``max_query_chars``
 characters a 413; each with ``{"error": "<one line>"}``. Lone UTF-16 surrogates in a query
-(``"\\ud83d"``, which JSON allows) are replaced by U+FFFD. A connection that stays silent
-for ``keep_alive_s`` (before its first request, between requests, or inside a request) is
-closed. Should a batched retriever call still fail, each request of that batch is retried
+(``"\\ud83d"``, which JSON allows) are replaced by U+FFFD. A request head must be complete
+within ``keep_alive_s`` of the connection opening or of the previous answer, else the
+connection is closed; a body that stalls for ``keep_alive_s`` gets a 408. Should a batched retriever call still fail, each request of that batch is retried
 alone, so the error reaches only the requests that cause it.
 
 Requests are batched across clients (PITFALLS 7): the handlers put their queries on an
@@ -246,26 +246,33 @@ def _short(value: Any) -> str:
 
 
 class _IdleTimeoutH11(H11Protocol):
-    """uvicorn's h11 protocol, closing connections that stay silent for ``timeout_keep_alive``.
+    """uvicorn's h11 protocol, closing connections that hold a socket without asking anything.
 
-    uvicorn arms its keep-alive timer only after a response; arm it also when a connection
-    opens and after every piece of a request head that is not complete yet, so a client
-    that connects and sends nothing (or a header a byte at a time) does not hold a socket.
+    uvicorn arms its keep-alive timer only after a response, and any byte disarms it. Here
+    a request head must also be complete within ``timeout_keep_alive`` of the connection
+    opening (or of the previous response), however slowly its bytes trickle in, so neither
+    a client that connects and sends nothing nor one that sends a header a byte at a time
+    keeps a socket.
     """
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_idle_timer()
+        self._head_deadline = self.loop.time() + self.timeout_keep_alive
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # arms uvicorn's keep-alive timer
+        self._head_deadline = self.loop.time() + self.timeout_keep_alive
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is h11.IDLE:
-            self._arm_idle_timer()
+        super().data_received(data)  # disarms the timer
+        if self.conn.their_state is h11.IDLE:  # the next request head is not complete yet
+            self._arm_head_timer()
 
-    def _arm_idle_timer(self) -> None:
+    def _arm_head_timer(self) -> None:
         if self.timeout_keep_alive_task is None and not self.transport.is_closing():
             self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
+                max(0.0, self._head_deadline - self.loop.time()), self.timeout_keep_alive_handler
             )
 
 
@@ -491,7 +498,8 @@ class RetrievalServer:
         return app
 
     async def _read_body(self, request: Request) -> bytes:
-        """The body, refused with a 413 as soon as it is known to exceed ``max_body_bytes``."""
+        """The body, refused with a 413 as soon as it is known to exceed ``max_body_bytes``, and
+        with a 408 when it stalls for ``keep_alive_s`` or takes over ``request_timeout_s``."""
         length = request.headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -502,12 +510,19 @@ class RetrievalServer:
                 )
         chunks, size = [], 0
         stream = request.stream().__aiter__()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
         while True:
+            wait = min(self.keep_alive_s, deadline - loop.time())
             try:
-                chunk = await asyncio.wait_for(stream.__anext__(), self.keep_alive_s)
+                chunk = await asyncio.wait_for(stream.__anext__(), max(0.0, wait))
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
+                if loop.time() >= deadline:
+                    raise _HttpError(
+                        408, f"the request body took over {self.request_timeout_s} s"
+                    ) from None
                 raise _HttpError(
                     408, f"the request body stalled for {self.keep_alive_s} s"
                 ) from None
