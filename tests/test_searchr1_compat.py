@@ -33,6 +33,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+import pyarrow.json as pa_json  # noqa: E402  # what datasets.load_dataset("json") reads with
 import pytest  # noqa: E402
 import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
@@ -41,8 +42,6 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from envs.retrieval import Passage, RemoteRetriever, RetrievalServer  # noqa: E402
-
-pa_json = pytest.importorskip("pyarrow.json")
 
 ROWS = [
     {
