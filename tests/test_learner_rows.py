@@ -70,9 +70,10 @@ def grpo(rewards):
 def logprobs_by_hand(model, ids, mask, temperature):
     """Teacher-forced log-probs of ids[mask] under ``model``: one plain forward pass."""
     with torch.no_grad():
-        logits = model(torch.as_tensor(ids)[None]).logits[0].double() / temperature
-    logp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.as_tensor(ids[1:])[:, None])[:, 0]
-    return logp.numpy()[mask[1:]]
+        logits = model(torch.as_tensor(ids)[None]).logits[0]
+    before = torch.as_tensor(mask[1:])  # position t - 1 predicts token t
+    scaled = logits[:-1][before].double() / temperature
+    return (torch.log_softmax(scaled, -1).gather(-1, torch.as_tensor(ids[1:][mask[1:]])[:, None])[:, 0]).numpy()
 
 
 def per_row(tensor, counts):
