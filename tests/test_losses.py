@@ -45,3 +45,29 @@ def test_k3_kl_by_hand_and_its_mask():
                       kl_mask_BT=torch.tensor([[1, 0]]), kl_coef=0.1)
     assert out.kl == pytest.approx(math.exp(-0.5) + 0.5 - 1)  # only the first token carries KL
     assert out.loss.item() == pytest.approx(0.1 * out.kl)
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
+def test_chunks_with_the_batch_totals_add_up_to_the_batch(aggregation):
+    """Rows 0-1 and row 2 as two chunks: with the whole batch's Totals their losses sum to the
+    one-chunk loss, the KL part included (its tokens are not the loss tokens)."""
+    from algos.losses import Totals
+
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, 0.0], [-1.2, -0.1, -0.9]], requires_grad=True)
+    old = torch.tensor([[-1.1, -1.8, -0.5], [-0.2, -0.9, 0.0], [-1.0, -0.4, -0.6]])
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, 0.0], [2.0, 2.0, 2.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    ref = torch.tensor([[-1.5, -1.0, -0.2], [-0.1, -0.2, 0.0], [-1.0, -1.0, -1.0]])
+    kl_mask = torch.tensor([[1, 1, 1], [0, 0, 0], [1, 1, 1]])
+    kw = dict(kl_coef=0.5, aggregation=aggregation)
+    whole = policy_loss(logp, old, adv, mask, ref_logp_BT=ref, kl_mask_BT=kl_mask, **kw)
+    totals = Totals.of_rows([3, 2, 3], [True, False, True])
+    assert totals == Totals(tokens=8, rows=3, kl_tokens=6, kl_rows=2)
+    parts = [policy_loss(logp[s], old[s], adv[s], mask[s], ref_logp_BT=ref[s], kl_mask_BT=kl_mask[s],
+                         totals=totals, **kw) for s in (slice(0, 2), slice(2, 3))]
+    assert sum(p.loss for p in parts).item() == pytest.approx(whole.loss.item(), rel=1e-6)
+    assert sum(p.kl for p in parts) == pytest.approx(whole.kl, rel=1e-6)
+    # without the totals each chunk is its own mean: the sum is another objective
+    alone = [policy_loss(logp[s], old[s], adv[s], mask[s], ref_logp_BT=ref[s], kl_mask_BT=kl_mask[s], **kw)
+             for s in (slice(0, 2), slice(2, 3))]
+    assert sum(p.loss for p in alone).item() != pytest.approx(whole.loss.item(), rel=1e-3)
