@@ -6,10 +6,8 @@ shared machine."""
 import json
 import math
 
-import numpy as np
 import pytest
 
-from agents.base import Observation
 from benchmarks.perf import FullBudgetTeam, PerfSettings, figure, interleaved, main
 
 SECTIONS = ("env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
@@ -50,24 +48,20 @@ def test_interleaved_runs_in_turn_and_figure_takes_the_median_of_pairs():
     assert (f.ratio, f.low, f.high) == (3.0, 2.0, 9.0)
 
 
-def _leader(text):
-    return Observation(agent="leader_0", role="leader", token_ids=np.zeros(1, dtype=np.int64),
-                       decode=lambda _: text)
-
-
-def test_full_budget_leader_fills_every_slot_then_lets_the_scripted_leader_select():
-    team = FullBudgetTeam()
-    first = ("<|im_start|>system\nLeader ... one <subtask>...</subtask> per Searcher (at most 3); "
-             "... at most 2 waves.<|im_end|>\n<|im_start|>user\nQuestion: Where was Velmora Quist "
-             "born?<|im_end|>\n<|im_start|>assistant\n")
-    [turn] = team.act([_leader(first)])
-    assert turn.count("<subtask>") == 3
-    again = first + turn + ("<|im_end|>\n<|im_start|>user\n[1] Sub-task: x\nReport: y\n\n"
-                            "Waves left: 1. Dispatch another wave.<|im_end|>\n<|im_start|>assistant\n")
-    assert team.act([_leader(again)])[0].count("<subtask>") == 3
-    last = again + turn + ("<|im_end|>\n<|im_start|>user\n[4] Sub-task: x\nReport: y\n\n"
-                           "No waves left: choose the reports.<|im_end|>\n<|im_start|>assistant\n")
-    assert team.act([_leader(last)])[0].startswith("<select>")
+def test_full_budget_leader_fills_every_slot_then_lets_the_scripted_leader_select(make_env):
+    env = make_env(max_waves=2, max_searchers=3)
+    team, leader_turns = FullBudgetTeam(), []
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        turn = None
+        if not (term or trunc):
+            [turn] = team.act([env.unwrapped.turn_observation(agent)])
+            if agent == "leader_0":
+                leader_turns.append(turn)
+        env.step(turn)
+    # one full wave per wave allowed (3 Searchers each), then the scripted Leader selects
+    assert [t.count("<subtask>") for t in leader_turns] == [3, 3, 0]
+    assert leader_turns[-1].startswith("<select>") and env.unwrapped.episode.num_waves == 2
 
 
 def test_settings_refuse_nonsense():
