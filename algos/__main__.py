@@ -8,7 +8,10 @@
     python -m algos sft --episodes scripted.jsonl --model micro --out runs/sft
     python -m algos train-leader-sb3 --algo ppo --out runs/sb3_leader   # SB3 Leader, scripted team
 
-Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated).
+Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated;
+booleans: true/false/1/0/yes/no; ``env_kwargs``: a JSON object). Bad settings, a missing
+Teacher, ``--resume`` with no run and a retrieval server that does not answer are refused
+before anything loads or builds (``algos.preflight``): one line, exit status 2.
 """
 
 from __future__ import annotations
