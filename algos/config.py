@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from algos.advantages import SEARCHER_SIGNALS
 from algos.losses import AGGREGATIONS
 from algos.recipes.micro import preset as micro_recipe
+from algos.roles import SEARCHER_SIGNALS
 
 STAGES = ("teacher", "team")
 
