@@ -18,10 +18,11 @@ from agents.hf import token_logprobs
 from envs.episode import Episode, Segment
 
 
-@dataclass
+@dataclass(eq=False)
 class Row:
     """One training row: a token sequence and which of its tokens are trained on. The one
     row type of the learner (RL and SFT). Per-token arrays cover the masked tokens only.
+    Rows compare by identity (their arrays have no single truth value).
 
     ``Row(ids, mask)`` is enough for supervised training (lists or arrays); RL rows also
     carry the segment and episode they came from. The first token is never a target
