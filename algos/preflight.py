@@ -40,8 +40,8 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
                     retriever_timeout: float = RETRIEVER_TIMEOUT_S) -> None:
     """Refuse a ``train`` command whose stages (``{"teacher": cfg, "team": cfg}``, in run
     order) cannot run: ``--resume`` with nothing to continue, a fresh run over an old one,
-    a Teacher, data folder or corpus that does not exist, a retrieval URL that does not
-    answer within ``retriever_timeout`` seconds."""
+    a Teacher or corpus that does not exist, question files that do not load, a retrieval
+    URL that does not answer within ``retriever_timeout`` seconds."""
     out_dirs = [Path(cfg.out_dir) for cfg in configs.values()]
     if resume and not any(latest_checkpoint(d) is not None for d in out_dirs):
         where = ", ".join(str(d / "checkpoints") for d in out_dirs)
@@ -57,12 +57,30 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
     for cfg in configs.values():
         if cfg.teacher not in (None, "base") and Path(cfg.teacher) not in trained_here:
             check_teacher(cfg.teacher)
-        if cfg.data != "synthetic" and not Path(cfg.data).is_dir():
-            raise PreflightError(f"data={cfg.data!r}: no such directory (give 'synthetic' or a "
-                                 "FlashRAG-layout folder)")
+        check_questions(cfg)
         if cfg.retriever not in probed:
             check_retriever(cfg.retriever, timeout=retriever_timeout)
             probed.add(cfg.retriever)
+
+
+def check_questions(cfg: TrainConfig) -> None:
+    """Every training and validation split the run reads must load (the Trainer reads them
+    only after its model is built): a missing folder or split, bytes that are not UTF-8, a
+    truncated ``.gz`` or a malformed row is refused with the file and line
+    (``envs.data.load_qa``'s message); so is a split with no questions."""
+    from envs.data import load_qa
+
+    if cfg.data != "synthetic" and not Path(cfg.data).is_dir():
+        raise PreflightError(f"data={cfg.data!r}: no such directory (give 'synthetic' or a "
+                             "FlashRAG-layout folder)")
+    for names, split in ((cfg.train_datasets, cfg.train_split), (cfg.val_datasets, cfg.val_split)):
+        for name in names:
+            try:  # the whole file, as the Trainer reads it: a bad row past a limit fails it too
+                questions = load_qa(name, split, root=cfg.data)
+            except (FileNotFoundError, ValueError) as err:
+                raise PreflightError(f"data={cfg.data!r}: {' '.join(str(err).split())}") from None
+            if not questions:
+                raise PreflightError(f"data={cfg.data!r}: {name}/{split} holds no questions")
 
 
 def check_teacher(teacher: str) -> None:

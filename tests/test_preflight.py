@@ -163,3 +163,19 @@ def test_bad_sft_settings_are_refused_before_the_sft_starts(argv, named, tmp_pat
     episodes.write_text("")
     line = refused(["sft", "--episodes", str(episodes), *argv], capsys)
     assert named in line
+
+
+def test_question_files_that_do_not_load_are_refused_with_file_and_line(tmp_path, capsys, nothing_builds):
+    data = tmp_path / "data"
+    (data / "nq").mkdir(parents=True)
+    good = json.dumps({"id": "1", "question": "Where?", "golden_answers": ["There"]})
+    (data / "nq" / "train.jsonl").write_bytes(good.encode() + b"\n" + good.encode()[:-2] + b"\xe9\"}\n")
+    (data / "nq" / "dev.jsonl").write_text(good + "\n")
+    argv = ["train", "--stage", "teacher", "--out", str(tmp_path / "run"), "--set", f"data={data}",
+            "--set", "train_datasets=nq", "--set", "val_datasets=nq", "--set", "train_per_dataset=1"]
+    line = refused(argv, capsys)
+    assert line.endswith(f"data={str(data)!r}: {data / 'nq' / 'train.jsonl'}, line 2: not UTF-8 text "
+                         "(byte 0xe9 at column 61)"), line
+    (data / "nq" / "train.jsonl").write_text(good + "\n")
+    line = refused([*argv, "--set", "val_split=test"], capsys)
+    assert "no split 'test' for 'nq'" in line and "splits in" in line
