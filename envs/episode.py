@@ -106,7 +106,9 @@ class Episode:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Episode:
-        data = dict(data)
+        """The Episode of a :meth:`to_dict` record. A ``values`` block (the learner's
+        per-token values that training samples add, ``agents.viewer.records``) is skipped."""
+        data = {k: v for k, v in data.items() if k != "values"}
         data["segments"] = [Segment(**s) for s in data.get("segments", [])]
         return cls(**data)
 
