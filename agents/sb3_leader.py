@@ -47,10 +47,6 @@ def leader_files(path: str | Path) -> tuple[Path, Path]:
 
 def make_decomposer(spec: str, seed: int = 0) -> Any:
     """The decomposition policy a Leader was trained with (a registry spec; ``scripted``)."""
-    if spec == "scripted":
-        from agents.scripted import ScriptedPolicy
-
-        return ScriptedPolicy(seed=seed)
     from agents.registry import make_policy
 
     return make_policy(spec, seed=seed)
