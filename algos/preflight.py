@@ -97,18 +97,21 @@ def check_teacher(teacher: str) -> None:
 def check_retriever(spec: str, *, timeout: float = RETRIEVER_TIMEOUT_S) -> None:
     """``default`` passes; a corpus path must exist; an http(s) URL must answer one query
     in Search-R1's protocol within ``timeout`` seconds (no retries)."""
-    if spec == "default":
-        return
-    if spec.startswith(("http://", "https://")):
-        from envs.retrieval import RemoteRetriever, RetrievalError
+    from envs.retrieval.factory import make_retriever, spec_kind
+
+    try:
+        kind = spec_kind(spec)
+    except ValueError as err:
+        raise PreflightError(f"retriever={spec!r}: {err}") from None
+    if kind == "url":
+        from envs.retrieval import RetrievalError
 
         try:
-            RemoteRetriever(spec, timeout=timeout, retries=0).search(["preflight"], top_k=1)
+            make_retriever(spec, timeout=timeout, retries=0).search(["preflight"], top_k=1)
         except (RetrievalError, ValueError) as err:
             reason = " ".join(str(err).split())  # one line, whatever the server said
             raise PreflightError(f"retriever={spec!r} does not answer: {reason}") from None
-        return
-    if not Path(spec).is_file():
+    elif kind == "corpus" and not Path(spec).is_file():
         raise PreflightError(f"retriever={spec!r}: no such corpus file (give 'default', a corpus JSONL "
                              "or an http(s) URL)")
 

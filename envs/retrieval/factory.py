@@ -22,19 +22,30 @@ from typing import Any
 DEFAULT = "default"
 
 
+def spec_kind(spec: str | os.PathLike) -> str:
+    """``"default"``, ``"url"`` or ``"corpus"``: which row of the table ``spec`` is (for a
+    caller that checks a setting without building the retriever). Raises ``ValueError``
+    for an empty spec."""
+    spec = os.fspath(spec)
+    if not spec.strip():
+        raise ValueError(f"retriever spec {spec!r}: give 'default', a corpus JSONL path or an http(s) URL")
+    if spec == DEFAULT:
+        return "default"
+    return "url" if spec.startswith(("http://", "https://")) else "corpus"
+
+
 def make_retriever(spec: str | os.PathLike = DEFAULT, **kwargs: Any) -> Any:
     """The retriever ``spec`` names (table above). ``kwargs`` go to the retriever's class
     (e.g. ``timeout=`` for a URL, ``index="hnsw"`` for a corpus); ``default`` takes none.
     Raises ``ValueError`` for an empty spec, ``FileNotFoundError`` for a corpus that does
     not exist (from ``DenseRetriever``)."""
     spec = os.fspath(spec)
-    if not spec.strip():
-        raise ValueError(f"retriever spec {spec!r}: give 'default', a corpus JSONL path or an http(s) URL")
-    if spec == DEFAULT:
+    kind = spec_kind(spec)
+    if kind == "default":
         if kwargs:
             raise ValueError(f"the default retriever takes no settings, got {sorted(kwargs)}")
         return default_retriever()
-    if spec.startswith(("http://", "https://")):
+    if kind == "url":
         from envs.retrieval.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **kwargs)
