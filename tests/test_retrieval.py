@@ -320,7 +320,7 @@ def test_e5_models_get_their_prefixes(tmp_path, monkeypatch):
     )
     e5_dir = tmp_path / "my-e5-model"  # MiniLM's weights under an e5 name
     e5_dir.symlink_to(default_encoder_path(), target_is_directory=True)
-    model = dense.load_encoder(str(e5_dir), "cpu")
+    model = dense.load_encoder(str(e5_dir), "cpu", "auto")  # Search-R1's mean pooling for e5
     seen: list[str] = []
     original = model.encode
     monkeypatch.setattr(

@@ -4,25 +4,40 @@ Passages and queries are embedded as unit vectors, so the score is their cosine.
 passage embeddings and the index are cached on disk, keyed by the corpus (ids and
 contents) and the encoder, so building the same retriever twice encodes once:
 
-    <cache_dir>/<key>/embeddings.npy         key = hash(corpus, encoder, passage prefix)
+    <cache_dir>/<key>/embeddings.npy         key = hash(corpus, encoder, passage prefix, pooling)
     <cache_dir>/<key>/<kind and params>.faiss  (HNSW and IVF only; flat is the embeddings)
 
 Index kinds: ``flat`` (exact; fine up to ~100k passages on a CPU), ``hnsw`` (M=32, graph
 search; the choice for wiki-18 scale) and ``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe``
 of them searched). The encoder is loaded once per process and shared by every retriever
 (several env copies usually run in one process).
+
+wiki-18 scale (21M passages): pass a prebuilt faiss index (``index_file=``, e.g.
+Search-R1's ``e5_Flat.index``), read memory-mapped, and the corpus is read lazily by byte
+offset (:class:`envs.retrieval.corpus.JsonlCorpus`), so resident memory is the index
+plus the rows read. Nothing is encoded but the queries. The index's row ``n`` must be the
+corpus's ``n``-th non-blank line (how FlashRAG and Search-R1 build theirs).
+
+e5 models are used as Search-R1 uses them (``search_r1/search/retrieval_server.py``):
+``query: `` before each query (``passage: `` before passages), mean pooling over the
+attention mask, L2-normalised, queries cut at 256 tokens. ``pooling="auto"`` picks that
+for model names containing ``e5``, and the model's own sentence-transformers pooling
+otherwise. See docs/retrieval_scale.md for what it costs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import math
 import os
 import re
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,9 +47,14 @@ import faiss
 import numpy as np
 
 from envs.paths import cache_dir as default_cache_dir
+from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.passage import CorpusSource, Passage, load_corpus
 
+log = logging.getLogger(__name__)
+
 INDEX_KINDS = ("flat", "hnsw", "ivf")
+POOLINGS = ("auto", "model", "mean", "cls")
+SEARCH_R1_MAX_LENGTH = 256  # Search-R1's retrieval_query_max_length for its e5 encoder
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 IVF_MIN_POINTS_PER_LIST = 39  # below this faiss's k-means warns that the clusters are poor
@@ -63,31 +83,99 @@ def is_e5(encoder: str) -> bool:
     return re.search(r"(^|[^a-z0-9])e5([^a-z0-9]|$)", name) is not None
 
 
-_ENCODERS: dict[tuple[str, str], Any] = {}
+def resolve_pooling(encoder: str, pooling: str = "auto") -> str:
+    """``pooling`` with ``"auto"`` made concrete: ``"mean"`` (Search-R1's e5 recipe) for an
+    e5 model, ``"model"`` (the model's own sentence-transformers modules) otherwise."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; expected one of {POOLINGS}")
+    if pooling == "auto":
+        return "mean" if is_e5(encoder) else "model"
+    return pooling
+
+
+_ENCODERS: dict[tuple[str, str, str], Any] = {}
 _ENCODER_LOCKS: dict[int, threading.Lock] = {}
 _ENCODERS_LOCK = threading.Lock()
 
 
-def load_encoder(encoder: str, device: str = "cpu"):
+@contextlib.contextmanager
+def _quiet_weight_loading():
+    """Silence transformers' ``Loading weights`` progress bar, which would otherwise print
+    into the middle of a transcript whenever the encoder is first used."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _pooled_modules(encoder: str, pooling: str) -> list[Any]:
+    """Transformer -> ``pooling`` over the attention mask -> L2 normalise: Search-R1's
+    encoder (``pooling()`` then ``normalize`` in its retrieval_server.py), 256 tokens."""
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer.modules import (
+            Normalize,
+            Pooling,
+            Transformer,
+        )
+    except ImportError:  # older releases
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+    transformer = Transformer(encoder, max_seq_length=SEARCH_R1_MAX_LENGTH)
+    if hasattr(transformer, "get_embedding_dimension"):
+        dim = transformer.get_embedding_dimension()
+    else:
+        dim = transformer.get_word_embedding_dimension()
+    return [transformer, Pooling(dim, pooling_mode=pooling), Normalize()]
+
+
+def load_encoder(encoder: str, device: str = "cpu", pooling: str = "model"):
     """The SentenceTransformer for ``encoder`` (a model id or path) on ``device``, loaded
-    once per process and shared."""
-    key = (encoder, device)
+    once per process and shared. ``pooling``: ``"model"`` keeps the model's own modules;
+    ``"mean"`` or ``"cls"`` builds Search-R1's encoder (see :func:`_pooled_modules`);
+    ``"auto"`` is :func:`resolve_pooling`. Loading prints nothing (one log line at INFO)."""
+    pooling = resolve_pooling(encoder, pooling)
+    key = (encoder, device, pooling)
     with _ENCODERS_LOCK:
         model = _ENCODERS.get(key)
         if model is None:
             from sentence_transformers import SentenceTransformer  # slow import: only when needed
 
+            start = time.perf_counter()
             try:
-                model = SentenceTransformer(encoder, device=device)
+                with _quiet_weight_loading():
+                    if pooling == "model":
+                        model = SentenceTransformer(encoder, device=device)
+                    else:
+                        model = SentenceTransformer(
+                            modules=_pooled_modules(encoder, pooling), device=device
+                        )
             except OSError as e:
                 raise OSError(
                     f"cannot load the sentence-transformers encoder {encoder!r}: {e} "
                     "(offline, an id must already be in the Hugging Face cache)"
                 ) from e
+            log.info(
+                "encoder %s loaded (%s pooling) in %.1f s",
+                encoder, pooling, time.perf_counter() - start,
+            )
             _ENCODERS[key] = model
             # Fast tokenizers are not safe to call from two threads at once ("Already borrowed").
             _ENCODER_LOCKS[id(model)] = threading.Lock()
         return model
+
+
+def encoder_dimension(model: Any) -> int:
+    """The size of the vectors ``model`` (a SentenceTransformer) writes."""
+    get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dim = get()
+    if dim is None:  # a module chain that does not declare it: measure
+        dim = len(model.encode(["dimension probe"], convert_to_numpy=True)[0])
+    return int(dim)
 
 
 def _encoder_fingerprint(encoder: str) -> str:
@@ -116,24 +204,36 @@ def corpus_hash(passages: Sequence[Passage]) -> str:
 
 
 class DenseRetriever:
-    """Dense retrieval over an in-memory corpus.
+    """Dense retrieval over a corpus held in memory, or read lazily from disk.
 
     Args:
         corpus: a JSONL(.gz) path, or an iterable of ``{"id", "contents"}`` rows or Passages.
         encoder: a sentence-transformers model id or path; None = the bundled all-MiniLM-L6-v2.
-        index: ``"flat"``, ``"hnsw"`` or ``"ivf"``. IVF needs at least
-            ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages, and falls back to flat
-            (with a warning) below that; ``self.index_kind`` says what was built.
+        index: ``"flat"``, ``"hnsw"`` or ``"ivf"``, built (and cached) from the encoded
+            corpus. IVF needs at least ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages,
+            and falls back to flat (with a warning) below that; ``self.index_kind`` says
+            what was built. Must stay ``"flat"`` when ``index_file`` is given.
         cache_dir: where embeddings and indexes are cached; None = ``envs.paths.cache_dir("retrieval")``.
         batch_size: encoder batch size.
         device: torch device for the encoder.
         query_prefix / passage_prefix: prepended before encoding; None = ``"query: "`` /
             ``"passage: "`` for e5 models, nothing otherwise.
-        nprobe: IVF lists searched per query.
+        nprobe: IVF lists searched per query (also set on a prebuilt IVF index).
         ef_search: HNSW search breadth (raised to ``top_k`` when that is larger).
+        index_file: a prebuilt faiss index over the corpus (e.g. Search-R1's
+            ``e5_Flat.index``): nothing is encoded or built. Its row count must equal the
+            corpus's and its dimension the encoder's (ValueError naming both otherwise).
+        mmap_index: read ``index_file`` memory-mapped (``faiss.IO_FLAG_MMAP``): start-up
+            does not read the whole file, and the OS pages it in as searches touch it.
+        lazy: read the corpus lazily by byte offset (a ``.jsonl`` path only) instead of
+            loading every passage; None = lazily exactly when ``index_file`` is given. A
+            lazy corpus is not checked for malformed rows or repeated ids up front.
+        pooling: ``"auto"``, ``"model"``, ``"mean"`` or ``"cls"`` (see :func:`load_encoder`).
 
     Attributes:
-        passages: the corpus, in file order; ``len(self)`` passages.
+        passages: the corpus, in file order (a list, or a lazy :class:`JsonlCorpus`);
+            ``len(self)`` passages.
+        index_kind: ``"flat"``, ``"hnsw"``, ``"ivf"``, or ``"file"`` for ``index_file``.
         loaded_from_cache: True when the embeddings (and index) came from disk, i.e. no
             passage was encoded.
     """
@@ -150,19 +250,36 @@ class DenseRetriever:
         passage_prefix: str | None = None,
         nprobe: int = 16,
         ef_search: int = 128,
+        index_file: str | os.PathLike | None = None,
+        mmap_index: bool = True,
+        lazy: bool | None = None,
+        pooling: str = "auto",
     ):
         if index not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {index!r}; expected one of {INDEX_KINDS}")
+        if index_file is not None and index != "flat":
+            raise ValueError(
+                f"index={index!r} builds an index, index_file={str(index_file)!r} reads one: "
+                "give one of them"
+            )
         if batch_size < 1 or nprobe < 1 or ef_search < 1:
             raise ValueError(
                 f"batch_size, nprobe and ef_search must be positive, got "
                 f"{batch_size}, {nprobe}, {ef_search}"
             )
-        self.passages: list[Passage] = load_corpus(corpus)
-        if not self.passages:
-            raise ValueError("the corpus is empty")
-        self.corpus_source = str(corpus) if isinstance(corpus, (str, os.PathLike)) else None
         self.encoder_name = str(encoder) if encoder is not None else str(default_encoder_path())
+        self.pooling = resolve_pooling(self.encoder_name, pooling)
+        root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
+        if lazy is None:
+            lazy = index_file is not None
+        if lazy and not isinstance(corpus, (str, os.PathLike)):
+            raise ValueError("a lazily read corpus must be a .jsonl file path, not rows")
+        self.corpus_source = str(corpus) if isinstance(corpus, (str, os.PathLike)) else None
+        self.passages: list[Passage] | JsonlCorpus = (
+            JsonlCorpus(corpus, cache_dir=root) if lazy else load_corpus(corpus)
+        )
+        if not len(self.passages):
+            raise ValueError(f"the corpus is empty: {self.corpus_source or 'no rows given'}")
         e5 = is_e5(self.encoder_name)
         self.query_prefix = query_prefix if query_prefix is not None else ("query: " if e5 else "")
         self.passage_prefix = (
@@ -172,19 +289,31 @@ class DenseRetriever:
         self.device = device
         self.nprobe = nprobe
         self.ef_search = ef_search
-        self.corpus_hash = corpus_hash(self.passages)
+        self.index_file = str(index_file) if index_file is not None else None
+        # Hashing 14 GB of wiki-18 would dominate start-up: a lazy corpus is identified by
+        # its path, size and mtime instead (a rewritten file gets a new key).
+        self.corpus_hash: str | None = (
+            None if isinstance(self.passages, JsonlCorpus) else corpus_hash(self.passages)
+        )
+        corpus_key = self.corpus_hash or self.passages.fingerprint()
         key_text = json.dumps(
             [
                 _CACHE_FORMAT,
-                self.corpus_hash,
+                corpus_key,
                 _encoder_fingerprint(self.encoder_name),
                 self.passage_prefix,
+                self.pooling,
             ]
         )
         self.cache_key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
-        root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
         self.cache_path = root / self.cache_key
 
+        if index_file is not None:
+            self.index_kind = "file"
+            self._embeddings = None
+            self._index = self._read_index_file(Path(index_file), mmap_index)
+            self.loaded_from_cache = True  # nothing was encoded
+            return
         self.index_kind = self._effective_kind(index)
         self._embeddings, emb_cached = self._load_or_encode_passages()
         self._index, index_cached = self._load_or_build_index()
@@ -195,10 +324,14 @@ class DenseRetriever:
 
     def describe(self) -> dict[str, Any]:
         """What a result file should record about this retriever (PITFALLS 11)."""
+        prebuilt = self.index_kind == "file"
         return {
             "retriever": "dense",
             "encoder": self.encoder_name,
+            "pooling": self.pooling,
             "index": self.index_kind,
+            "index_file": self.index_file,
+            "faiss_index": type(self._index).__name__ if prebuilt else None,
             "corpus": self.corpus_source,
             "corpus_sha256": self.corpus_hash,
             "passages": len(self.passages),
@@ -214,7 +347,7 @@ class DenseRetriever:
     def encoder(self):
         """The shared SentenceTransformer (loaded on first use: a cached build needs it only
         for queries)."""
-        return load_encoder(self.encoder_name, self.device)
+        return load_encoder(self.encoder_name, self.device, self.pooling)
 
     def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
         model = self.encoder
@@ -273,6 +406,35 @@ class DenseRetriever:
             return self.cache_path / f"hnsw-m{HNSW_M}-efc{HNSW_EF_CONSTRUCTION}.faiss"
         return self.cache_path / f"ivf-nlist{self._ivf_lists()}.faiss"
 
+    def _read_index_file(self, path: Path, mmap: bool) -> faiss.Index:
+        """Read a prebuilt index and check it against the corpus and the encoder."""
+        if not path.is_file():
+            raise FileNotFoundError(f"index file not found: {str(path)!r}")
+        # IO_FLAG_MMAP maps IVF lists; IO_FLAG_MMAP_IFC maps a flat index's vectors.
+        flags = (faiss.IO_FLAG_MMAP | getattr(faiss, "IO_FLAG_MMAP_IFC", 0)) if mmap else 0
+        try:
+            index = faiss.read_index(str(path), flags)
+        except RuntimeError as e:
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise ValueError(f"{path}: not a readable faiss index ({reason})") from None
+        if index.ntotal != len(self.passages):
+            raise ValueError(
+                f"{path} holds {index.ntotal} vectors but the corpus {self.corpus_source} has "
+                f"{len(self.passages)} passages: the index must be built from the same rows"
+            )
+        dim = encoder_dimension(self.encoder)
+        if index.d != dim:
+            raise ValueError(
+                f"{path} holds {index.d}-dimensional vectors but the encoder "
+                f"{self.encoder_name} writes {dim}: use the encoder the index was built with"
+            )
+        space = faiss.ParameterSpace()
+        with contextlib.suppress(RuntimeError):  # only IVF indexes know nprobe
+            space.set_index_parameter(index, "nprobe", self.nprobe)
+        with contextlib.suppress(RuntimeError):  # only HNSW indexes know efSearch
+            space.set_index_parameter(index, "efSearch", self.ef_search)
+        return index
+
     def _load_or_build_index(self) -> tuple[faiss.Index, bool]:
         dim = self._embeddings.shape[1]
         if self.index_kind == "flat":
@@ -314,7 +476,9 @@ class DenseRetriever:
             return []
         q = self._encode(list(queries), self.query_prefix)  # (Q, dim)
         k = min(top_k, len(self.passages))
-        if k == len(self.passages) or self.index_kind == "flat":
+        if self.index_kind == "file":
+            scores, ids = self._index.search(q, k)
+        elif k == len(self.passages) or self.index_kind == "flat":
             scores, ids = self._exact_search(q, k)
         elif self.index_kind == "hnsw":
             params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
@@ -336,7 +500,7 @@ class DenseRetriever:
 
     def _hit(self, i: int, score: float) -> Passage:
         p = self.passages[i]
-        return Passage(p.id, p.title, p.text, score)
+        return Passage(p.id, p.title, p.text, score, row=i)
 
 
 def _save_npy(path: str, array: np.ndarray) -> None:

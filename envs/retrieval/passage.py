@@ -14,7 +14,7 @@ import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,12 +29,17 @@ class Passage:
         text: the body, exactly as in the corpus (wiki-18's may begin by repeating the title).
         score: the retriever's similarity (inner product of unit vectors, so in [-1, 1]);
             0.0 for passages that were not retrieved.
+        row: the passage's row number in its corpus (file order, blank lines skipped) when
+            the retriever knows it, else None. Not part of equality: it says where the
+            passage was read from, which lets a server return the stored row without an
+            id map over 21M passages.
     """
 
     id: str
     title: str
     text: str
     score: float = 0.0
+    row: int | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_contents(cls, id: str, contents: str, score: float = 0.0) -> Passage:

@@ -35,7 +35,6 @@ gathered within ``batch_wait_s``, and calls ``retriever.search`` once per distin
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import gzip
@@ -59,6 +58,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.passage import Passage, Retriever
 
 log = logging.getLogger(__name__)
@@ -98,25 +98,25 @@ class CorpusDocuments:
 
     Search-R1 loads the corpus with ``datasets.load_dataset("json")``, whose table has one
     column per key seen in any row (first-seen order) and null where a row lacks the key;
-    ``document(id)`` returns a row the same way. A plain JSONL file is kept on disk (only
-    each row's byte offset and the id map are in memory) and read back on demand;
-    ``.gz`` files and in-memory rows are kept as rows.
+    ``document(id)`` returns a row the same way. A plain JSONL file stays on disk, read
+    through the same byte-offset reader as a lazy ``DenseRetriever``
+    (:class:`envs.retrieval.corpus.JsonlCorpus`): only the offsets and the id map are in
+    memory. ``.gz`` files and in-memory rows are kept as rows.
+
+    :meth:`by_row` wraps a lazy corpus of wiki-18 size without reading it: no id map and no
+    column scan; a document is found by the Passage's ``row`` and returned with its own keys
+    (Search-R1's column union only differs for corpora whose rows have different keys).
     """
 
     def __init__(self) -> None:
-        self.columns: dict[str, None] = {}  # an ordered set
-        self._index: dict[str, int] = {}
+        self.columns: dict[str, None] | None = {}  # an ordered set; None = each row's own
+        self._index: dict[str, int] | None = {}
         self._rows: list[Mapping[str, Any]] | None = None
-        self._path: Path | None = None
-        self._starts = array.array("q")
-        self._lengths = array.array("q")
-        self._fd: int | None = None
-
-    def __del__(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
+        self._corpus: JsonlCorpus | None = None
 
     def __len__(self) -> int:
+        if self._index is None:
+            return len(self._corpus)
         return len(self._index)
 
     @classmethod
@@ -145,15 +145,16 @@ class CorpusDocuments:
                         docs._add(row, len(docs._rows), f"{path}:{lineno}")
                         docs._rows.append(row)
             return docs
-        docs._path = path
-        with open(path, "rb") as f:
-            offset = 0
-            for lineno, line in enumerate(f, start=1):
-                if line.strip():
-                    docs._add(_row(line, path, lineno), len(docs._starts), f"{path}:{lineno}")
-                    docs._starts.append(offset)
-                    docs._lengths.append(len(line))
-                offset += len(line)
+        docs._corpus = JsonlCorpus(path)
+        for n in range(len(docs._corpus)):
+            docs._add(docs._corpus.row(n), n, docs._corpus.where(n))
+        return docs
+
+    @classmethod
+    def by_row(cls, corpus: JsonlCorpus) -> CorpusDocuments:
+        """Documents of a lazy corpus, found by row number (nothing is read up front)."""
+        docs = cls()
+        docs._corpus, docs._index, docs.columns = corpus, None, None
         return docs
 
     def _add(self, row: Mapping[str, Any], n: int, where: str) -> None:
@@ -166,19 +167,22 @@ class CorpusDocuments:
         for key in row:
             self.columns.setdefault(key)
 
-    def document(self, pid: str) -> dict[str, Any] | None:
-        """The stored row of passage ``pid`` with every corpus column, or None if unknown."""
+    def document(self, pid: str, row: int | None = None) -> dict[str, Any] | None:
+        """The stored row of passage ``pid`` with every corpus column, or None if unknown.
+        ``row`` (the Passage's) is used where there is no id map, and only if that row's
+        id is ``pid``."""
+        if self._index is None:
+            if row is None or not 0 <= row < len(self._corpus):
+                return None
+            stored = self._corpus.row(row)
+            if not isinstance(stored, dict) or str(stored.get("id", stored.get("_id"))) != pid:
+                return None
+            return stored
         n = self._index.get(pid)
         if n is None:
             return None
-        if self._rows is not None:
-            row = self._rows[n]
-        else:
-            if self._fd is None:
-                self._fd = os.open(self._path, os.O_RDONLY)
-            # pread: no shared file position, so any thread may read.
-            row = json.loads(os.pread(self._fd, self._lengths[n], self._starts[n]))
-        return {key: row.get(key) for key in self.columns}
+        stored = self._rows[n] if self._rows is not None else self._corpus.row(n)
+        return {key: stored.get(key) for key in self.columns}
 
 
 def _row(line: bytes, path: Path, lineno: int) -> Any:
@@ -644,7 +648,7 @@ class RetrievalServer:
 
     def _document(self, p: Passage) -> dict[str, Any]:
         if self.documents is not None:
-            doc = self.documents.document(p.id)
+            doc = self.documents.document(p.id, p.row)
             if doc is not None:
                 return doc
         return _passage_document(p)
@@ -657,6 +661,9 @@ def _documents_for(
         return documents
     if documents is not None:
         return CorpusDocuments.from_rows(documents)
+    passages = getattr(retriever, "passages", None)
+    if isinstance(passages, JsonlCorpus):  # a lazy retriever: share its reader, read nothing
+        return CorpusDocuments.by_row(passages)
     source = getattr(retriever, "corpus_source", None)
     if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
         return CorpusDocuments.from_file(source)

@@ -1,0 +1,214 @@
+"""``JsonlCorpus``: a JSONL corpus read lazily, one row at a time, by byte offset.
+
+wiki-18 holds 21M passages (about 14 GB of JSONL); as Python objects they would not fit in
+a workstation's memory. Here only a table of byte offsets is kept (two int64 per row,
+memory-mapped, so the resident part is the pages touched), and row ``n`` is read from
+the file with one ``pread`` when it is asked for. Rows are numbered in file order,
+skipping blank lines, which is the order a prebuilt faiss index over the same file uses
+(FlashRAG's and Search-R1's index builders add the rows in that order).
+
+The offset table is built once (a numpy scan for newlines, about a second per GB) and
+cached next to the corpus as ``<corpus>.offsets.npy``; when that folder is not writable it
+goes under ``envs.paths.cache_dir("retrieval")``. A cached table whose recorded file size or
+modification time differs from the corpus's is rebuilt.
+
+Unlike ``load_corpus``, nothing is parsed up front: a malformed row raises when it is read
+(naming the file and line), and repeated ids are not looked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from envs.paths import cache_dir as default_cache_dir
+from envs.retrieval.passage import Passage
+
+_SCAN_BYTES = 1 << 24  # 16 MiB per read while scanning for newlines
+_SHORT_LINE = 16  # no JSON row is this short; such lines are checked for being blank
+OFFSETS_SUFFIX = ".offsets.npy"
+
+
+class JsonlCorpus(Sequence[Passage]):
+    """The rows of an uncompressed JSONL corpus, read on demand.
+
+    Args:
+        path: a ``.jsonl`` file of ``{"id", "contents"}`` (or ``{"id", "title", "text"}``)
+            rows. Gzip files cannot be read at an offset: decompress them first.
+        cache_dir: where the offset table goes when the corpus's folder is not writable;
+            None = ``envs.paths.cache_dir("retrieval")``.
+
+    ``corpus[n]`` is the Passage of row ``n`` (negative ``n`` counts from the end, a slice
+    gives a list); ``corpus.row(n)`` the row as stored (a dict). Safe to read from several
+    threads (``os.pread`` shares no file position).
+    """
+
+    def __init__(self, path: str | os.PathLike, cache_dir: str | os.PathLike | None = None):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {str(self.path)!r}")
+        if self.path.suffix == ".gz":
+            raise ValueError(
+                f"{self.path}: a lazily read corpus must be uncompressed JSONL "
+                f"(gunzip -k {self.path.name})"
+            )
+        st = self.path.stat()
+        self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
+        self.offsets_path, self._spans = _load_or_build_offsets(self.path, st, cache_dir)
+        self._fd: int | None = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @overload
+    def __getitem__(self, n: int) -> Passage: ...
+
+    @overload
+    def __getitem__(self, n: slice) -> list[Passage]: ...
+
+    def __getitem__(self, n):
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        row = self.row(n)
+        try:
+            return Passage.from_row(row)
+        except ValueError as e:
+            raise ValueError(f"{self.where(n)}: malformed corpus row: {e}") from None
+
+    def __iter__(self) -> Iterator[Passage]:
+        for n in range(len(self)):
+            yield self[n]
+
+    def row(self, n: int) -> Any:
+        """Row ``n`` decoded from JSON, exactly as stored (every key kept)."""
+        n = self._check(n)
+        start, end = (int(v) for v in self._spans[n])
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        data = os.pread(self._fd, end - start, start)
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"{self.where(n)}: malformed corpus line: {e}") from None
+
+    def fingerprint(self) -> str:
+        """What identifies this file's contents cheaply: its resolved path, size and mtime."""
+        return f"{self.path.resolve()}:{self.size}:{self.mtime_ns}"
+
+    def _check(self, n: int) -> int:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"corpus rows are indexed by int, got {type(n).__name__}")
+        size = len(self)
+        if not -size <= n < size:
+            raise IndexError(f"{self.path}: row {n} is out of range (the corpus has {size} rows)")
+        return int(n) % size
+
+    def where(self, n: int) -> str:
+        """``file:line`` of row ``n`` (1-based line, blank lines counted), for error messages:
+        the line is counted on demand, so this costs a read of the file up to the row."""
+        start = int(self._spans[self._check(n)][0])
+        lines, done = 1, 0
+        with open(self.path, "rb") as f:
+            while done < start:
+                chunk = f.read(min(_SCAN_BYTES, start - done))
+                if not chunk:
+                    break
+                lines += chunk.count(b"\n")
+                done += len(chunk)
+        return f"{self.path}:{lines}"
+
+
+def _offsets_locations(path: Path, cache_dir: str | os.PathLike | None) -> list[Path]:
+    beside = path.with_name(path.name + OFFSETS_SUFFIX)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    return [beside, root / "offsets" / f"{key}{OFFSETS_SUFFIX}"]
+
+
+def _load_or_build_offsets(
+    path: Path, st: os.stat_result, cache_dir: str | os.PathLike | None
+) -> tuple[Path, np.ndarray]:
+    """The (N, 2) int64 table of each row's [start, end) byte span, memory-mapped.
+
+    The file stores one extra first row, ``(size, mtime_ns)`` of the corpus it describes,
+    so a changed corpus is noticed without reading it.
+    """
+    stamp = (st.st_size, st.st_mtime_ns)
+    locations = _offsets_locations(path, cache_dir)
+    for where in locations:
+        table = _read_offsets(where, stamp)
+        if table is not None:
+            return where, table[1:]
+    spans = _scan_rows(path)  # (N, 2)
+    table = np.empty((len(spans) + 1, 2), dtype=np.int64)
+    table[0] = stamp
+    table[1:] = spans
+    for where in locations:
+        try:
+            _write_atomic(where, table)
+        except OSError:
+            continue  # not writable here: try the cache folder
+        return where, np.load(where, mmap_mode="r")[1:]
+    return locations[-1], table[1:]  # nowhere writable: keep it in memory
+
+
+def _read_offsets(where: Path, stamp: tuple[int, int]) -> np.ndarray | None:
+    if not where.is_file():
+        return None
+    try:
+        table = np.load(where, mmap_mode="r")
+    except (OSError, ValueError):
+        return None
+    if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or table.dtype != np.int64:
+        return None
+    if tuple(int(v) for v in table[0]) != stamp:
+        return None
+    return table
+
+
+def _scan_rows(path: Path) -> np.ndarray:
+    """[start, end) of every non-blank line (end excludes the newline), in file order."""
+    newlines = []
+    with open(path, "rb") as f:
+        base = 0
+        while chunk := f.read(_SCAN_BYTES):
+            newlines.append(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 0x0A) + base)
+            base += len(chunk)
+    ends = np.concatenate(newlines) if newlines else np.empty(0, dtype=np.int64)
+    starts = np.concatenate([[0], ends + 1])
+    ends = np.concatenate([ends, [base]])  # the last line may lack its newline
+    spans = np.stack([starts, ends], axis=1).astype(np.int64)  # (lines, 2)
+    lengths = spans[:, 1] - spans[:, 0]
+    keep = lengths > 0
+    short = np.flatnonzero(keep & (lengths < _SHORT_LINE))
+    if len(short):  # whitespace-only lines ("\r", "  ") are blank too
+        with open(path, "rb") as f:
+            for i in short:
+                f.seek(int(spans[i, 0]))
+                if not f.read(int(lengths[i])).strip():
+                    keep[i] = False
+    return spans[keep]
+
+
+def _write_atomic(where: Path, table: np.ndarray) -> None:
+    where.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=f".{where.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, table)
+        os.replace(tmp, where)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
