@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from agents.viewer.page import render_page
-from agents.viewer.records import EpisodeValues, ViewError, check_tokenizer, pick, read_records
+from agents.viewer.records import (
+    EpisodeValues,
+    ViewError,
+    check_tokenizer,
+    pick,
+    read_records,
+    tokenizer_fingerprint,
+)
 from envs.episode import Episode
 
 
@@ -33,17 +40,33 @@ def add_view_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _load_tokenizer(name: str | None, values: EpisodeValues | None, file: str | Path) -> Any:
+    """``--tokenizer`` when given; else the tokenizer a sample names when it loads and is the
+    one recorded (same fingerprint), else SmolLM2's (``check_tokenizer`` then judges it)."""
     from envs.tokenizer import load_tokenizer
 
-    recorded = (values.tokenizer.get("name") if values is not None else None) or None
-    chosen = name or recorded
+    if name is not None:
+        try:
+            return load_tokenizer(name)
+        except Exception as err:  # noqa: BLE001  (any loader failure is one line for the user)
+            raise ViewError(f"cannot load --tokenizer {name}: {_first_line(err)}") from None
+    recorded = (values.tokenizer if values is not None else {}) or {}
+    if recorded.get("name"):
+        try:
+            tokenizer = load_tokenizer(recorded["name"])
+        except Exception:  # noqa: BLE001  (moved or deleted since: try the default)
+            tokenizer = None
+        if tokenizer is not None and tokenizer_fingerprint(tokenizer) == recorded.get("fingerprint"):
+            return tokenizer
     try:
-        return load_tokenizer(chosen)
-    except Exception as err:  # noqa: BLE001  (any loader failure is one line for the user)
-        origin = "--tokenizer" if name else f"the tokenizer {file} names"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ViewError(f"cannot load {origin} ({chosen}): {first}; pass the tokenizer the episode was "
-                        "played with as --tokenizer") from None
+        return load_tokenizer(None)
+    except Exception as err:  # noqa: BLE001
+        raise ViewError(f"cannot load a tokenizer for {file} ({_first_line(err)}); pass the one the "
+                        "episode was played with as --tokenizer") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _partner(records: list[tuple[Episode, EpisodeValues | None]], ep: Episode, skip: int | None,

@@ -1,0 +1,99 @@
+"""Training and validation samples: a few episodes of a step, each with the per-token values
+the learner used (role, loss mask, old and Teacher log-probs, advantage, KL mask; the
+per-role rewards are in the Episode), for ``python -m agents view`` and ``agents replay``.
+
+Files: ``<out_dir>/samples/step_NNNNNN.jsonl`` (the rollouts of update N, with the values
+its loss used) and ``val_step_NNNNNN.jsonl`` (validation after N updates, without
+advantages; always the first run of the same first validation questions, so two
+validations of a run can be set side by side). One line per episode in the sample format
+of ``agents.viewer.records``: the Episode record plus a ``values`` block.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.viewer.records import EpisodeValues, SegmentValues, sample_line
+from algos.batch import Row, rows_from_episodes, score_rows
+from envs.episode import Episode
+
+KINDS = {"train": "step", "validation": "val_step"}
+"""Sample kind -> file name prefix."""
+
+
+def sample_path(out_dir: str | Path, step: int, kind: str = "train") -> Path:
+    """Where a run keeps the ``kind`` sample of ``step``."""
+    if kind not in KINDS:
+        raise ValueError(f"sample kind {kind!r} is not one of {tuple(KINDS)}")
+    return Path(out_dir) / "samples" / f"{KINDS[kind]}_{step:06d}.jsonl"
+
+
+def episode_values(ep: Episode, rows: Sequence[Row], *, kind: str, step: int, group: int, stage: str = "",
+                   searcher_signal: str = "", tokenizer: dict[str, Any] | None = None,
+                   kl_of: Callable[[Row], bool] = lambda row: False) -> EpisodeValues:
+    """The ``values`` block of ``ep`` from its rows (those of ``rows`` cut from ``ep``):
+    per row the predicted positions (``row.mask``) and the values aligned with them.
+    Validation samples carry no advantages."""
+    index = {id(seg): i for i, seg in enumerate(ep.segments)}
+    segments = []
+    for row in rows:
+        if row.episode is not ep:
+            continue
+        segments.append(SegmentValues(
+            segment=index[id(row.segment)], positions=np.flatnonzero(row.mask).tolist(),
+            old_logp=np.asarray(row.old_logp, dtype=np.float64).tolist(),
+            teacher_logp=None if row.teacher_logp is None else np.asarray(row.teacher_logp, np.float64).tolist(),
+            advantages=np.asarray(row.advantages, dtype=np.float64).tolist() if kind == "train" else None,
+            kl=bool(kl_of(row)), trained=bool(row.trained)))
+    return EpisodeValues(kind=kind, step=step, stage=stage, searcher_signal=searcher_signal, group=group,
+                         tokenizer=dict(tokenizer or {}), segments=segments)
+
+
+def pick_episodes(groups: Sequence[Sequence[Episode]], count: int, kind: str) -> list[tuple[int, Episode]]:
+    """Which episodes a sample keeps, with their question index: for training, the first
+    ``count`` in question order (a whole GRPO group first, whose advantages compare); for
+    validation, the first run of each of the first ``count`` questions (the same every time)."""
+    if kind == "validation":
+        return [(g, eps[0]) for g, eps in enumerate(groups) if eps][:count]
+    return [(g, ep) for g, eps in enumerate(groups) for ep in eps][:count]
+
+
+def write_sample(path: str | Path, picked: Sequence[tuple[int, Episode]], rows: Sequence[Row], *, kind: str,
+                 step: int, stage: str = "", searcher_signal: str = "", tokenizer: dict[str, Any] | None = None,
+                 kl_of: Callable[[Row], bool] = lambda row: False) -> Path:
+    """Write ``picked`` (question index, Episode) with their values as one sample file,
+    atomically (a reader never sees half a file). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [sample_line(ep, episode_values(ep, rows, kind=kind, step=step, group=g, stage=stage,
+                                            searcher_signal=searcher_signal, tokenizer=tokenizer, kl_of=kl_of))
+             for g, ep in picked]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def validation_rows(picked: Sequence[tuple[int, Episode]], model: Any, teacher: Any, *, max_row_tokens: int,
+                    max_tokens: int, pad_id: int, temperature: float, kl_coef: float,
+                    rules: dict[str, Any]) -> list[Row]:
+    """Rows of validation episodes scored as a training step would score them: old
+    log-probs under ``model``, Teacher log-probs (when there is a Teacher) for the rows the
+    role rules have it score; no advantages."""
+    from algos.roles import rule_of
+    from algos.teacher import score_with_teacher
+
+    rows = rows_from_episodes([[ep] for _, ep in picked], max_row_tokens)
+    for row, logp in zip(rows, score_rows(model, rows, max_tokens=max_tokens, pad_id=pad_id,
+                                          temperature=temperature)):
+        row.old_logp = logp
+        row.trained = rule_of(rules, row.role).trained
+    if teacher is not None:
+        score_with_teacher(teacher, rows, kl_coef=kl_coef, temperature=temperature, max_tokens=max_tokens,
+                           pad_id=pad_id, rules=rules)
+    return rows
