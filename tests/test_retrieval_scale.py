@@ -248,3 +248,20 @@ def test_loading_the_encoder_prints_no_progress_bar(capfd):
     finally:
         if cached is not None:
             dense._ENCODERS[key] = cached
+
+
+def test_the_command_line_reads_an_index_file(files, tmp_path, capsys):
+    from envs.retrieval.__main__ import main
+
+    root, path, eager = files
+    argv = ["search", "--corpus", str(path), "--index-file", str(root / "flat.index"),
+            "--cache-dir", str(root / "cache"), "--topk", "1", "who wrote hamlet"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].endswith("[hamlet] Hamlet: Hamlet is a tragedy by William Shakespeare, set in Denmark.")
+    assert f"4 passages, file index read from {root / 'flat.index'}" in err
+    short = tmp_path / "short.jsonl"
+    short.write_text(json.dumps(ROWS[0]) + "\n")
+    assert main(["search", "--corpus", str(short), "--index-file", str(root / "flat.index"), "q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds 4 vectors but the corpus" in err

@@ -1,6 +1,8 @@
 """Command line for retrieval.
 
 python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
+                               [--index-file e5_Flat.index [--no-mmap]] [--lazy]
+                               [--pooling auto|model|mean|cls]
                                [--host 127.0.0.1] [--port 8000] [--max-batch 64] [--topk 3]
                                [--max-body-bytes N] [--max-query-chars N] [--keep-alive S]
 python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
@@ -13,13 +15,43 @@ import sys
 import threading
 import time
 
-from envs.retrieval.dense import INDEX_KINDS, DenseRetriever
+from envs.retrieval.dense import INDEX_KINDS, POOLINGS, DenseRetriever
 from envs.retrieval.server import RetrievalServer
 
 
 def _add_retriever_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, help="JSONL(.gz) corpus, rows {id, contents}")
-    p.add_argument("--index", default="flat", choices=INDEX_KINDS)
+    p.add_argument(
+        "--index",
+        default="flat",
+        choices=INDEX_KINDS,
+        help="the index to build from the encoded corpus (not with --index-file)",
+    )
+    p.add_argument(
+        "--index-file",
+        default=None,
+        help="a prebuilt faiss index over the corpus (e.g. Search-R1's e5_Flat.index); "
+        "nothing is encoded and the corpus is read lazily",
+    )
+    p.add_argument(
+        "--no-mmap",
+        dest="mmap_index",
+        action="store_false",
+        help="read --index-file into memory instead of memory-mapping it",
+    )
+    p.add_argument(
+        "--lazy",
+        action="store_true",
+        default=None,
+        help="read the corpus lazily by byte offset (plain .jsonl); implied by --index-file",
+    )
+    p.add_argument(
+        "--pooling",
+        default="auto",
+        choices=POOLINGS,
+        help="encoder pooling: auto = Search-R1's mean pooling for e5 models, the model's own "
+        "otherwise",
+    )
     p.add_argument(
         "--encoder",
         default=None,
@@ -41,11 +73,19 @@ def _build(args: argparse.Namespace) -> DenseRetriever:
         cache_dir=args.cache_dir,
         batch_size=args.batch_size,
         device=args.device,
+        index_file=args.index_file,
+        mmap_index=args.mmap_index,
+        lazy=args.lazy,
+        pooling=args.pooling,
     )
-    how = "loaded from cache" if retriever.loaded_from_cache else "built"
+    if retriever.index_kind == "file":
+        how = f"read from {args.index_file}"
+    else:
+        how = "loaded from cache" if retriever.loaded_from_cache else "built"
+    where = args.index_file if retriever.index_kind == "file" else retriever.cache_path
     print(
         f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
-        f"{time.perf_counter() - start:.1f} s ({retriever.cache_path})",
+        f"{time.perf_counter() - start:.1f} s ({where})",
         file=sys.stderr,
     )
     return retriever
@@ -139,7 +179,13 @@ def main(argv: list[str] | None = None) -> int:
             setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
             flag = _FLAGS.get(setting)
             parser.error(f"{e} (set by {flag})" if flag else str(e))
-    retriever = _build(args)
+    if args.index_file is not None and args.index != "flat":
+        parser.error("--index builds an index and --index-file reads one: give one of them")
+    try:
+        retriever = _build(args)
+    except (ValueError, OSError) as e:  # a bad corpus, index file or encoder: one line
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     if args.command == "search":
         for query, hits in zip(
             args.queries, retriever.search(args.queries, top_k=args.topk), strict=True
