@@ -105,8 +105,9 @@ def write_page(file: str | Path, index: int = 0, *, out: str | Path | None = Non
         shown.append((ep2, values2, f"{Path(compare).name} #{compare_index % len(others)}"))
     if tokenizer is None or isinstance(tokenizer, str):
         tokenizer = _load_tokenizer(tokenizer, values, file)
-    for e, v, source in shown:
-        check_tokenizer(e, v, tokenizer, source)
+    places = [f"{file} #{index}", f"{compare} #{compare_index}"]
+    for (e, v, _), where in zip(shown, places):
+        check_tokenizer(e, v, tokenizer, where)
     page = render_page(shown, tokenizer)
     path = Path(out) if out is not None else Path(file).with_name(f"{Path(file).stem}.{index}.html")
     path.parent.mkdir(parents=True, exist_ok=True)
