@@ -6,6 +6,8 @@
         --split dev --corpus ../shared/realdata/corpora/hotpotqa_2wiki_dev.jsonl --out results/real
     python -m benchmarks compare results/opd results/scripted
     python -m benchmarks curves runs/micro/teacher runs/micro/team --out curves.png
+    python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # Table 2, resumable
+    python -m benchmarks table2 runs/table2     # the table of the runs finished so far
     python -m benchmarks perf
 
 Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
@@ -150,6 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
     v.add_argument("logdirs", nargs="+")
     v.add_argument("--out", default="curves.png")
+    from algos.ablate import add_arguments
+
+    a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md")
+    add_arguments(a)
+    t = sub.add_parser("table2", help="Table 2 of an ablation's finished runs (table2.md/.json, curves.png)")
+    t.add_argument("out", help="the ablation's directory")
+    for p in (a, t):
+        p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples of the CIs")
     sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "perf":
@@ -158,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         return perf_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command in ("ablate", "table2"):
+        from benchmarks.table2 import ablate_command, table_command
+
+        return (ablate_command if args.command == "ablate" else table_command)(args)
     return {"run": _run, "compare": _compare, "curves": _curves}[args.command](args)
 
 
