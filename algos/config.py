@@ -15,9 +15,11 @@ from typing import Any
 
 from algos.losses import AGGREGATIONS
 from algos.recipes.micro import preset as micro_recipe
+from algos.recipes.tiny import preset as tiny_recipe
 from algos.roles import SEARCHER_SIGNALS
 
 STAGES = ("teacher", "team")
+ROLLOUT_BACKENDS = ("hf", "vllm")
 
 
 @dataclass
@@ -108,6 +110,22 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra SearchTeam keyword arguments."""
 
+    rollout_backend: str = "hf"
+    """Who generates the rollouts: ``hf`` (transformers, ``agents.hf.HFPolicy``; any device)
+    or ``vllm`` (an in-process ``vllm.LLM`` engine, ``agents.vllm_policy``; a GPU and
+    ``pip install -e .[vllm]``); the trained weights are pushed into it after each update."""
+    rollout_workers: int = 0
+    """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``;
+    ``pip install -e .[distributed]``), each with env copies, a ``rollout_backend`` policy and
+    a client of one shared retriever; each question group is sampled with its own seed, so
+    the Episodes do not depend on N."""
+    ray_address: str | None = None
+    """Where the rollout workers run: None starts Ray on this machine; ``auto`` joins the
+    cluster ``ray start`` made here; ``ray://host:10001`` a remote one."""
+    fsdp: bool = False
+    """Under ``torchrun``: shard parameters, gradients and optimizer state over the ranks
+    with FSDP2 (``torch.distributed.fsdp.fully_shard``) instead of replicating them."""
+
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"TrainConfig.{name}={getattr(self, name)!r}: {why}")
@@ -151,6 +169,10 @@ class TrainConfig:
                      "max_row_tokens"):
             if getattr(self, name) < 1:  # a negative limit would slice from the end, not refuse
                 raise bad(name, "must be >= 1")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise bad("rollout_backend", f"must be one of {ROLLOUT_BACKENDS}")
+        if self.rollout_workers < 0:
+            raise bad("rollout_workers", "must be >= 0 (0: rollouts in the trainer's process)")
         self.train_datasets = tuple(self.train_datasets)
         self.val_datasets = tuple(self.val_datasets)
 
@@ -209,6 +231,8 @@ def _check_field_types(config: TrainConfig, bad: Any) -> None:
 PRESETS: dict[str, dict[str, Any]] = {
     # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
     "micro": micro_recipe.TRAIN,
+    # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
+    "tiny": tiny_recipe.TRAIN,
     # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
     # takes about 6 minutes on 2 CPU cores).
     "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
@@ -228,7 +252,7 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
     return TrainConfig(**{**PRESETS[preset], **overrides})
 
 
-RECIPES: dict[str, Any] = {"micro": micro_recipe}
+RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe}
 """The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
 pipeline, never the learner: ``MODEL`` (the model name its settings train),
 ``prepare_model(progress=)`` (builds or reuses that model; returns its directory),
