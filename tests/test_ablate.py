@@ -1,0 +1,243 @@
+"""The Table 2 ablation: the variants' configs, the table's numbers against hand-computed
+ones from a fake trainer's records, the CI's unit, resuming a killed ablation, and one real
+run of the learner on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from algos.ablate import VARIANTS, plan_runs, run_ablation, run_state
+from benchmarks.metrics import paired_macro_difference
+from benchmarks.table2 import build_table, markdown, pooled_over_seeds, write_table2
+
+# ---------------------------------------------------------------------- the variants' configs
+
+
+def test_each_variant_differs_from_opd_only_in_the_searcher_signal_or_the_teacher(tmp_path):
+    runs = plan_runs("micro", tmp_path, [0, 3], overrides={"steps": 5})
+    assert [r.name for r in runs] == [f"seed{s}/{v}" for s in (0, 3) for v in ("teacher", *VARIANTS)]
+    for seed in (0, 3):
+        mine = {r.variant: r for r in runs if r.seed == seed}
+        teacher = mine["teacher"].config
+        assert (teacher.stage, teacher.teacher, teacher.seed, teacher.steps) == ("teacher", None, seed, 5)
+        assert teacher.out_dir == str(tmp_path / f"seed{seed}" / "teacher")
+        opd = mine["opd"].config.to_dict()
+        assert (opd["stage"], opd["searcher_signal"], opd["teacher"], opd["seed"], opd["steps"]) == (
+            "team", "opd", teacher.out_dir, seed, 5)
+        expected = {"outcome": {"searcher_signal": "outcome"}, "none": {"searcher_signal": "none"},
+                    "base": {"teacher": "base"}, "critic": {"searcher_signal": "critic"}}
+        for variant, changed in expected.items():
+            cfg = mine[variant].config.to_dict()
+            diff = {k: cfg[k] for k in cfg if cfg[k] != opd[k] and k != "out_dir"}
+            assert diff == changed, variant
+            assert cfg["out_dir"] == str(tmp_path / f"seed{seed}" / variant)
+        # the base-model Teacher needs no Stage-I run; the others wait for the seed's
+        assert {v: r.needs for v, r in mine.items()} == {
+            "teacher": None, "base": None, **{v: f"seed{seed}/teacher" for v in ("opd", "outcome", "none", "critic")}}
+
+
+def test_a_plan_of_only_the_base_teacher_has_no_stage_one_run(tmp_path):
+    assert [r.name for r in plan_runs("micro", tmp_path, [1], ["base"])] == ["seed1/base"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"variants": ["opd", "oracle"]}, "oracle"),
+    ({"overrides": {"searcher_signal": "none"}}, "searcher_signal"),
+    ({"overrides": {"steps": 0}}, "steps=0"),
+    ({"seeds": []}, "seeds"),
+    ({"preset": "nope"}, "nope"),
+])
+def test_bad_settings_are_refused_before_any_run(tmp_path, kwargs, message):
+    args = {"preset": "micro", "out": tmp_path, "seeds": [0], **kwargs}
+    with pytest.raises(ValueError, match=message):
+        plan_runs(**args)
+    assert not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------- a fake trainer
+
+QUESTIONS = [("nq", "n1"), ("nq", "n2"), ("hotpotqa", "h1"), ("hotpotqa", "h2"), ("hotpotqa", "h3"),
+             ("hotpotqa", "h4")]
+"""Two datasets of unequal size, so a macro differs from a mean over questions."""
+
+CORRECT = {
+    ("opd", 0): [[1, 1], [0, 1], [1, 0], [0, 0], [0, 0], [0, 0]],
+    ("opd", 1): [[1, 1], [1, 1], [1, 1], [0, 0], [0, 0], [0, 0]],
+    ("outcome", 0): [[0, 0]] * 6,
+    ("outcome", 1): [[1, 0], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0]],
+}
+"""Each run's final validation, k = 2 runs per question, in QUESTIONS' order."""
+
+SEARCHES = {"opd": 2, "outcome": 0}
+TRAINED: list[str] = []
+"""The runs the fake trained, in order (a module-level log: the fake is a plain function)."""
+
+
+def fake_train(config, *, resume, progress=True, retriever=None):
+    """Writes what the learner writes (metrics.jsonl, per-question validations at steps 0 and
+    ``steps``) without training: the final validation is CORRECT's."""
+    out = Path(config.out_dir)
+    if not resume and (out / "metrics.jsonl").exists():  # as the Trainer refuses to mix two runs
+        raise FileExistsError(f"{out} already holds a run")
+    run = f"{out.parent.name}/{out.name}"
+    TRAINED.append(run + (" (resumed)" if resume else ""))
+    variant = out.name
+    (out / "validation").mkdir(parents=True, exist_ok=True)
+    last = config.steps
+    for step in (0, last):
+        rows = []
+        for i, (dataset, qid) in enumerate(QUESTIONS):
+            correct = CORRECT.get((variant, config.seed), [[0, 0]] * 6)[i] if step == last else [0, 0]
+            rows.append({"dataset": dataset, "id": qid, "correct": correct,
+                         "searches": [SEARCHES.get(variant, 1)] * 2, "invalid_turns": [i % 2, 0],
+                         "input_tokens": [100 + 10 * i, 100], "output_tokens": [20, 20 + 2 * i]})
+        (out / "validation" / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with open(out / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"step": 0, "val/avg@1": 0.0}) + "\n")
+        for step in range(1, last + 1):
+            f.write(json.dumps({"step": step, "team/searches_per_workflow": SEARCHES.get(variant, 1) + 1 / step,
+                                "team/invalid_rate": 1 / (step + 1)}) + "\n")
+        f.write(json.dumps({"step": last, "val/avg@1": 0.5}) + "\n")
+    return {"steps": last, "final_validation": f"validation/step_{last:06d}.jsonl", "val_avg@1": 0.0}
+
+
+@pytest.fixture
+def fake_ablation(tmp_path, monkeypatch):
+    """An ablation of opd and outcome over seeds 0 and 1, trained by the fake."""
+    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    TRAINED.clear()
+    run_ablation("micro", tmp_path, [0, 1], ["opd", "outcome"], {"steps": 3}, progress=False,
+                 log=lambda _: None, train=fake_train)
+    return tmp_path
+
+
+def test_the_table_holds_the_hand_computed_figures(fake_ablation):
+    table = write_table2(fake_ablation, n_resamples=2000)
+    assert table["seeds"] == [0, 1] and table["variants"] == ["opd", "outcome"]
+    opd, outcome = table["rows"]["opd"], table["rows"]["outcome"]
+    # opd seed 0: NQ (1 + 0.5) / 2 = 0.75, HotpotQA (0.5 + 0 + 0 + 0) / 4 = 0.125 -> macro 0.4375
+    #     seed 1: NQ 1, HotpotQA 1 / 4 -> 0.625;  mean 0.53125
+    assert opd["per_seed"]["0"]["macro_avg@k"] == pytest.approx(0.4375)
+    assert opd["macro_avg@k"] == pytest.approx((0.4375 + 0.625) / 2)
+    # pass@2: seed 0 NQ 1, HotpotQA 1/4 -> 0.625; seed 1 the same. all-2: seed 0 NQ 1/2, HotpotQA 0
+    # -> 0.25; seed 1 NQ 1, HotpotQA 1/4 -> 0.625
+    assert opd["macro_pass@k"] == pytest.approx(0.625)
+    assert opd["macro_all_k"] == pytest.approx((0.25 + 0.625) / 2)
+    # outcome: seed 0 all wrong; seed 1 NQ (0.5 + 0) / 2 -> macro 0.125
+    assert outcome["macro_avg@k"] == pytest.approx(0.0625)
+    assert outcome["datasets"] == pytest.approx({"nq": 0.125, "hotpotqa": 0.0})
+    # costs: searches as written; invalid turns per question i: (i % 2 + 0) / 2 -> NQ 0.25, HotpotQA 0.25;
+    # input tokens (100 + 10 i + 100) / 2 -> NQ 102.5, HotpotQA 117.5 -> 110; output (20 + 20 + 2 i) / 2
+    # -> NQ 20.5, HotpotQA 23.5 -> 22; the training invalid rate at the last step (3): 1 / 4
+    assert (opd["macro_searches_per_workflow"], outcome["macro_searches_per_workflow"]) == (2, 0)
+    assert opd["macro_invalid_turns_per_workflow"] == pytest.approx(0.25)
+    assert opd["macro_input_tokens_per_workflow"] == pytest.approx(110)
+    assert opd["macro_output_tokens_per_workflow"] == pytest.approx(22)
+    assert opd["invalid_rate_train"] == pytest.approx(0.25)
+    # the CI of outcome - opd: its point is the difference of the means, over 6 questions
+    ci = outcome["vs_opd"]
+    assert ci["difference"] == pytest.approx(0.0625 - 0.53125)
+    assert ci["per_seed"] == pytest.approx({"0": -0.4375, "1": 0.125 - 0.625})
+    assert ci["questions"] == 6 and ci["seeds"] == [0, 1]
+    assert ci["low"] < ci["difference"] < ci["high"] <= 0
+    assert "vs_opd" not in opd
+    saved = json.loads((fake_ablation / "table2.json").read_text())
+    assert saved["rows"]["outcome"]["vs_opd"]["difference"] == pytest.approx(ci["difference"])
+    assert set(saved["runs"]) == {f"seed{s}/{v}" for s in (0, 1) for v in ("teacher", "opd", "outcome")}
+    text = (fake_ablation / "table2.md").read_text()
+    assert "| opd | opd | stage-I | 53.12 | 62.50 | 43.75 | - | 2.00 |" in text
+    assert "| outcome | outcome | stage-I | 6.25 |" in text and f"{100 * ci['difference']:+.2f} [" in text
+    assert (fake_ablation / "curves.png").stat().st_size > 1000
+
+
+def test_the_ci_resamples_questions_with_their_seeds_together():
+    seed0 = [{"dataset": "nq", "id": "a", "correct": [1]}, {"dataset": "nq", "id": "b", "correct": [0]}]
+    seed1 = [{"dataset": "nq", "id": "b", "correct": [1]}, {"dataset": "nq", "id": "a", "correct": [0]}]
+    pooled = pooled_over_seeds({1: seed1, 0: seed0})
+    assert sorted((r["id"], r["correct"]) for r in pooled) == [("a", [1, 0]), ("b", [0, 1])]
+    with pytest.raises(ValueError, match="seed 1 validated other questions"):
+        pooled_over_seeds({0: seed0, 1: seed1[:1]})
+    # every question 0.5 better within its dataset: the interval is that point, whatever the resamples
+    worse = [{"dataset": d, "id": i, "correct": [0, 0]} for d, i in QUESTIONS]
+    better = [{"dataset": d, "id": i, "correct": [1, 0]} for d, i in QUESTIONS]
+    ci = paired_macro_difference(better, worse, n_resamples=500)
+    assert (ci["difference"], ci["low"], ci["high"], ci["questions"]) == (0.5, 0.5, 0.5, 6)
+
+
+# ---------------------------------------------------------------------- resuming
+
+
+def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
+    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    TRAINED.clear()
+    calls = []
+
+    def killed_in_the_second_run(config, **kw):
+        calls.append(config.out_dir)
+        if len(calls) == 2:  # the second run dies after writing some of its files
+            Path(config.out_dir, "validation").mkdir(parents=True)
+            Path(config.out_dir, "metrics.jsonl").write_text('{"step": 0, "val/avg@1": 0.0}\n{"st')
+            raise KeyboardInterrupt
+        return fake_train(config, **kw)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+                     log=lambda _: None, train=killed_in_the_second_run)
+    runs = {r.name: r for r in plan_runs("micro", tmp_path, [0], ["opd", "none"], {"steps": 2})}
+    assert [run_state(r) for r in runs.values()] == ["done", "restart", "fresh"]
+    # a checkpoint makes a run continue rather than start again
+    ckpt = tmp_path / "seed0" / "none" / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.pt").write_bytes(b"")
+    assert run_state(runs["seed0/none"]) == "resume"
+    TRAINED.clear()
+    lines = []
+    run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+                 log=lines.append, train=fake_train)
+    assert TRAINED == ["seed0/opd", "seed0/none (resumed)"]  # the teacher was not trained again
+    assert "[seed0/teacher] finished before: not repeated" in lines
+    assert not (tmp_path / "seed0" / "opd" / "metrics.jsonl").read_text().endswith('{"st')  # started afresh
+    assert (tmp_path / "seed0" / "none" / "checkpoints").exists()  # what a resumed run continues is kept
+    TRAINED.clear()
+    plan = run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+                        log=lambda _: None, train=fake_train)
+    assert TRAINED == [] and set(plan["runs"]) == {"seed0/teacher", "seed0/opd", "seed0/none"}
+    with pytest.raises(ValueError, match="give another --out"):  # other settings, same directory
+        run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, train=fake_train)
+
+
+def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch):
+    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    plan = run_ablation("micro", tmp_path, [0], ["opd", "base"], {"steps": 2}, jobs=2, progress=False,
+                        log=lambda _: None, train=fake_train)
+    records = plan["runs"]
+    assert set(records) == {"seed0/teacher", "seed0/opd", "seed0/base"}
+    assert all(r["steps"] == 2 and r["threads"] == 1 for r in records.values())
+    assert "finished before" not in (tmp_path / "seed0" / "opd.log").read_text()
+    assert build_table(tmp_path, n_resamples=100)["rows"]["base"]["vs_opd"]["questions"] == 6
+
+
+# ---------------------------------------------------------------------- the real learner, tiny
+
+
+def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs, torch_one_thread):
+    from conftest import WORLD, KeywordRetriever
+
+    settings = dict(model=tiny_dirs["policy"], steps=1, questions_per_step=1, group_size=2, learning_rate=1e-3,
+                    max_turn_tokens=8, max_context_tokens=512, max_waves=1, max_searchers=1,
+                    max_searcher_turns=2, num_candidates=2, val_per_dataset=2, val_datasets=("nq", "hotpotqa"),
+                    train_datasets=("nq",), eval_every=100, save_every=1, max_row_tokens=512,
+                    generation_batch_size=8)
+    plan = run_ablation("micro", tmp_path, [0], ["opd", "none"], settings, progress=False, log=lambda _: None,
+                        retriever=KeywordRetriever(WORLD))
+    for name in ("seed0/teacher", "seed0/opd", "seed0/none"):
+        record = plan["runs"][name]
+        assert record["steps"] == 1 and record["final_validation"] == "validation/step_000001.jsonl"
+        assert (tmp_path / name / "validation" / "step_000000.jsonl").exists()
+    assert plan["runs"]["seed0/opd"]["config"]["teacher"] == str(tmp_path / "seed0" / "teacher")
+    table = build_table(tmp_path, n_resamples=100)
+    assert table["rows"]["none"]["vs_opd"]["questions"] == 4
+    assert "| none | none | stage-I |" in markdown(table)
