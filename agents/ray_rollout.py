@@ -1,0 +1,306 @@
+"""Rollout workers on Ray: N actors that each hold env copies, a policy backend and a client of
+one shared retriever, and return the same :class:`~envs.episode.Episode` records as
+:func:`agents.collect.collect` (``pip install -e .[distributed]``).
+
+The unit of work is a question group (the G workflows of one question). A group is sampled
+with its own seed (:func:`group_seed`), and its env copies are reset with the seeds
+``collect`` gives them, so which worker rolls a group, and how many workers there are,
+changes nothing: :func:`collect_groups` is the one-process run that the pool equals, token
+for token. (Plain ``collect`` batches all groups through one sampler; its Episodes follow
+the same distribution but are other draws.)
+
+The trainer pushes its weights after each update (:meth:`RayRolloutPool.push_weights`: one
+copy in Ray's object store, fetched by each worker once per version). The retriever is not
+copied per worker: an http(s) URL (the project's retrieval server) is reached by each worker
+over HTTP; anything else lives in one :class:`RetrieverActor` that every worker asks.
+
+A worker that dies (its process killed, out of memory, its node gone) is restarted with the
+current weights and the group it held is rolled again from its seed, so the Episodes are as
+if it had not died; ``rollout/worker_restarts`` and ``rollout/rerolled_groups`` count it.
+A worker that does not answer within ``timeout_s`` is killed and treated the same way.
+After ``max_restarts`` restarts in one :meth:`~RayRolloutPool.collect` the pool raises
+rather than loop.
+
+>>> pool = RayRolloutPool(2, model=model, tokenizer=tok, env_kwargs=kw, retriever=r)  # doctest: +SKIP
+>>> pool.push_weights(model); groups = pool.collect(questions, 5, seed=0)             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agents.collect import collect
+from envs.episode import Episode
+
+__all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
+           "group_seed", "require_ray", "reseed"]
+
+DISTRIBUTED_EXTRA = "pip install -e '.[distributed]'  (or: pip install ray)"
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or ImportError in one line naming the install."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(f"rollout_workers needs Ray, which is not installed: {DISTRIBUTED_EXTRA}") from None
+    return ray
+
+
+def group_seed(seed: int, index: int) -> int:
+    """The sampler seed of question group ``index`` of a batch collected with ``seed``."""
+    return (int(seed) * 1_000_003 + 7_919 * (int(index) + 1)) % (2**63 - 1)
+
+
+def reseed(policy: Any, seed: int) -> None:
+    """Restart ``policy``'s sampler at ``seed``: its ``reseed(seed)`` method, or the
+    ``torch.Generator`` an :class:`~agents.hf.HFPolicy` samples with."""
+    if hasattr(policy, "reseed"):
+        policy.reseed(seed)
+    elif hasattr(policy, "generator"):
+        policy.generator.manual_seed(seed)
+    else:
+        raise TypeError(f"{type(policy).__name__} has neither reseed(seed) nor a generator: a rollout "
+                        "worker cannot make its samples independent of which worker draws them")
+
+
+def collect_groups(env_fn: Callable[[], Any], policy: Any, questions: Sequence[Any], group_size: int,
+                   *, seed: int = 0, first_index: int = 0) -> list[list[Episode]]:
+    """What the pool computes, in one process: each question's group alone, its sampler
+    reseeded with ``group_seed(seed, first_index + i)`` and its copies reset with the seeds
+    ``collect(..., seed=seed)`` gives question ``first_index + i`` of a batch."""
+    out: list[list[Episode]] = []
+    for i, question in enumerate(questions):
+        index = first_index + i
+        reseed(policy, group_seed(seed, index))
+        out += collect(env_fn, policy, [question], group_size, seed=seed + index * group_size)
+    return out
+
+
+# ---------------------------------------------------------------------- the actors' classes
+
+
+class RetrieverActor:
+    """Holds the one retriever every worker searches (run as a Ray actor)."""
+
+    def __init__(self, retriever: Any):
+        if isinstance(retriever, str):
+            from envs.retrieval.factory import make_retriever
+
+            retriever = make_retriever(retriever)
+        self.retriever = retriever
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
+        return self.retriever.search(list(queries), top_k)
+
+
+class ActorRetriever:
+    """A worker's client of a :class:`RetrieverActor`: the ``Retriever`` protocol over Ray."""
+
+    def __init__(self, actor: Any, timeout_s: float = 300.0):
+        self.actor, self.timeout_s = actor, timeout_s
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
+        import ray
+
+        return ray.get(self.actor.search.remote(list(queries), top_k), timeout=self.timeout_s)
+
+
+def make_policy(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:
+    """A rollout policy of ``backend`` (``hf`` or ``vllm``) over ``model`` (an object for
+    ``hf``; a directory for ``vllm``) with the sampling settings ``kwargs``
+    (``temperature``, ``top_p``, ``max_new_tokens``, ``batch_size``, ``seed``)."""
+    if backend == "hf":
+        from agents.hf import HFPolicy
+
+        return HFPolicy(model, tokenizer, **kwargs)
+    if backend == "vllm":
+        from agents.vllm_policy import VLLMPolicy
+
+        kwargs.pop("batch_size", None)
+        return VLLMPolicy(model, tokenizer, **kwargs)
+    raise ValueError(f"rollout backend {backend!r} is not one of ('hf', 'vllm')")
+
+
+class RolloutWorker:
+    """One rollout worker (run as a Ray actor; plain Python, so tests can call it directly).
+
+    ``model_config``: the ``transformers`` config of the trained model (a model of that
+    architecture is built here, and :meth:`rollout` loads the weights it is sent);
+    ``env_kwargs``: SearchTeam keyword arguments (workflow, env shape) without the tokenizer
+    and retriever; ``retriever``: an object with ``search``, or a retriever spec
+    (``envs.retrieval.make_retriever``: a URL reaches the retrieval server)."""
+
+    def __init__(self, model_config: Any, tokenizer: Any, env_kwargs: dict[str, Any], retriever: Any,
+                 backend: str = "hf", policy_kwargs: dict[str, Any] | None = None, threads: int = 1):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(threads)  # one thread per process: workers share the cores
+        self.model = AutoModelForCausalLM.from_config(model_config)
+        self.model.eval()
+        self.tokenizer = tokenizer
+        self.env_kwargs = dict(env_kwargs)
+        if isinstance(retriever, str):
+            from envs.retrieval.factory import make_retriever
+
+            retriever = make_retriever(retriever)
+        self.retriever = retriever
+        self.policy = make_policy(backend, self.model, tokenizer, **(policy_kwargs or {}))
+        self.version = -1
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def load_weights(self, version: int, state: dict[str, Any]) -> None:
+        """Take the trainer's weights ``state`` (a state dict) as version ``version``."""
+        if hasattr(self.policy, "load_weights") and not hasattr(self.policy, "generator"):
+            self.policy.load_weights(state.items())  # an engine with its own copy (vLLM)
+        else:
+            self.model.load_state_dict(state)
+        self.version = version
+
+    def rollout(self, version: int, weights: list[Any], questions: Sequence[Any], first_index: int,
+                group_size: int, seed: int) -> list[list[Episode]]:
+        """The groups of ``questions`` (batch indices from ``first_index``) under weights
+        ``version``; ``weights``: ``[ObjectRef]`` of that version's state dict, fetched only
+        when this worker holds another version."""
+        if version != self.version:
+            import ray
+
+            self.load_weights(version, ray.get(weights[0]))
+        return collect_groups(self.env_fn(questions), self.policy, questions, group_size, seed=seed,
+                              first_index=first_index)
+
+    def env_fn(self, questions: Sequence[Any]) -> Callable[[], Any]:
+        from envs import search_team_v0
+
+        kwargs = dict(tokenizer=self.tokenizer, retriever=self.retriever, questions=list(questions),
+                      **self.env_kwargs)
+        return lambda: search_team_v0.raw_env(**kwargs)
+
+
+# ---------------------------------------------------------------------- the pool
+
+
+class RayRolloutPool:
+    """``num_workers`` :class:`RolloutWorker` actors and the shared retriever.
+
+    ``model``, ``tokenizer``: the trained model (its config builds the workers' copies;
+    :meth:`push_weights` sends its weights); ``env_kwargs``: SearchTeam keyword arguments
+    without tokenizer and retriever; ``retriever``: an http(s) URL (each worker is a client
+    of that server), a retriever spec or object (held once, by a :class:`RetrieverActor`);
+    ``backend``, ``policy_kwargs``: the workers' policy (:func:`make_policy`); ``address``:
+    ``ray.init``'s (None: a local Ray; ``auto``: the cluster of ``ray start``);
+    ``timeout_s``: how long a group may take before its worker counts as hung;
+    ``max_restarts``: restarts allowed in one :meth:`collect` before it raises."""
+
+    def __init__(self, num_workers: int, *, model: Any, tokenizer: Any, env_kwargs: dict[str, Any],
+                 retriever: Any, backend: str = "hf", policy_kwargs: dict[str, Any] | None = None,
+                 address: str | None = None, threads: int = 1, timeout_s: float = 900.0,
+                 max_restarts: int | None = None, num_gpus: float = 0.0):
+        ray = require_ray()
+        if num_workers < 1:
+            raise ValueError(f"rollout_workers must be >= 1 for a pool, got {num_workers}")
+        if not ray.is_initialized():
+            if address is None:  # a local Ray with room for every worker even on a small machine
+                ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
+                         log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        self.ray = ray
+        self.num_workers = num_workers
+        self.timeout_s = float(timeout_s)
+        self.max_restarts = 2 * num_workers if max_restarts is None else max_restarts
+        if isinstance(retriever, str) and retriever.startswith(("http://", "https://")):
+            self.retriever_actor, shared = None, retriever
+        else:
+            self.retriever_actor = ray.remote(num_cpus=0)(RetrieverActor).remote(retriever)
+            shared = ActorRetriever(self.retriever_actor)
+        self._args = (model.config, tokenizer, dict(env_kwargs), shared, backend, dict(policy_kwargs or {}),
+                      threads)
+        self._actor_class = ray.remote(num_cpus=1, num_gpus=num_gpus, max_restarts=0)(RolloutWorker)
+        self.workers = [self._start() for _ in range(num_workers)]
+        self.version = -1
+        self._weights: Any = None
+        self.restarts_total = 0
+        self.last_stats: dict[str, float] = {}
+        self.push_weights(model)
+
+    def _start(self) -> Any:
+        return self._actor_class.remote(*self._args)
+
+    def push_weights(self, model: Any) -> int:
+        """Put ``model``'s weights in the object store as the next version (workers fetch it
+        on their next group); returns that version."""
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        self._weights = self.ray.put(state)
+        self.version += 1
+        return self.version
+
+    def collect(self, questions: Sequence[Any], group_size: int, *, seed: int = 0) -> list[list[Episode]]:
+        """The Episodes of ``group_size`` workflows per question, grouped by question: equal
+        to ``collect_groups(env_fn, policy, questions, group_size, seed=seed)`` in one process
+        with the pushed weights. Groups go to idle workers one at a time (the slow ones hold
+        up no one)."""
+        ray = self.ray
+        results: list[list[Episode] | None] = [None] * len(questions)
+        queue = list(range(len(questions)))
+        idle = list(range(self.num_workers))
+        pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (worker, question index)
+        restarts = rerolled = 0
+        started = time.perf_counter()
+        while queue or pending:
+            while queue and idle:
+                w, i = idle.pop(0), queue.pop(0)
+                ref = self.workers[w].rollout.remote(self.version, [self._weights], [questions[i]], i,
+                                                     group_size, seed)
+                pending[ref] = (w, i)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout_s)
+            if not ready:  # nobody answered in time: every busy worker counts as hung
+                lost = list(pending.items())
+                pending.clear()
+                for _, (w, _i) in lost:
+                    ray.kill(self.workers[w], no_restart=True)
+            else:
+                lost = []
+                for ref in ready:
+                    w, i = pending.pop(ref)
+                    try:
+                        results[i] = ray.get(ref)[0]
+                        idle.append(w)
+                    except ray.exceptions.RayActorError:
+                        lost.append((ref, (w, i)))
+                    except ray.exceptions.RayTaskError as err:  # a bug, not a lost process: stop
+                        raise RuntimeError(f"rollout worker {w} failed on question {i} "
+                                           f"({getattr(questions[i], 'id', '?')}): {err.cause!r}") from None
+            for _, (w, i) in lost:
+                restarts += 1
+                if restarts > self.max_restarts:
+                    raise RuntimeError(f"rollout workers died {restarts} times in one batch (the last: worker "
+                                       f"{w} on question {i}); giving up instead of retrying forever")
+                self.workers[w] = self._start()
+                idle.append(w)
+                queue.insert(0, i)
+                rerolled += 1
+        self.restarts_total += restarts
+        self.last_stats = {"rollout/worker_restarts": float(restarts), "rollout/rerolled_groups": float(rerolled),
+                           "rollout/workers": float(self.num_workers),
+                           "perf/ray_collect_s": time.perf_counter() - started}
+        return results  # type: ignore[return-value]
+
+    def kill_worker(self, w: int) -> None:
+        """Kill worker ``w``'s process (tests and fault drills: the next group it holds is
+        re-rolled elsewhere)."""
+        self.ray.kill(self.workers[w], no_restart=True)
+
+    def shutdown(self) -> None:
+        """Stop the workers and the retriever actor (Ray itself stays up)."""
+        for w in self.workers:
+            self.ray.kill(w, no_restart=True)
+        if self.retriever_actor is not None:
+            self.ray.kill(self.retriever_actor, no_restart=True)
+        self.workers = []
