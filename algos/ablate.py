@@ -171,12 +171,18 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
 def set_threads(threads: int) -> None:
     """Use ``threads`` intra-op threads in this process (torch, and faiss when loaded). On a
     busy machine one thread per process is faster: two threads on two shared cores wait on
-    each other (docs/performance.md)."""
+    each other (docs/performance.md). Set before torch is first imported (a worker
+    process), the environment variables cover OpenMP's own start too."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
     import torch
 
     torch.set_num_threads(threads)
-    if "faiss" in sys.modules:
-        sys.modules["faiss"].omp_set_num_threads(threads)
+    try:
+        import faiss  # the dense retriever's index search
+    except ImportError:
+        return
+    faiss.omp_set_num_threads(threads)
 
 
 def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retriever: Any = None) -> dict[str, Any]:
@@ -264,6 +270,7 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     _check_same_plan(out / "ablation.json", plan)
     todo = [r for r in runs if run_state(r) != "done"]
     if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
+        set_threads(threads)
         models = {r.config.model for r in todo}
         prepared = {m: prepare_model(m, progress=progress) for m in models}
         runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model]))
