@@ -1,10 +1,14 @@
-"""An OpenAI-compatible chat-completions endpoint as a batched policy (standard library only).
+"""An OpenAI-compatible chat-completions endpoint as a batched policy, on the ``openai`` SDK.
 
 Any server that speaks ``POST /v1/chat/completions`` works: vLLM, llama.cpp's server,
 llama-cpp-python's server, a hosted API. Each observation's context text is split back
 into chat messages (:func:`split_messages`), sent with the role's stop strings, and the
 reply comes back as ``Action(text=...)``: the env tokenises it once; there are no token ids
 and no log-probs, so this policy can act and be evaluated but not be trained on-policy.
+
+Requests go through the SDK's async client (its connection pool, retries with backoff and
+``Retry-After``, timeouts and error types), ``concurrency`` at a time, on one event loop
+thread per policy, so ``act`` works the same from plain code, threads or a notebook.
 
 Chat APIs drop the stop string they stopped on; :func:`restore_stop` puts it back, so a
 Searcher's ``<search>foo`` returns as ``<search>foo</search>`` (the env parses only
@@ -18,15 +22,16 @@ complete tags).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agents.base import Action, Observation
-from envs.http import excerpt, post_json
+from envs.http import excerpt, server_message
 
 # --------------------------------------------------------------------------- chat messages
 
@@ -96,24 +101,39 @@ def restore_stop(text: str, stops: Sequence[str]) -> str:
 
 # --------------------------------------------------------------------------- HTTP
 
+_RETRIED_STATUS = (408, 409, 429)  # and every 5xx: what the SDK retries
+
 
 class OpenAIError(RuntimeError):
     """A chat-completions request that failed: the message names the URL and the cause."""
 
 
+def _sdk():
+    try:
+        import openai
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "the OpenAI-compatible policy needs the openai package: pip install openai"
+        ) from None
+    return openai
+
+
 class OpenAIPolicy:
     """Acts by calling ``POST {base_url}/chat/completions`` once per observation, up to
-    ``concurrency`` requests at a time.
+    ``concurrency`` requests at a time, through the ``openai`` SDK's ``AsyncOpenAI`` client.
 
     ``api_key_env`` names the environment variable that holds the key; when it is unset no
-    ``Authorization`` header is sent (local servers). Connection errors, timeouts, HTTP 429
-    and 5xx are retried ``retries`` times, waiting ``backoff * 2**attempt`` seconds (or the
-    server's ``Retry-After``, at most 30 s); other HTTP errors raise at once. ``extra`` is
-    merged into every request body (server-specific options such as ``top_k`` or ``seed``).
+    ``Authorization`` header is sent (local servers). The SDK retries connection errors,
+    timeouts, HTTP 408, 409, 429 and 5xx ``retries`` times, waiting about
+    ``backoff * 2**attempt`` seconds (less up to 25% jitter, at most 8 s) or the server's
+    ``Retry-After``; other HTTP errors raise at once. ``extra`` is merged into every
+    request body (server-specific options such as ``top_k``, ``seed`` or llama.cpp's
+    ``grammar``).
 
-    ``timeout`` covers one whole request, queueing included: a server that decodes one
-    request at a time (llama-cpp-python's) makes the last of ``concurrency`` requests wait
-    for all the others, so lower ``concurrency`` or raise ``timeout`` for such a server.
+    ``timeout`` bounds each attempt (connect, send, and each wait for the server's bytes);
+    a server that decodes one request at a time (llama-cpp-python's) makes the last of
+    ``concurrency`` requests wait for all the others, so lower ``concurrency`` or raise
+    ``timeout`` for such a server. ``close()`` ends the client and its event loop thread.
     """
 
     def __init__(
@@ -130,14 +150,16 @@ class OpenAIPolicy:
         concurrency: int = 8,
         extra: Mapping[str, Any] | None = None,
     ):
-        if max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0:
+        if max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0 or backoff < 0:
             raise ValueError(
-                f"need max_tokens >= 1, concurrency >= 1, retries >= 0 and timeout > 0; got "
-                f"max_tokens={max_tokens}, concurrency={concurrency}, retries={retries}, "
-                f"timeout={timeout}"
+                f"need max_tokens >= 1, concurrency >= 1, retries >= 0, timeout > 0 and "
+                f"backoff >= 0; got max_tokens={max_tokens}, concurrency={concurrency}, "
+                f"retries={retries}, timeout={timeout}, backoff={backoff}"
             )
+        _sdk()  # fail now, not at the first act(), when the SDK is missing
         self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         self.api_key_env = api_key_env
         self.temperature = temperature
         self.top_p = top_p
@@ -147,23 +169,27 @@ class OpenAIPolicy:
         self.backoff = backoff
         self.concurrency = concurrency
         self.extra = dict(extra or {})
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._start_lock = threading.Lock()
+
+    # -- acting -------------------------------------------------------------------------------
 
     def act(self, observations: Sequence[Observation]) -> list[Action | str]:
         """One ``Action(text=...)`` per observation, in order. Raises :class:`OpenAIError`
-        when a request fails for good (the first failure in batch order)."""
+        when a request fails for good (the first failure in batch order), ``ValueError``
+        for a context that cannot be sent as chat messages."""
         if not observations:
             return []
-        if len(observations) == 1:
-            return [self._act_one(observations[0])]
-        workers = min(self.concurrency, len(observations))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
-            futures = [pool.submit(self._act_one, obs) for obs in observations]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+        bodies = [self.request_body(obs) for obs in observations]
+        loop = self._ensure_loop()
+        future = asyncio.run_coroutine_threadsafe(self._act_all(observations, bodies), loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt: stop the requests still in flight
+            raise
 
     def request_body(self, obs: Observation) -> dict[str, Any]:
         """The JSON body sent for ``obs``."""
@@ -179,42 +205,150 @@ class OpenAIPolicy:
         body.update(self.extra)
         return body
 
-    def _act_one(self, obs: Observation) -> Action:
-        reply = self._post(self.request_body(obs))
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The decoded JSON reply to one request ``body`` (e.g. :meth:`request_body`'s), as
+        the server sent it: for a look at the raw choice (``finish_reason`` and the like)."""
+        loop = self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(self._post(body), loop).result()
+
+    async def _act_all(
+        self, observations: Sequence[Observation], bodies: Sequence[dict[str, Any]]
+    ) -> list[Action | str]:
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(obs: Observation, body: dict[str, Any]) -> Action:
+            async with gate:
+                return _action(await self._post(body), obs, self.url)
+
+        tasks = [asyncio.ensure_future(one(o, b)) for o, b in zip(observations, bodies, strict=True)]
         try:
-            choice = reply["choices"][0]
-            text = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            text = None
-            choice = {}
-        if not isinstance(text, str):
-            raise OpenAIError(
-                f"POST {self.url}: the response has no choices[0].message.content: "
-                f"{excerpt(json.dumps(reply))}"
-            )
-        if choice.get("finish_reason") == "length":  # a cut-off turn closed nothing
-            return Action(text=text)
-        # vLLM (stop_reason) and SGLang (matched_stop) say what they stopped on: a stop
-        # string, a token id, or None for EOS; other servers leave it to restore_stop
-        key = next((k for k in ("stop_reason", "matched_stop") if k in choice), None)
-        if key is None:
-            return Action(text=restore_stop(text, obs.stop))
-        matched = choice[key]
-        if isinstance(matched, str) and matched in obs.stop and not text.endswith(matched):
-            text += matched
-        return Action(text=text)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in tasks:  # the first failure in batch order, as a sequential loop would
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()
+            return [await task for task in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    # -- the client ---------------------------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="openai-policy", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _make_client(self) -> Any:
+        openai = _sdk()
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+        backoff = self.backoff
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The decoded JSON reply to one request, after retrying transient failures."""
-        reply = post_json(self.url, body, headers=self._headers(), timeout=self.timeout, retries=self.retries,
-                          backoff=self.backoff, error=OpenAIError)
+        class Client(openai.AsyncOpenAI):
+            # The SDK starts its backoff at 0.5 s; scale it to ours (a documented knob here,
+            # and tests against a local server need not sleep).
+            def _calculate_retry_timeout(self, remaining_retries, options, response_headers=None):
+                seconds = super()._calculate_retry_timeout(
+                    remaining_retries, options, response_headers
+                )
+                if response_headers is not None and response_headers.get("retry-after"):
+                    return seconds  # the server said how long: honour it
+                return seconds * backoff / 0.5
+
+        # No key: a placeholder the SDK insists on, and each request omits the header.
+        self._omit_auth = None if key else {"Authorization": openai.Omit()}
+        return Client(
+            base_url=self.base_url,
+            api_key=key or "unused",
+            timeout=self.timeout,
+            max_retries=self.retries,
+        )
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The decoded JSON reply to one request, after the SDK's retries."""
+        openai = _sdk()
+        if self._client is None:  # made on the loop thread: its connections belong to it
+            self._client = self._make_client()
+        known = {k: body[k] for k in ("model", "messages", "max_tokens", "temperature",
+                                      "top_p", "stop") if k in body}
+        extra_body = {k: v for k, v in body.items() if k not in known}
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **known, extra_body=extra_body or None, extra_headers=self._omit_auth
+            )
+        except openai.APIStatusError as e:
+            status = e.status_code
+            message = server_message(e.response.content)
+            if status in _RETRIED_STATUS or status >= 500:
+                raise OpenAIError(
+                    f"POST {self.url} failed after {self.retries + 1} attempts; "
+                    f"last error: HTTP {status}: {message}"
+                ) from None
+            raise OpenAIError(f"POST {self.url} -> HTTP {status}: {message}") from None
+        except openai.APIConnectionError as e:  # refused, reset, timed out
+            cause = e.__cause__ or e
+            raise OpenAIError(
+                f"POST {self.url} failed after {self.retries + 1} attempts; "
+                f"last error: {type(cause).__name__}: {cause}"
+            ) from None
+        content = raw.http_response.content
+        try:
+            reply = json.loads(content)
+        except (UnicodeDecodeError, ValueError):
+            raise OpenAIError(f"POST {self.url}: the response is not JSON: {excerpt(content)}") from None
         if not isinstance(reply, dict):
-            raise OpenAIError(f"POST {self.url}: the response is not a JSON object: {excerpt(json.dumps(reply))}")
+            raise OpenAIError(
+                f"POST {self.url}: the response is not a JSON object: {excerpt(json.dumps(reply))}"
+            )
         return reply
+
+    def close(self) -> None:
+        """Close the client's connections and stop the event loop thread (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is None:
+            return
+        if self._client is not None:
+            client, self._client = self._client, None
+            asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+        loop.close()
+        self._loop, self._thread = None, None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to close cleanly
+            pass
+
+
+def _action(reply: dict[str, Any], obs: Observation, url: str) -> Action:
+    """The Action a chat-completions ``reply`` to ``obs`` makes, with its stop restored."""
+    try:
+        choice = reply["choices"][0]
+        text = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        text = None
+        choice = {}
+    if not isinstance(text, str):
+        raise OpenAIError(
+            f"POST {url}: the response has no choices[0].message.content: "
+            f"{excerpt(json.dumps(reply))}"
+        )
+    if choice.get("finish_reason") == "length":  # a cut-off turn closed nothing
+        return Action(text=text)
+    # vLLM (stop_reason) and SGLang (matched_stop) say what they stopped on: a stop
+    # string, a token id, or None for EOS; other servers leave it to restore_stop
+    key = next((k for k in ("stop_reason", "matched_stop") if k in choice), None)
+    if key is None:
+        return Action(text=restore_stop(text, obs.stop))
+    matched = choice[key]
+    if isinstance(matched, str) and matched in obs.stop and not text.endswith(matched):
+        text += matched
+    return Action(text=text)

@@ -1,5 +1,6 @@
-"""JSON over HTTP POST with retries: the one client loop that the remote retriever and the
-OpenAI-compatible policy share (standard library only).
+"""JSON over HTTP POST with retries, for the remote retriever (standard library only, so
+``envs`` needs no HTTP client package), and the error-body helpers that the
+OpenAI-compatible policy (on the ``openai`` SDK) shares with it.
 
 Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff (a
 server's ``Retry-After`` is honoured, up to 30 s); other 4xx answers and malformed JSON

@@ -114,7 +114,9 @@ class ScriptedServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append((body, dict(self.headers)))
+                # HTTP header names are case-insensitive: keep them in one case
+                headers = {k.title(): v for k, v in self.headers.items()}
+                outer.requests.append((body, headers))
                 status, reply = outer.script[min(len(outer.requests), len(outer.script)) - 1]
                 reply = reply(body) if callable(reply) else reply
                 data = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
@@ -199,6 +201,29 @@ def test_a_named_stop_reason_wins_over_the_tag_rule(chat, extra, expected):
         policy = OpenAIPolicy("m", base_url=srv.base_url)
         [action] = policy.act([observation(chat, SEARCHER, "S", "Q")])
     assert action.text == expected
+
+
+def test_the_sdk_retries_a_408_and_the_policy_acts_inside_a_running_event_loop(chat):
+    """Through the openai SDK: a 408 (request timeout) is retried, where the standard-library
+    client gave up at once; ``act`` also works when called from a coroutine (a notebook),
+    and ``close`` ends the client's loop thread."""
+    import asyncio
+
+    timeout = (408, {"error": {"message": "request timeout"}})
+    with ScriptedServer([timeout, (200, completion("<answer>Ostria"))]) as srv:
+        policy = OpenAIPolicy("m", base_url=srv.base_url, backoff=0.01)
+
+        async def inside_a_loop():
+            return policy.act([observation(chat, ANSWERER, "A", "Q")])
+
+        [action] = asyncio.run(inside_a_loop())
+        assert action.text == "<answer>Ostria</answer>" and len(srv.requests) == 2
+        assert policy.complete(policy.request_body(observation(chat, ANSWERER, "A", "Q")))[
+            "choices"][0]["message"]["content"] == "<answer>Ostria"
+        thread = policy._thread
+        policy.close()
+        policy.close()
+    assert thread is not None and not thread.is_alive()
 
 
 def test_400_raises_at_once_with_url_status_and_message(chat):
@@ -316,7 +341,7 @@ def test_llama_server_stop_is_restored(chat, llama_server):
     policy = OpenAIPolicy("smollm2", base_url=llama_server, temperature=0.0,
                           extra={"grammar": grammar})
     obs = observation(chat, SEARCHER, "You search.", "Find the capital of Ostria.")
-    raw = policy._post(policy.request_body(obs))["choices"][0]
+    raw = policy.complete(policy.request_body(obs))["choices"][0]
     assert raw["finish_reason"] == "stop"
     assert raw["message"]["content"].startswith("<search>")
     assert "</search>" not in raw["message"]["content"]  # the server dropped the stop string
