@@ -419,9 +419,13 @@ class TeamEpisode:
         (:func:`check_room`), so the result always leaves ``MIN_TURN_ROOM`` tokens."""
         limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
         ids = self.chat.prompt(system, user)
-        while len(ids) > limit and len(user) > 16:
-            user = user[: int(len(user) * 0.8 * limit / len(ids))] + " ..."
-            ids = self.chat.prompt(system, user)
+        for _ in range(64):  # each pass cuts about a fifth; the cap only guards a fixed point
+            if len(ids) <= limit or len(user) <= 16:
+                break
+            shorter = user[: int(len(user) * 0.8 * limit / len(ids))] + " ..."
+            if shorter == user:  # the " ..." put back what the cut took: no progress
+                break
+            user, ids = shorter, self.chat.prompt(system, shorter)
         if len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
             ids = self.chat.prompt(system, "")  # even 16 characters did not fit
         return ids
