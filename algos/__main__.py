@@ -107,8 +107,10 @@ def _train(args: argparse.Namespace) -> int:
     overrides = train_overrides(args)
     configs = stage_configs(args, overrides)
     check_train_run(configs, resume=args.resume)  # before the pipeline loads or builds anything
+    if args.threads is not None and args.threads < 1:
+        raise PreflightError(f"--threads {args.threads}: must be >= 1")
     run_pipeline(args.preset, _out(args), tuple(configs), overrides, resume=args.resume,
-                 progress=not args.no_progress)
+                 progress=not args.no_progress, threads=args.threads)
     return 0
 
 
@@ -150,6 +152,9 @@ def _dispatch(argv: list[str]) -> int:
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     t.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoints")
+    t.add_argument("--threads", type=int, default=None,
+                   help="torch/faiss threads for the whole run, base build included (default 1: "
+                        "the same numbers on any machine; the summary records it)")
     t.add_argument("--no-progress", action="store_true")
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
     sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "

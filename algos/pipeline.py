@@ -1,7 +1,8 @@
 """The whole MultiAgent-OPD recipe: Stage I (the Teacher, C-MAS) then Stage II (the team,
 H-MAS, from the base model, distilled from the Teacher), and a summary that puts each
 trained team's validation EM beside the base model's in the same workflow, with how many
-validation questions training made better and worse and an exact sign test on them."""
+validation questions training made better and worse and an exact sign test on them, and
+which base it started from (its weights' hash, seed and thread count)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from algos.checkpoint import latest_checkpoint
 from algos.config import TrainConfig, prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
+from algos.reproducible import describe_base, run_threads
 from algos.trainer import Trainer, validation_path
 
 
@@ -28,17 +30,33 @@ def stage_config(preset: str, stage: str, out_dir: Path, overrides: dict[str, An
 
 def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("teacher", "team"),
                  overrides: dict[str, Any] | None = None, resume: bool = False, progress: bool = True,
-                 log=print, retriever: Any = None) -> dict[str, Any]:
+                 log=print, retriever: Any = None, threads: int | None = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
     A preset's own model name (``micro``) is prepared (its base built or reused,
     :func:`algos.config.prepare_model`) once the stage's settings are validated, and the
     Trainer gets its directory. ``retriever``: an object with ``search`` used instead of the
-    config's (tests)."""
+    config's (tests).
+
+    Everything (the base's build, the corpus encoding, rollouts, updates, validation) runs
+    on ``threads`` torch and faiss threads (None: :data:`algos.reproducible.DEFAULT_THREADS`,
+    one), restored afterwards: the thread count changes floating-point sums, so for a given
+    seed and thread count the run prints the same numbers on any machine with the same
+    torch, whatever its cores and load. The summary records it with the base's
+    :func:`algos.reproducible.describe_base`, and each stage's base line names them."""
+    with run_threads(threads) as n:
+        return _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
+                             retriever, n)
+
+
+def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
+                  overrides: dict[str, Any] | None, resume: bool, progress: bool, log: Any,
+                  retriever: Any, threads: int) -> dict[str, Any]:
     start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     overrides = dict(overrides or {})
-    summary: dict[str, Any] = {"preset": preset, "stages": {}}
+    summary: dict[str, Any] = {"preset": preset, "threads": threads, "stages": {}}
+    bases: dict[str, dict[str, Any]] = {}
     for stage in stages:
         cfg = stage_config(preset, stage, out, overrides)
         # the settings are valid: now a preset's own model (micro's base) may be built
@@ -52,15 +70,20 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                                     f"{cfg.save_every} steps), so there is nothing to continue; move it away "
                                     f"to run the {stage} stage again")
         trainer = Trainer(cfg, resume=resume and has_checkpoint, progress=progress, retriever=retriever)
+        if cfg.model not in bases:  # hashed once: both stages usually start from one base
+            bases[cfg.model] = describe_base(cfg.model)
+        base = bases[cfg.model]
         base_em, base_records = _base_em(trainer, cfg)
-        log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f}")
+        log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
+            f"({base_line(base, cfg.seed, threads)})")
         history = trainer.train(validate_first=False)["history"]
         trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else trainer.validate()
         paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
             f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
             f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
-        summary["stages"][stage] = {"workflow": cfg.workflow, "steps": trainer.step, "base_em": base_em,
+        summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base": base,
+                                    "steps": trainer.step, "base_em": base_em,
                                     "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                     "val_questions": len(trainer.val_questions)}
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
@@ -70,6 +93,29 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary, indent=2))
     return summary
+
+
+def base_line(base: dict[str, Any], seed: int, threads: int) -> str:
+    """How a stage's base line names its base and run: ``base weights <hash>, seed <s>,
+    <t> thread(s)``, with the build's seed and thread count where they differ from the
+    run's (a base built elsewhere) or the model name where nothing local was hashed.
+
+    >>> base_line({"weight_hash": "3f2a9c0d1e2b4a5c", "seed": 0, "threads": 1}, 0, 1)
+    'base weights 3f2a9c0d1e2b4a5c, seed 0, 1 thread'
+    >>> base_line({"weight_hash": "3f2a9c0d1e2b4a5c", "seed": 2, "threads": 2}, 0, 1)
+    'base weights 3f2a9c0d1e2b4a5c built from seed 2 on 2 threads; run seed 0, 1 thread'
+    """
+    def threads_(n: int) -> str:
+        return f"{n} thread{'' if n == 1 else 's'}"
+
+    name = (f"base weights {base['weight_hash']}" if base.get("weight_hash")
+            else f"base {base.get('model')} (not hashed)")
+    built_seed, built_threads = base.get("seed"), base.get("threads")
+    if built_seed in (None, seed) and built_threads in (None, threads):
+        return f"{name}, seed {seed}, {threads_(threads)}"
+    built = ([f"from seed {built_seed}"] if built_seed is not None else []) + (
+        [f"on {threads_(built_threads)}"] if built_threads is not None else [])
+    return f"{name} built {' '.join(built)}; run seed {seed}, {threads_(threads)}"
 
 
 def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:

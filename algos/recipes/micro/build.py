@@ -7,12 +7,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,14 @@ from algos.recipes.micro.episodes import WORKFLOWS, imitated, scripted_episodes
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
 from algos.recipes.micro.settings import ENV
-from algos.recipes.micro.tokenizer import TOKENIZER_VERSION, Saver, micro_tokenizer, save_atomically
+from algos.recipes.micro.tokenizer import (
+    TOKENIZER_VERSION,
+    Saver,
+    micro_tokenizer,
+    save_atomically,
+    tokenizer_fingerprint,
+)
+from algos.reproducible import current_threads, run_threads, weight_hash
 from envs.paths import cache_dir
 
 BUILD_DEFAULTS: dict[str, Any] = {
@@ -47,6 +53,10 @@ imitate.
 
 What the other choices fixed: ``README.md`` in this folder.
 """
+
+BUILD_VERSION = 2
+"""Bumped when the build's code changes what it makes from the same settings (2: the thread
+count, torch and transformers versions and the CPU's kernel set joined the cache key)."""
 
 
 def build_micro_base(
@@ -88,11 +98,14 @@ def build_micro_base(
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
     team searches (default: ``envs.search_team.default_retriever()``, MiniLM over the
-    synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's
-    intra-op threads during the build (restored after; None leaves torch's default, all
-    cores: about 2.5 steps a second on an otherwise idle 2-core machine). On a machine busy
-    with something else, 1 is faster: two threads that wait on each other make each step
-    several times slower.
+    synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's and
+    faiss's intra-op threads during the build (restored after; None: the command's choice,
+    :func:`algos.reproducible.current_threads`, 1 unless it said otherwise). The thread
+    count changes the order of floating-point sums, so it changes the weights: it is part of
+    the cache key, with the seed, the torch and transformers versions and the CPU's kernel
+    set (``torch.backends.cpu.get_cpu_capability()``), so that a base built otherwise is
+    never reused as if it were this one. ``micro_build.json`` records them and the weights'
+    :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
     """
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
@@ -102,7 +115,9 @@ def build_micro_base(
                 "skip_search": skip_search, "seed": seed, "env": ENV,
                 "tied_embeddings": True, "spaced_tags": True,
                 "tokenizer": TOKENIZER_VERSION,
-                "retriever": None if retriever is None else type(retriever).__name__}
+                "tokenizer_fingerprint": tokenizer_fingerprint(vocab_size),
+                "retriever": None if retriever is None else type(retriever).__name__,
+                **arithmetic(current_threads() if threads is None else threads)}
     if not 0 <= skip_search <= 1:
         raise ValueError(f"skip_search must be in [0, 1] (a share of Searcher tasks), got {skip_search}")
     if out_dir is None and retriever is not None:
@@ -115,9 +130,23 @@ def build_micro_base(
     if _is_build(out_dir):
         _declare_frozen_circuit(out_dir)
         return out_dir
-    with _torch_threads(threads):
+    with run_threads(settings["threads"]):
         _build(out_dir, settings, retriever, progress)
     return out_dir
+
+
+def arithmetic(threads: int) -> dict[str, Any]:
+    """What besides the settings decides the floating-point results of a build, and so its
+    weights: the thread count, the torch and transformers versions (kernels, initialisers)
+    and the CPU kernel set torch dispatches to (``AVX512``, ``AVX2``, ...)."""
+    import torch
+    import transformers
+
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    return {"threads": threads, "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "build": BUILD_VERSION}
 
 
 def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bool) -> None:
@@ -155,6 +184,9 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     _save_build(model, tokenizer, record, out_dir)
     log(f"micro base: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {record['seconds']['total']}s; "
         f"saved to {out_dir}")
+    built = json.loads((out_dir / "micro_build.json").read_text())
+    log(f"micro base: weights {built['weight_hash']} (seed {s['seed']}, {s['threads']} "
+        f"thread{'s' if s['threads'] != 1 else ''})")
 
 
 def _is_build(path: Path) -> bool:
@@ -182,22 +214,14 @@ def _declare_frozen_circuit(path: Path) -> None:
 
 
 def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path) -> None:
-    """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed)."""
-    save_atomically(Saver([model, tokenizer], {"micro_build.json": record}), target,
+    """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed);
+    the record gains the saved weights' hash."""
+    def with_hash(saved: Path) -> dict[str, Any]:  # the weights as written, so as loaded
+        return {"settings": record["settings"], "weight_hash": weight_hash(saved),
+                **{k: v for k, v in record.items() if k != "settings"}}
+
+    save_atomically(Saver([model, tokenizer], {"micro_build.json": with_hash}), target,
                      replace=target.parent == cache_dir("models"))
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _log(show: bool) -> Any:

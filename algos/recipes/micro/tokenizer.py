@@ -135,7 +135,7 @@ def train_micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
     return tok
 
 
-def _tokenizer_fingerprint(vocab_size: int, seed: int) -> str:
+def tokenizer_fingerprint(vocab_size: int, seed: int = 0) -> str:
     """What a cached tokenizer was trained from; a mismatch (the protocol text changed,
     say) retrains it."""
     inputs = [TOKENIZER_VERSION, vocab_size, seed, PROTOCOL_WEIGHT, SPECIAL_TOKENS,
@@ -150,7 +150,7 @@ def micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     path = cache_dir("tokenizers", f"micro-{vocab_size}-seed{seed}")
-    fingerprint = _tokenizer_fingerprint(vocab_size, seed)
+    fingerprint = tokenizer_fingerprint(vocab_size, seed)
     stamp = path / "micro_tokenizer.json"
     if not (path / "tokenizer.json").exists() or not stamp.exists() or \
             json.loads(stamp.read_text()).get("fingerprint") != fingerprint:
@@ -161,7 +161,9 @@ def micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
 
 
 class Saver:
-    """Saves objects with ``save_pretrained`` and JSON records, into one directory."""
+    """Saves objects with ``save_pretrained`` and JSON records, into one directory. A record
+    may be a function of that directory, called once the objects are in it (a record that
+    describes what was saved, such as a hash of the weights)."""
 
     def __init__(self, objects: Sequence[Any], records: dict[str, Any]):
         self.objects, self.records = list(objects), records
@@ -170,6 +172,8 @@ class Saver:
         for obj in self.objects:
             obj.save_pretrained(path)
         for name, record in self.records.items():
+            if callable(record):
+                record = record(Path(path))
             (Path(path) / name).write_text(json.dumps(record, indent=1) + "\n")
 
 

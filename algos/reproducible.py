@@ -1,0 +1,138 @@
+"""What makes a run repeat bit for bit: one thread count for torch and faiss, set once per
+command, and a hash of a model's weights so that two people can tell whether they trained
+from the same base.
+
+Why a fixed thread count: torch splits a reduction (a matmul's inner sums, a softmax, a
+loss) over its intra-op threads, and the split changes the order of the floating-point
+additions. One SFT step on one thread and the same step on two threads differ in the last
+bits; an SFT build of 1,831 steps ends with other weights, and sampled rollouts diverge after
+the first differing token. For a given thread count the arithmetic is the same on every run,
+whatever else loads the machine (measured: ``docs/micro.md``, "Reproducing a run"). On a
+2-core machine shared with anything else, one thread is also the faster choice: two threads
+that wait on each other make each step several times slower.
+
+>>> with run_threads(1):                       # torch and faiss on one thread inside
+...     n = current_threads()
+>>> n
+1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DEFAULT_THREADS = 1
+"""The thread count of ``python -m algos train`` and of the micro base's build unless the
+command says otherwise (``--threads``): one, so that the default command gives the same
+numbers on any machine, however many cores it has and whatever else runs on them."""
+
+_current: int | None = None
+
+
+def current_threads() -> int:
+    """The thread count a command set with :func:`run_threads` in this process, else
+    :data:`DEFAULT_THREADS` (never torch's own default, which is the number of cores)."""
+    return DEFAULT_THREADS if _current is None else _current
+
+
+def _check(threads: int) -> int:
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    return threads
+
+
+@contextlib.contextmanager
+def run_threads(threads: int | None = None) -> Iterator[int]:
+    """Run the body with torch's and faiss's intra-op thread counts set to ``threads``
+    (None: :func:`current_threads`); :func:`current_threads` says it meanwhile. The previous
+    counts come back afterwards. Yields the thread count in use."""
+    import torch
+
+    global _current
+    n = _check(current_threads() if threads is None else threads)
+    saved = (_current, torch.get_num_threads(), _faiss_threads())
+    _current = n
+    torch.set_num_threads(n)
+    _set_faiss_threads(n)
+    try:
+        yield n
+    finally:
+        _current = saved[0]
+        torch.set_num_threads(saved[1])
+        if saved[2] is not None:
+            _set_faiss_threads(saved[2])
+
+
+def _faiss_threads() -> int | None:
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return int(faiss.omp_get_max_threads())
+
+
+def _set_faiss_threads(n: int) -> None:
+    try:
+        import faiss
+    except ImportError:
+        return
+    faiss.omp_set_num_threads(n)
+
+
+def weight_hash(path: str | Path) -> str | None:
+    """A 16-hex-digit fingerprint of the weights a model directory holds: sha256 over every
+    tensor of its ``*.safetensors`` files, in name order, each as its name, a NUL, its dtype
+    and shape (``torch.float32 [4, 2]``), a NUL, and its raw little-endian bytes. Equal for
+    equal weights however they were saved (file names, shards, metadata); unequal if one
+    bit of one weight differs. None when ``path`` is not a directory with safetensors files
+    (a hub id, a GGUF file): there is nothing local to hash.
+
+    >>> weight_hash("no/such/dir") is None
+    True
+    """
+    import torch
+    from safetensors import safe_open
+
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    with contextlib.ExitStack() as stack:
+        where: dict[str, tuple[str, Any]] = {}
+        for file in files:
+            handle = stack.enter_context(safe_open(str(file), framework="pt"))
+            for name in handle.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                if name in where:
+                    raise ValueError(f"{path}: tensor {name!r} is in both {where[name][0]} "
+                                     f"and {file.name}")
+                where[name] = (file.name, handle)
+        for name in sorted(where):
+            tensor = where[name][1].get_tensor(name).contiguous()
+            digest.update(f"{name}\0{tensor.dtype} {list(tensor.shape)}\0".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def describe_base(model: str | Path) -> dict[str, Any]:
+    """Which base a run starts from, for its summary: ``model`` (name or path), its
+    ``weight_hash`` (None when nothing local can be hashed), and the ``seed`` and
+    ``threads`` it was built with when its directory holds a recipe's build record
+    (``<recipe>_build.json`` with ``settings``; None otherwise)."""
+    path = Path(model)
+    described: dict[str, Any] = {"model": str(model), "weight_hash": weight_hash(path),
+                                 "seed": None, "threads": None}
+    records = sorted(path.glob("*_build.json")) if path.is_dir() else []
+    if records:
+        try:
+            settings = json.loads(records[0].read_text()).get("settings", {})
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            settings = {}  # an unreadable record names nothing; the hash still identifies
+        if isinstance(settings, dict):
+            described.update({k: settings.get(k) for k in ("seed", "threads")})
+    return described

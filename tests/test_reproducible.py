@@ -1,0 +1,198 @@
+"""Reproducible runs (issue 22): a fixed thread count set once per command and recorded, a
+weight hash that names a base, and a cache key for the micro base that changes with every
+setting that changes its weights. Nothing here trains for long."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import faiss
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import algos.pipeline
+import algos.recipes.micro.build as build
+from algos.reproducible import (
+    DEFAULT_THREADS,
+    current_threads,
+    describe_base,
+    run_threads,
+    weight_hash,
+)
+
+
+class Stop(Exception):
+    pass
+
+
+def _tiny_model(seed: int = 0):
+    from agents.models import tiny_causal_lm
+
+    return tiny_causal_lm(32, hidden_size=8, num_layers=1, num_heads=2, seed=seed)
+
+
+def _by_hand(directory: Path) -> str:
+    """The documented recipe, written out independently: every tensor of every safetensors
+    file, by name, as name NUL dtype-and-shape NUL raw bytes."""
+    tensors = {}
+    for file in directory.glob("*.safetensors"):
+        tensors.update(load_file(file))
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        digest.update(f"{name}\0{t.dtype} {list(t.shape)}\0".encode())
+        digest.update(t.contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def test_weight_hash_names_the_weights_whatever_the_files(tmp_path):
+    model = _tiny_model()
+    model.save_pretrained(tmp_path / "one")
+    model.save_pretrained(tmp_path / "shards", max_shard_size="2KB")  # several files, same weights
+    assert len(list((tmp_path / "shards").glob("*.safetensors"))) > 1
+    got = weight_hash(tmp_path / "one")
+    assert got == _by_hand(tmp_path / "one") and len(got) == 16
+    assert weight_hash(tmp_path / "shards") == got
+
+    with torch.no_grad():  # one bit of one weight
+        p = next(model.parameters())
+        p.view(-1)[0] = torch.nextafter(p.view(-1)[0], torch.tensor(float("inf")))
+    model.save_pretrained(tmp_path / "nudged")
+    assert weight_hash(tmp_path / "nudged") not in (None, got)
+    _tiny_model(seed=1).save_pretrained(tmp_path / "other")
+    assert weight_hash(tmp_path / "other") != got
+    assert weight_hash(tmp_path / "missing") is None and weight_hash("HuggingFaceTB/x") is None
+
+
+def test_run_threads_sets_torch_and_faiss_and_restores_them():
+    before = (torch.get_num_threads(), faiss.omp_get_max_threads())
+    assert current_threads() == DEFAULT_THREADS == 1  # never torch's own default
+    with run_threads(2) as n:
+        assert n == 2 and current_threads() == 2
+        assert torch.get_num_threads() == 2 and faiss.omp_get_max_threads() == 2
+        with run_threads() as inner:  # None: the enclosing command's choice
+            assert inner == 2 and torch.get_num_threads() == 2
+    assert (torch.get_num_threads(), faiss.omp_get_max_threads()) == before
+    assert current_threads() == 1
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+            with run_threads(bad):
+                pass
+
+
+def test_the_base_cache_key_changes_with_what_changes_the_weights(monkeypatch, tmp_path):
+    """Every setting that changes the base's weights gives another cache folder, so a base
+    built otherwise is never reused as if it were this one; the build runs on the thread
+    count its key names."""
+    monkeypatch.setenv("MOPD_CACHE", str(tmp_path))
+    built = []
+    monkeypatch.setattr(build, "_build", lambda out_dir, settings, *_: built.append(
+        (out_dir, settings, torch.get_num_threads())))
+
+    def folder(**kwargs):
+        build.build_micro_base(progress=False, **kwargs)
+        return built[-1][0]
+
+    default = folder()
+    assert built[-1][1]["threads"] == 1 and built[-1][2] == 1  # one thread unless told
+    assert default.parent == tmp_path / "models" and default.name.startswith("micro-sft-")
+    assert folder() == default  # the same settings, the same folder
+    others = [folder(threads=2), folder(seed=1), folder(lr=1e-3), folder(skip_search=0.5)]
+    assert built[-4][2] == 2
+    with run_threads(2):  # the command's thread count is the build's
+        others.append(folder())
+        assert built[-1][1]["threads"] == 2 and built[-1][2] == 2
+    assert others[-1] == others[0]
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    others.append(folder())
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2-elsewhere")
+    others.append(folder())
+    monkeypatch.setattr(build, "BUILD_VERSION", build.BUILD_VERSION + 1)
+    others.append(folder())
+    distinct = {default, *others[:4], *others[5:]}
+    assert len(distinct) == 8, sorted(p.name for p in distinct)
+
+
+def test_the_build_record_carries_the_saved_weights_hash(tmp_path):
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    tok = micro_tokenizer()
+    model = _tiny_model()
+    build._save_build(model, tok, {"settings": {"seed": 3, "threads": 1}, "steps": 0},
+                      tmp_path / "base")
+    record = json.loads((tmp_path / "base" / "micro_build.json").read_text())
+    assert record["weight_hash"] == _by_hand(tmp_path / "base")
+    assert record["settings"] == {"seed": 3, "threads": 1} and record["steps"] == 0
+    assert describe_base(tmp_path / "base") == {"model": str(tmp_path / "base"),
+                                               "weight_hash": record["weight_hash"],
+                                               "seed": 3, "threads": 1}
+    assert describe_base("smollm2") == {"model": "smollm2", "weight_hash": None, "seed": None,
+                                        "threads": None}
+
+
+def test_the_pipeline_runs_on_its_thread_count_and_its_lines_name_the_base(monkeypatch, tmp_path):
+    from algos.trainer import validation_path
+
+    base = tmp_path / "base"
+    _tiny_model().save_pretrained(base)
+    (base / "micro_build.json").write_text(json.dumps({"settings": {"seed": 0, "threads": 2}}))
+    seen = []
+
+    class FakeTrainer:
+        """Validates 2 questions: the base gets 0 right, the trained model 1."""
+
+        def __init__(self, cfg, **kwargs):
+            seen.append(torch.get_num_threads())
+            self.cfg, self.step, self.val_questions = cfg, 0, [0, 1]
+
+        def validate(self):
+            records = [{"dataset": "nq", "id": i, "correct": [float(self.step > 0 and i == 0)]}
+                       for i in self.val_questions]
+            path = validation_path(self.cfg.out_dir, self.step)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(r) + "\n" for r in records))
+            return sum(r["correct"][0] for r in records) / 2
+
+        def _log(self, metrics, step=None):
+            pass
+
+        def train(self, validate_first=True):
+            self.step = 1
+            return {"history": [{"val/avg@1": self.validate()}]}
+
+    monkeypatch.setattr(algos.pipeline, "Trainer", FakeTrainer)
+    lines = []
+    before = torch.get_num_threads()
+    summary = algos.pipeline.run_pipeline(
+        "micro", tmp_path / "run", ("teacher",), {"model": str(base)}, progress=False,
+        log=lines.append, threads=2)
+    assert seen == [2] and torch.get_num_threads() == before
+    assert summary["threads"] == 2
+    stage = summary["stages"]["teacher"]
+    assert stage["base"] == {"model": str(base), "weight_hash": weight_hash(base), "seed": 0,
+                             "threads": 2} and stage["seed"] == 0
+    assert lines[0] == ("[teacher] base model, cascade workflow: validation avg@1 = 0.000 "
+                        f"(base weights {weight_hash(base)}, seed 0, 2 threads)")
+    assert lines[1].startswith("[teacher] after 1 steps: validation avg@1 = 0.500 (base 0.000")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["threads"] == 2
+
+    algos.pipeline.run_pipeline("micro", tmp_path / "run1", ("teacher",), {"model": str(base)},
+                                progress=False, log=lines.append)  # the default: one thread
+    assert seen[-1] == 1
+    assert [line for line in lines if "base model" in line][-1].endswith(f"(base weights {weight_hash(base)} built from seed 0 on 2 threads; "
+                              "run seed 0, 1 thread)")
+
+
+def test_the_command_line_passes_threads_and_refuses_nonsense(monkeypatch, tmp_path, capsys):
+    from algos.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(algos.pipeline, "run_pipeline", lambda *a, **kw: calls.append(kw))
+    assert main(["train", "--out", str(tmp_path / "a"), "--threads", "2"]) == 0
+    assert main(["train", "--out", str(tmp_path / "b")]) == 0
+    assert [kw["threads"] for kw in calls] == [2, None]  # None: the pipeline's default, 1
+    assert main(["train", "--out", str(tmp_path / "c"), "--threads", "0"]) == 2
+    assert "--threads 0: must be >= 1" in capsys.readouterr().err and len(calls) == 2
