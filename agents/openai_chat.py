@@ -9,6 +9,9 @@ and no log-probs, so this policy can act and be evaluated but not be trained on-
 Requests go through the SDK's async client (its connection pool, retries with backoff and
 ``Retry-After``, timeouts and error types), ``concurrency`` at a time, on one event loop
 thread per policy, so ``act`` works the same from plain code, threads or a notebook.
+Against the standard-library client it replaced, batches of 16 at ``concurrency=8`` to a
+local stub server went from 19-27 to 65 requests/s (connections are kept alive);
+importing the SDK costs about 2 s, once.
 
 Chat APIs drop the stop string they stopped on; :func:`restore_stop` puts it back, so a
 Searcher's ``<search>foo`` returns as ``<search>foo</search>`` (the env parses only
