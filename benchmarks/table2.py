@@ -221,21 +221,24 @@ def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Pa
     out = Path(out)
     runs = finished_runs(out)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    panels = ((axes[0], "val/avg@1", "validation avg@1", "o"),
-              (axes[1], "team/searches_per_workflow", "searches per workflow (training rollouts)", None))
+    panels = ((axes[0], "val/avg@1", "validation avg@1", "o", "-"),
+              (axes[1], "team/searches_per_workflow", "searches per workflow (line: training rollouts; "
+               "dashed, dots: validation)", None, "-"),
+              (axes[1], VAL_SEARCHES, "", "o", "--"))
     for i, v in enumerate(variants):
         colour = f"C{i}"
-        for ax, key, _, marker in panels:
-            series = [_series(read_metrics(out / r["run"] / "metrics.jsonl"), key) for r in runs.get(v, {}).values()]
+        for ax, key, _, marker, style in panels:
+            series = [_series(read_metrics(out / r["run"] / "metrics.jsonl"), key) if key != VAL_SEARCHES
+                      else _validation_searches(out / r["run"]) for r in runs.get(v, {}).values()]
             series = [s for s in series if s]
             for s in series if len(series) > 1 else ():
                 ax.plot(*zip(*sorted(s.items())), color=colour, alpha=0.25, lw=0.8, marker=marker, ms=2)
             steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if steps:
                 ax.plot(steps, [np.mean([s[t] for s in series]) for t in steps], color=colour, lw=1.8,
-                        marker=marker, ms=4, label=v)
-    for ax, _, title, _ in panels:
-        ax.set_title(title, fontsize=10)
+                        ls=style, marker=marker, ms=4, label=None if key == VAL_SEARCHES else v)
+    for ax, _, title, _, _ in panels[:2]:
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         if ax.lines:
             ax.legend(fontsize=8)
@@ -244,6 +247,20 @@ def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Pa
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return png
+
+
+VAL_SEARCHES = "validation searches"
+
+
+def _validation_searches(run_dir: Path) -> dict[int, float]:
+    """Step -> macro searches per workflow of each validation of a run (the same questions
+    every time, so a collapse of search shows without rollout noise)."""
+    out = {}
+    for path in sorted((run_dir / "validation").glob("step_*.jsonl")):
+        rows = read_metrics(path)
+        if rows:
+            out[int(path.stem.split("_")[1])] = float(summarize(rows)["macro_searches_per_workflow"])
+    return out
 
 
 def _series(rows: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
