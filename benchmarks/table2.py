@@ -229,7 +229,7 @@ def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Pa
         colour = f"C{i}"
         for ax, key, _, marker, style in panels:
             series = [_series(read_metrics(out / r["run"] / "metrics.jsonl"), key) if key != VAL_SEARCHES
-                      else _validation_searches(out / r["run"]) for r in runs.get(v, {}).values()]
+                      else validation_searches(out / r["run"]) for r in runs.get(v, {}).values()]
             series = [s for s in series if s]
             for s in series if len(series) > 1 else ():
                 ax.plot(*zip(*sorted(s.items())), color=colour, alpha=0.25, lw=0.8, marker=marker, ms=2)
@@ -252,7 +252,7 @@ def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Pa
 VAL_SEARCHES = "validation searches"
 
 
-def _validation_searches(run_dir: Path) -> dict[int, float]:
+def validation_searches(run_dir: Path) -> dict[int, float]:
     """Step -> macro searches per workflow of each validation of a run (the same questions
     every time, so a collapse of search shows without rollout noise)."""
     out = {}

@@ -11,7 +11,13 @@ import pytest
 
 from algos.ablate import VARIANTS, plan_runs, run_ablation, run_state
 from benchmarks.metrics import paired_macro_difference
-from benchmarks.table2 import _validation_searches, build_table, markdown, pooled_over_seeds, write_table2
+from benchmarks.table2 import (
+    build_table,
+    markdown,
+    pooled_over_seeds,
+    validation_searches,
+    write_table2,
+)
 
 # ---------------------------------------------------------------------- the variants' configs
 
@@ -152,8 +158,8 @@ def test_the_table_holds_the_hand_computed_figures(fake_ablation):
     assert "| outcome | outcome | stage-I | 6.25 |" in text and f"{100 * ci['difference']:+.2f} [" in text
     assert (fake_ablation / "curves.png").stat().st_size > 1000
     # the curves' validation searches: each validation file's macro, by step
-    assert _validation_searches(fake_ablation / "seed1" / "outcome") == {0: 0.0, 3: 0.0}
-    assert _validation_searches(fake_ablation / "seed0" / "opd") == {0: 2.0, 3: 2.0}
+    assert validation_searches(fake_ablation / "seed1" / "outcome") == {0: 0.0, 3: 0.0}
+    assert validation_searches(fake_ablation / "seed0" / "opd") == {0: 2.0, 3: 2.0}
 
 
 def test_the_ci_resamples_questions_with_their_seeds_together():
