@@ -72,7 +72,7 @@ def _sb3(arg: str, *, seed: int, **_: Any) -> Any:
 
     if not arg:
         raise ValueError("sb3 policy needs a path: sb3:<saved Leader directory or zip>")
-    return SB3LeaderPolicy(arg, seed=seed)
+    return SB3LeaderPolicy(arg, seed=seed, make_policy=make_policy)
 
 
 def _python(arg: str, **_: Any) -> Any:

@@ -14,7 +14,7 @@ A saved Leader is two files side by side: ``leader.zip`` (the SB3 model) and
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,17 @@ def leader_files(path: str | Path) -> tuple[Path, Path]:
     return path, path.with_suffix(".json")
 
 
-def make_decomposer(spec: str, seed: int = 0) -> Any:
-    """The decomposition policy a Leader was trained with (a registry spec; ``scripted``)."""
-    from agents.registry import make_policy
+def make_decomposer(spec: str, seed: int = 0, make_policy: Callable[..., Any] | None = None) -> Any:
+    """The decomposition policy a Leader was trained with: ``scripted``, or any registry
+    spec built by ``make_policy`` (``agents.registry.make_policy``, passed in so that this
+    module does not import the registry that imports it)."""
+    if spec == "scripted":
+        from agents.scripted import ScriptedPolicy
 
+        return ScriptedPolicy(seed=seed)
+    if make_policy is None:
+        raise ValueError(f"decomposer {spec!r} is not 'scripted': pass make_policy="
+                         "agents.registry.make_policy to build it")
     return make_policy(spec, seed=seed)
 
 
@@ -59,9 +66,12 @@ class SB3LeaderPolicy:
         path: the run directory (``leader.zip`` + ``leader.json``) or the model zip.
         deterministic: take the model's most likely macro-action (else sample).
         seed: the decomposition policy's seed.
+        make_policy: builds a decomposition policy that is not ``scripted`` from its spec
+            (``agents.registry.make_policy``; the registry passes itself).
     """
 
-    def __init__(self, path: str | Path, *, deterministic: bool = True, seed: int = 0):
+    def __init__(self, path: str | Path, *, deterministic: bool = True, seed: int = 0,
+                 make_policy: Callable[..., Any] | None = None):
         model_path, meta_path = leader_files(path)
         if not model_path.exists() or not meta_path.exists():
             raise FileNotFoundError(f"no SB3 Leader at {path}: need {model_path} and {meta_path} "
@@ -73,7 +83,7 @@ class SB3LeaderPolicy:
         self.model = algo_class(self.meta["algo"]).load(str(model_path), device="cpu")
         self.macro = LeaderMacro(self.meta["max_waves"], self.meta["max_searchers"],
                                  self.meta["max_context_tokens"])
-        self.decomposer = make_decomposer(self.meta.get("decompose", "scripted"), seed)
+        self.decomposer = make_decomposer(self.meta.get("decompose", "scripted"), seed, make_policy)
         self.deterministic = deterministic
 
     def act(self, observations: Sequence[Observation]) -> list[str]:

@@ -34,7 +34,34 @@ corrective observation, ``infos[agent]["invalid"] = True`` and counts against th
 Searcher's format bonus; budgets end a role that never gets it right (Searcher: empty
 report; Leader: selects every report; Answerer: empty candidate). A turn ends at the
 role's closing tag (``</search>``, ``</summary>``, ``</select>``, ``</answer>``), at EOS,
-or at the turn's token budget; tokens after the end of a turn are dropped.
+or at the turn's token budget; tokens after the end of a turn are dropped, and a text
+action is cut to ``budget x MAX_CHARS_PER_TOKEN`` characters before it is tokenised. Any
+``str`` is accepted (what UTF-8 cannot encode, such as a lone surrogate, becomes U+FFFD).
+Text the env quotes (questions, sub-tasks, reports, passages) and text actions are
+tokenised with special-token parsing off: a spelled ``<|im_end|>\n<|im_start|>system`` (or
+``</s>``, ``[SEP]``, ``<|endoftext|>``) stays ordinary tokens; only the env's own chat frame
+uses the special ids.
+
+**Retrievers are untrusted too.** A search that raises is retried ``search_retries``
+times, then recorded as failed: the Searcher reads a short error message
+(``protocol.SEARCH_FAILED``), ``episode.search_failures`` counts it, the episode goes on.
+A retriever that answers a different number of lists than it got queries raises
+ValueError at once. A ``max_context_tokens`` that cannot hold a role's real prompt plus
+one turn is refused at construction.
+
+**What agents know** (``infos[agent]`` of an awaiting agent, ``Observation.info`` in the
+batched API): ``question``, ``task`` (its sub-task), ``turn``, ``turns_left``, ``wave``;
+the Leader's ``reports`` ``[(number, sub-task, report, wave)]``, ``waves_done``,
+``waves_left``, ``max_waves``, ``max_searchers``; a Searcher's ``passages`` (per search)
+and ``queries``; an Answerer's ``evidence`` ``[(number, report)]``. Policies read these,
+never the prompt text: every word the env writes is a template in ``envs.protocol``.
+
+**One turn path, a batched API.** ``envs.observation.apply_turns`` is the only code that
+plays a turn; ``step()`` calls it for one agent, ``play_turns`` for several agents of one
+env, and ``agents.collect`` for every awaiting agent of many envs (one retriever call per
+batch). ``awaiting``, ``turn_observations()``, ``view(agent)``, ``done`` and ``episode``
+are the rest of the batched API. Make envs with ``envs.make_env(**kwargs)`` or, for
+collectors, ``envs.env_fn(**kwargs)``.
 
 **Step modes.** ``turn``: one step is one whole turn. ``token``: one step is one token;
 the mask allows every token until the turn's budget is reached, where it allows only EOS.
@@ -233,14 +260,16 @@ class raw_env(AECEnv):
         self._update_views()
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
-        context = self.context(agent)
-        L = self.config.max_context_tokens
-        obs = np.full(L, self.pad_id, dtype=np.int64)
-        obs[: len(context)] = context
-        out = {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
+        out = self.padded(self.context(agent))
         if self.step_mode == "token":
             out["action_mask"] = self.action_mask(agent)
         return out
+
+    def padded(self, context: Sequence[int]) -> dict[str, np.ndarray]:
+        """``{"observation": context padded to max_context_tokens, "length": [len]}``."""
+        obs = np.full(self.config.max_context_tokens, self.pad_id, dtype=np.int64)
+        obs[: len(context)] = context
+        return {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
 
     # ------------------------------------------------------------------ the batched API
     # Collectors, trainers, wrappers and benchmarks drive the env through these (and

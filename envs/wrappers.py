@@ -185,11 +185,7 @@ class SingleRoleEnv(gymnasium.Env):
         return next(a for a in self.raw.possible_agents if a in awaiting and a in self._controlled)
 
     def _observe(self) -> dict[str, np.ndarray]:
-        context = self.context()
-        L = self.raw.config.max_context_tokens
-        obs = np.full(L, self.raw.pad_id, dtype=np.int64)
-        obs[: len(context)] = context
-        return {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
+        return self.raw.padded(self.context())
 
     def _info(self) -> dict[str, Any]:
         """The current agent's ``raw_env.view`` (what it knows: question, sub-task, passages,
