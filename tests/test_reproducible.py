@@ -196,3 +196,40 @@ def test_the_command_line_passes_threads_and_refuses_nonsense(monkeypatch, tmp_p
     assert [kw["threads"] for kw in calls] == [2, None]  # None: the pipeline's default, 1
     assert main(["train", "--out", str(tmp_path / "c"), "--threads", "0"]) == 2
     assert "--threads 0: must be >= 1" in capsys.readouterr().err and len(calls) == 2
+
+
+def test_the_seed_spread_pools_paired_questions_per_seed(tmp_path):
+    """Two seeds, one stage: mean and range by hand; the pooled sign test pairs each seed's
+    questions with the same seed's (question 1 is better in seed 0 and worse in seed 1:
+    pooled, that is one better and one worse, not no change)."""
+    from algos.recipes.micro.seeds import seed_commands, spread
+    from algos.trainer import validation_path
+
+    def write(seed, base, trained):  # per question id: correct at step 0, at step 12
+        run = tmp_path / f"seed{seed}" / "run"
+        for step, correct in ((0, base), (12, trained)):
+            path = validation_path(run / "teacher", step)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps({"dataset": "nq", "id": i, "correct": [c]}) + "\n"
+                                    for i, c in enumerate(correct)))
+        summary = {"threads": 1, "stages": {"teacher": {
+            "base": {"weight_hash": f"h{seed}"}, "base_em": sum(base) / 4,
+            "trained_em": sum(trained) / 4, "steps": 12, "paired": {}, "val_questions": 4}}}
+        (run / "summary.json").write_text(json.dumps(summary))
+        return run
+
+    runs = {0: write(0, [0, 0, 0, 1], [1, 1, 0, 1]), 1: write(1, [0, 1, 0, 0], [0, 0, 1, 1])}
+    got = spread(runs)
+    stage = got["stages"]["teacher"]
+    assert stage["seeds"] == 2
+    assert stage["base_em"] == {"mean": 0.25, "min": 0.25, "max": 0.25}
+    assert stage["trained_em"] == {"mean": 0.625, "min": 0.5, "max": 0.75}
+    # better: seed 0 q0, q1; seed 1 q2, q3 -> 4; worse: seed 1 q1 -> 1; p = 2 * 6/32
+    assert stage["pooled_paired"] == {"better": 4, "worse": 1, "questions": 8,
+                                      "p_value": pytest.approx(0.375)}
+    assert got["seeds"]["1"]["stages"]["teacher"]["base"] == {"weight_hash": "h1"}
+    sft, train = seed_commands(2, tmp_path)
+    assert sft[-6:] == ["micro", "--seed", "2", "--out", str(tmp_path / "seed2" / "base"),
+                        "--no-progress"][-6:]
+    assert f"model={tmp_path / 'seed2' / 'base'}" in train and "seed=2" in train
+    assert train[train.index("--threads") + 1] == "1"
