@@ -265,8 +265,8 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     out = Path(out)
     runs = plan_runs(preset, out, seeds, variants, overrides)
     out.mkdir(parents=True, exist_ok=True)
-    plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),
-            "overrides": dict(overrides or {}), "threads": threads, "jobs": jobs, "runs": {}}
+    plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),  # as JSON reads it back
+            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs, "runs": {}}
     _check_same_plan(out / "ablation.json", plan)
     todo = [r for r in runs if run_state(r) != "done"]
     if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
@@ -304,7 +304,8 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
     pending = list(runs)
     running: dict[Future, Run] = {}
     failed: list[str] = []
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: workers are reused
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), **fresh) as pool:
         while pending or running:
             launched = True
             while launched and not failed and len(running) < jobs:  # a run read back may free others

@@ -179,6 +179,10 @@ def test_the_ci_resamples_questions_with_their_seeds_together():
 # ---------------------------------------------------------------------- resuming
 
 
+SETTINGS = {"steps": 2, "val_datasets": ("nq", "hotpotqa")}
+"""A tuple among them: the plan's check reads them back from JSON as a list."""
+
+
 def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
     monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
     TRAINED.clear()
@@ -193,9 +197,9 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
         return fake_train(config, **kw)
 
     with pytest.raises(KeyboardInterrupt):
-        run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+        run_ablation("micro", tmp_path, [0], ["opd", "none"], SETTINGS, progress=False,
                      log=lambda _: None, train=killed_in_the_second_run)
-    runs = {r.name: r for r in plan_runs("micro", tmp_path, [0], ["opd", "none"], {"steps": 2})}
+    runs = {r.name: r for r in plan_runs("micro", tmp_path, [0], ["opd", "none"], SETTINGS)}
     assert [run_state(r) for r in runs.values()] == ["done", "restart", "fresh"]
     # a checkpoint makes a run continue rather than start again
     ckpt = tmp_path / "seed0" / "none" / "checkpoints" / "step_000001"
@@ -204,14 +208,14 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
     assert run_state(runs["seed0/none"]) == "resume"
     TRAINED.clear()
     lines = []
-    run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+    run_ablation("micro", tmp_path, [0], ["opd", "none"], SETTINGS, progress=False,
                  log=lines.append, train=fake_train)
     assert TRAINED == ["seed0/opd", "seed0/none (resumed)"]  # the teacher was not trained again
     assert "[seed0/teacher] finished before: not repeated" in lines
     assert not (tmp_path / "seed0" / "opd" / "metrics.jsonl").read_text().endswith('{"st')  # started afresh
     assert (tmp_path / "seed0" / "none" / "checkpoints").exists()  # what a resumed run continues is kept
     TRAINED.clear()
-    plan = run_ablation("micro", tmp_path, [0], ["opd", "none"], {"steps": 2}, progress=False,
+    plan = run_ablation("micro", tmp_path, [0], ["opd", "none"], SETTINGS, progress=False,
                         log=lambda _: None, train=fake_train)
     assert TRAINED == [] and set(plan["runs"]) == {"seed0/teacher", "seed0/opd", "seed0/none"}
     with pytest.raises(ValueError, match="give another --out"):  # other settings, same directory
