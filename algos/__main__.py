@@ -25,6 +25,7 @@ from typing import Any
 
 from algos.config import PRESETS, TrainConfig
 from algos.preflight import PreflightError
+from algos.roles import SEARCHER_SIGNALS
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 """The words ``--set name=value`` takes for a bool field (any case); anything else is refused
@@ -147,7 +148,7 @@ def _dispatch(argv: list[str]) -> int:
     t.add_argument("--preset", choices=sorted(PRESETS), default="micro")
     t.add_argument("--out", default=None, help="run directory (default runs/<preset>)")
     t.add_argument("--teacher", default=None, help="Stage II Teacher: a Stage-I run/checkpoint, or 'base'")
-    t.add_argument("--signal", choices=["opd", "outcome", "none", "critic"], default=None,
+    t.add_argument("--signal", choices=SEARCHER_SIGNALS, default=None,
                    help="Stage II Searcher signal (Table 2 diagnostics)")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")

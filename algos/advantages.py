@@ -163,11 +163,3 @@ def no_term(rows: Sequence[Row], ctx: AdvantageContext) -> Values:
     """No signal: every token's advantage is 0 (used with untrained rows)."""
     return [0.0] * len(rows)
 
-
-def __getattr__(name: str) -> Any:
-    # The Searcher signals are the rows of the table of role rules; this old name stays.
-    if name == "SEARCHER_SIGNALS":
-        from algos.roles import SEARCHER_SIGNALS
-
-        return SEARCHER_SIGNALS
-    raise AttributeError(f"module 'algos.advantages' has no attribute {name!r}")
