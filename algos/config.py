@@ -107,6 +107,9 @@ class TrainConfig:
     max_row_tokens: int = 4096
     retriever: str = "default"
     """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
+    retriever_index: str = "auto"
+    """The index of a local corpus (``envs.retrieval.make_retriever``): ``auto`` (flat below
+    50k passages, IVF above), ``flat`` (exact), ``hnsw`` or ``ivf``; a URL's server chooses."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra SearchTeam keyword arguments."""
 
@@ -169,6 +172,10 @@ class TrainConfig:
                      "max_row_tokens"):
             if getattr(self, name) < 1:  # a negative limit would slice from the end, not refuse
                 raise bad(name, "must be >= 1")
+        from envs.retrieval.dense import INDEX_KINDS  # faiss: only once a config is made
+
+        if self.retriever_index not in INDEX_KINDS:
+            raise bad("retriever_index", f"must be one of {INDEX_KINDS}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise bad("rollout_backend", f"must be one of {ROLLOUT_BACKENDS}")
         if self.rollout_workers < 0:

@@ -59,11 +59,12 @@ def validation_path(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / "validation" / f"step_{step:06d}.jsonl"
 
 
-def make_retriever(spec: str) -> Any:
-    """The retriever a ``retriever`` setting names: ``envs.retrieval.make_retriever``."""
+def make_retriever(spec: str, index: str | None = None) -> Any:
+    """The retriever a ``retriever`` setting names, with the ``retriever_index`` kind:
+    ``envs.retrieval.make_retriever``."""
     from envs.retrieval.factory import make_retriever as from_spec
 
-    return from_spec(spec)
+    return from_spec(spec, index=index)
 
 
 def load_questions(data: str, datasets: Sequence[str], split: str, limit: int | None = None) -> list[Any]:
@@ -113,7 +114,7 @@ class Trainer:
         self.policy = HFPolicy(self.model, tokenizer, temperature=cfg.temperature, top_p=cfg.top_p,
                                max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed,
                                batch_size=cfg.generation_batch_size)
-        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever)
+        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index)
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
         self.rng = np.random.default_rng(cfg.seed)

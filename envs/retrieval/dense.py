@@ -7,9 +7,11 @@ contents) and the encoder, so building the same retriever twice encodes once:
     <cache_dir>/<key>/embeddings.npy         key = hash(corpus, encoder, passage prefix, pooling)
     <cache_dir>/<key>/<kind and params>.faiss  (HNSW and IVF only; flat is the embeddings)
 
-Index kinds: ``flat`` (exact; fine up to ~100k passages on a CPU), ``hnsw`` (M=32, graph
-search; the choice for wiki-18 scale) and ``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe``
-of them searched). The encoder is loaded once per process and shared by every retriever
+Index kinds: ``flat`` (exact), ``hnsw`` (M=32, graph search; slow to build on a CPU) and
+``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe`` of them searched; builds in seconds), and
+``auto`` (the default): flat below ``AUTO_APPROXIMATE_FROM`` passages, IVF from there
+(measured with ``python -m benchmarks perf``, docs/performance.md: at 50k passages a flat
+scan of 32 queries already costs several times their encoding). The encoder is loaded once per process and shared by every retriever
 (several env copies usually run in one process).
 
 wiki-18 scale (21M passages): pass a prebuilt faiss index (``index_file=``, e.g.
@@ -52,7 +54,8 @@ from envs.retrieval.passage import CorpusSource, Passage, load_corpus
 
 log = logging.getLogger(__name__)
 
-INDEX_KINDS = ("flat", "hnsw", "ivf")
+INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")
+AUTO_APPROXIMATE_FROM = 50_000  # passages; "auto" builds IVF from here, flat below
 POOLINGS = ("auto", "model", "mean", "cls")
 SEARCH_R1_MAX_LENGTH = 256  # Search-R1's retrieval_query_max_length for its e5 encoder
 HNSW_M = 32
@@ -209,10 +212,11 @@ class DenseRetriever:
     Args:
         corpus: a JSONL(.gz) path, or an iterable of ``{"id", "contents"}`` rows or Passages.
         encoder: a sentence-transformers model id or path; None = the bundled all-MiniLM-L6-v2.
-        index: ``"flat"``, ``"hnsw"`` or ``"ivf"``, built (and cached) from the encoded
+        index: ``"auto"`` (flat below ``AUTO_APPROXIMATE_FROM`` passages, IVF from
+            there), ``"flat"``, ``"hnsw"`` or ``"ivf"``, built (and cached) from the encoded
             corpus. IVF needs at least ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages,
             and falls back to flat (with a warning) below that; ``self.index_kind`` says
-            what was built. Must stay ``"flat"`` when ``index_file`` is given.
+            what was built. Must stay ``"auto"`` or ``"flat"`` when ``index_file`` is given.
         cache_dir: where embeddings and indexes are cached; None = ``envs.paths.cache_dir("retrieval")``.
         batch_size: encoder batch size.
         device: torch device for the encoder.
@@ -242,7 +246,7 @@ class DenseRetriever:
         self,
         corpus: CorpusSource,
         encoder: str | os.PathLike | None = None,
-        index: str = "flat",
+        index: str = "auto",
         cache_dir: str | os.PathLike | None = None,
         batch_size: int = 64,
         device: str = "cpu",
@@ -257,7 +261,7 @@ class DenseRetriever:
     ):
         if index not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {index!r}; expected one of {INDEX_KINDS}")
-        if index_file is not None and index != "flat":
+        if index_file is not None and index not in ("auto", "flat"):
             raise ValueError(
                 f"index={index!r} builds an index, index_file={str(index_file)!r} reads one: "
                 "give one of them"
@@ -362,6 +366,8 @@ class DenseRetriever:
         return np.ascontiguousarray(emb, dtype=np.float32)  # (len(texts), dim)
 
     def _effective_kind(self, kind: str) -> str:
+        if kind == "auto":
+            kind = "ivf" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
         if kind == "ivf" and self._ivf_lists() < IVF_MIN_LISTS:
             warnings.warn(
                 f"{len(self.passages)} passages are too few to train an IVF index "

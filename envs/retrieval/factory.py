@@ -10,7 +10,10 @@ anything else                  :class:`DenseRetriever` over that corpus JSONL(.g
 =============================  ===============================================
 
 The trainer's ``retriever`` setting, the benchmark suite's ``--corpus`` and
-``--retriever-url`` and the env's default all come through here.
+``--retriever-url`` and the env's default all come through here. The index kind is one
+setting beside the spec (``index=``, the trainer's ``retriever_index``): ``auto`` (flat
+below ``envs.retrieval.dense.AUTO_APPROXIMATE_FROM`` passages, IVF from there), ``flat``,
+``hnsw`` or ``ivf``. A server chooses its own index (``serve --index``).
 """
 
 from __future__ import annotations
@@ -34,31 +37,45 @@ def spec_kind(spec: str | os.PathLike) -> str:
     return "url" if spec.startswith(("http://", "https://")) else "corpus"
 
 
-def make_retriever(spec: str | os.PathLike = DEFAULT, **kwargs: Any) -> Any:
-    """The retriever ``spec`` names (table above). ``kwargs`` go to the retriever's class
-    (e.g. ``timeout=`` for a URL, ``index="hnsw"`` for a corpus); ``default`` takes none.
-    Raises ``ValueError`` for an empty spec, ``FileNotFoundError`` for a corpus that does
-    not exist (from ``DenseRetriever``)."""
+def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = None, **kwargs: Any) -> Any:
+    """The retriever ``spec`` names (table above). ``index``: the index kind of a local
+    corpus (``auto``, ``flat``, ``hnsw`` or ``ivf``; None = ``auto``); a URL accepts only
+    None or ``auto`` (its server has chosen). ``kwargs`` go to the retriever's class (e.g.
+    ``timeout=`` for a URL, ``nprobe=`` for a corpus); ``default`` takes none. Raises
+    ``ValueError`` for an empty spec or an unknown index kind, ``FileNotFoundError`` for a
+    corpus that does not exist (from ``DenseRetriever``)."""
+    from envs.retrieval.dense import INDEX_KINDS
+
     spec = os.fspath(spec)
     kind = spec_kind(spec)
+    if index is not None and index not in INDEX_KINDS:
+        raise ValueError(f"retriever index {index!r}: expected one of {INDEX_KINDS}")
     if kind == "default":
         if kwargs:
             raise ValueError(f"the default retriever takes no settings, got {sorted(kwargs)}")
-        return default_retriever()
+        return default_retriever() if index in (None, "auto") else default_retriever(index)
     if kind == "url":
+        if index not in (None, "auto"):
+            raise ValueError(f"retriever index {index!r} with the server {spec}: a server chooses its "
+                             "own index (python -m envs.retrieval serve --index ...)")
         from envs.retrieval.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **kwargs)
     from envs.retrieval.dense import DenseRetriever
 
-    return DenseRetriever(spec, **kwargs)
+    return DenseRetriever(spec, index=index or "auto", **kwargs)
 
 
-@functools.lru_cache(maxsize=1)
-def default_retriever() -> Any:
-    """MiniLM over the synthetic world's corpus, built once per process (the embeddings and
-    index are cached under ``envs.paths.cache_dir``, so a later process loads them)."""
+def default_retriever(index: str = "auto") -> Any:
+    """MiniLM over the synthetic world's corpus, built once per process and index kind (the
+    embeddings and index are cached under ``envs.paths.cache_dir``, so a later process
+    loads them). ``auto`` is flat at the world's size."""
+    return _default_retriever(index)
+
+
+@functools.lru_cache(maxsize=4)
+def _default_retriever(index: str) -> Any:
     from envs.data.synthwiki import default_world
     from envs.retrieval.dense import DenseRetriever
 
-    return DenseRetriever(default_world().corpus)
+    return DenseRetriever(default_world().corpus, index=index)
