@@ -59,19 +59,19 @@ def make_leader_env(questions: Sequence[Any], *, others: str | Any = "scripted",
     """A :class:`LeaderMacroEnv` over ``questions``. ``others`` is a policy spec (or object)
     for the Searchers and Answerers; ``retriever`` defaults to MiniLM over the synthetic
     world and is memoised; ``tokenizer`` defaults to the others' own, else SmolLM2's."""
-    from envs import search_team_v0
+    from agents.registry import make_policy
+    from envs import make_env
 
     if isinstance(others, str):
-        from agents.registry import make_policy
-
         others = make_policy(others, seed=seed)
     if retriever is None:
         from envs.search_team import default_retriever
 
         retriever = default_retriever()
-    raw = search_team_v0.raw_env(tokenizer=tokenizer or _tokenizer_of(others), retriever=MemoRetriever(retriever),
-                                 questions=list(questions), **(env_kwargs or {}))
-    return LeaderMacroEnv(raw, others, make_decomposer(decompose, seed), search_cost=search_cost)
+    raw = make_env(tokenizer=tokenizer or _tokenizer_of(others), retriever=MemoRetriever(retriever),
+                   questions=list(questions), **(env_kwargs or {}))
+    return LeaderMacroEnv(raw, others, make_decomposer(decompose, seed, make_policy=make_policy),
+                          search_cost=search_cost)
 
 
 def evaluate_leader(env: LeaderMacroEnv, choose: Callable[[np.ndarray], int], questions: Sequence[Any],
