@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
             flag = _FLAGS.get(setting)
             parser.error(f"{e} (set by {flag})" if flag else str(e))
-    if args.index_file is not None and args.index != "flat":
+    if args.index_file is not None and args.index not in ("auto", "flat"):
         parser.error("--index builds an index and --index-file reads one: give one of them")
     try:
         retriever = _build(args)

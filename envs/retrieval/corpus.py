@@ -207,6 +207,7 @@ def _write_atomic(where: Path, table: np.ndarray) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.save(f, table)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared corpus's table from others
         os.replace(tmp, where)
     except BaseException:
         if os.path.exists(tmp):

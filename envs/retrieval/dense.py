@@ -195,6 +195,16 @@ def _encoder_fingerprint(encoder: str) -> str:
     return "|".join(parts)
 
 
+def embedding_cache_key(corpus_key: str, encoder: str, passage_prefix: str, pooling: str) -> str:
+    """The cache folder name of a corpus's embeddings: what changes them, hashed.
+    ``corpus_key`` is :func:`corpus_hash`, or a lazy corpus's ``fingerprint()``."""
+    parts = [_CACHE_FORMAT, corpus_key, _encoder_fingerprint(encoder), passage_prefix]
+    if pooling != "model":  # the model's own pooling keeps the keys caches already have
+        parts.append(pooling)
+    text = json.dumps(parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def corpus_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the ids and contents, in order."""
     h = hashlib.sha256()
@@ -299,17 +309,12 @@ class DenseRetriever:
         self.corpus_hash: str | None = (
             None if isinstance(self.passages, JsonlCorpus) else corpus_hash(self.passages)
         )
-        corpus_key = self.corpus_hash or self.passages.fingerprint()
-        key_text = json.dumps(
-            [
-                _CACHE_FORMAT,
-                corpus_key,
-                _encoder_fingerprint(self.encoder_name),
-                self.passage_prefix,
-                self.pooling,
-            ]
+        self.cache_key = embedding_cache_key(
+            self.corpus_hash or self.passages.fingerprint(),
+            self.encoder_name,
+            self.passage_prefix,
+            self.pooling,
         )
-        self.cache_key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         self.cache_path = root / self.cache_key
 
         if index_file is not None:
