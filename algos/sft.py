@@ -24,11 +24,13 @@ from typing import Any
 import torch
 
 from agents.hf import token_logprobs
+from algos.batch import Row, pad_rows
 from algos.freeze import frozen
 from envs.episode import Episode
 
-Row = tuple[list[int], list[int]]
-"""One training row: token ids and their loss mask (1 = trained on)."""
+collate = pad_rows
+"""Right-padded ``(input_ids, attention_mask, targets)`` of rows (the learner's one padding
+helper, :func:`algos.batch.pad_rows`)."""
 
 
 def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) -> list[Row]:
@@ -55,16 +57,15 @@ def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) 
             end = masked[-1] + 1
             start = max(0, end - max_len)
             ids = [int(t) for t in seg.token_ids[start:end]]
-            mask = [int(bool(m)) for m in seg.loss_mask[start:end]]
-            mask[0] = 0
-            if not any(mask):
+            row = Row(ids, seg.loss_mask[start:end])  # its first token is never a target
+            if not row.mask.any():
                 continue
             if dedupe:
-                key = tuple(ids) + (-1,) + tuple(mask)
+                key = (row.token_ids.tobytes(), row.mask.tobytes())
                 if key in seen:
                     continue
                 seen.add(key)
-            rows.append((ids, mask))
+            rows.append(row)
     return rows
 
 
@@ -72,11 +73,11 @@ def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[
     """Row indices grouped into batches of at most ``batch_tokens`` padded tokens (rows x
     longest row; a row longer than that is a batch of its own). Rows of similar length go together,
     so padding wastes little; the batch order is shuffled by ``rng``."""
-    order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]), rng.random()))
+    order = sorted(range(len(rows)), key=lambda i: (len(rows[i].token_ids), rng.random()))
     out: list[list[int]] = []
     current: list[int] = []
     for i in order:  # ascending length: the newest row is the batch's longest
-        if current and (len(current) + 1) * len(rows[i][0]) > batch_tokens:
+        if current and (len(current) + 1) * len(rows[i].token_ids) > batch_tokens:
             out.append(current)
             current = []
         current.append(i)
@@ -84,21 +85,6 @@ def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[
         out.append(current)
     rng.shuffle(out)
     return out
-
-
-def collate(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``(input_ids, attention_mask, targets)``, each (B, T); ``targets`` is the
-    loss mask as bool, False on padding and in column 0."""
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    targets = torch.zeros((len(rows), width), dtype=torch.bool)
-    for b, (ids, mask) in enumerate(rows):
-        input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[b, : len(ids)] = 1
-        targets[b, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
-    targets[:, 0] = False
-    return input_ids, attention_mask, targets
 
 
 def sft_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -173,7 +159,7 @@ def sft(
     if not rows:
         raise ValueError("no segment has a token with loss_mask == 1: nothing to train on")
     vocab = int(model.get_input_embeddings().num_embeddings)
-    top = max(max(ids) for ids, _ in rows)
+    top = max(int(r.token_ids.max()) for r in rows)
     if top >= vocab:
         raise ValueError(f"token id {top} is outside the model's vocabulary of {vocab}: were "
                          "the episodes collected with another tokenizer?")

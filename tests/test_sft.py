@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from agents.models import tiny_causal_lm
+from algos.batch import Row
 from algos.sft import batches, collate, sft, sft_loss, sft_rows
 from algos.sft_cli import main
 from envs.episode import Episode, Segment, save_episodes
@@ -145,11 +146,13 @@ def test_rows_keep_late_masked_tokens_drop_what_carries_no_loss_and_dedupe():
                                  ([7, 8], True), ([9] * 3, False)])
     ep = Episode(question={"id": "q"}, workflow="cascade", segments=[
         seg, segment("answerer_0", [([3, 4], False)]), segment("answerer_1", [([3, 4], False)])])
-    [(ids, mask)] = sft_rows([ep], max_len=100)
+    [row] = sft_rows([ep], max_len=100)
+    ids, mask = row.token_ids.tolist(), row.mask.astype(int).tolist()
     assert ids == seg.token_ids[:19] and ids[-2:] == [7, 8]  # trailing env tokens dropped
     assert mask == seg.loss_mask[:19]
-    [(ids, mask)] = sft_rows([ep], max_len=8)  # cut from the left, the last turn kept
-    assert ids == [5, 6, 6, 6, 6, 6, 7, 8] and mask == [0, 0, 0, 0, 0, 0, 1, 1]
+    [row] = sft_rows([ep], max_len=8)  # cut from the left, the last turn kept
+    assert row.token_ids.tolist() == [5, 6, 6, 6, 6, 6, 7, 8]
+    assert row.mask.astype(int).tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     twice = Episode(question={"id": "q"}, workflow="cascade", segments=[seg, seg])
     assert len(sft_rows([twice], 100)) == 1 and len(sft_rows([twice], 100, dedupe=False)) == 2
     with pytest.raises(ValueError, match="nothing to train on"):
@@ -159,11 +162,11 @@ def test_rows_keep_late_masked_tokens_drop_what_carries_no_loss_and_dedupe():
 
 def test_batches_hold_every_row_once_within_the_token_budget():
     rng = random.Random(0)
-    rows = [([1] * n, [0] + [1] * (n - 1)) for n in (rng.randrange(2, 40) for _ in range(50))]
+    rows = [Row([1] * n, [0] + [1] * (n - 1)) for n in (rng.randrange(2, 40) for _ in range(50))]
     out = batches(rows, 100, random.Random(1))
     assert sorted(i for b in out for i in b) == list(range(50))
     for b in out:
-        assert len(b) == 1 or len(b) * max(len(rows[i][0]) for i in b) <= 100
+        assert len(b) == 1 or len(b) * max(len(rows[i].token_ids) for i in b) <= 100
 
 
 def test_out_of_vocabulary_ids_are_refused():
