@@ -256,18 +256,13 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     ``train``: the per-run trainer (:func:`train_run`; tests give a fake, which must be a
     module-level function when ``jobs > 1``). ``retriever``: used by every run instead of
     the config's (tests; ``jobs=1`` only)."""
-    if threads < 1 or jobs < 1:
-        raise ValueError(f"threads={threads} and jobs={jobs} must be >= 1")
     if retriever is not None and jobs > 1:
         raise ValueError("a retriever object cannot be shared with worker processes: use jobs=1")
     from algos.config import prepare_model
 
     out = Path(out)
-    runs = plan_runs(preset, out, seeds, variants, overrides)
+    runs, plan = check_ablation(preset, out, seeds, variants, overrides, threads=threads, jobs=jobs)
     out.mkdir(parents=True, exist_ok=True)
-    plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),  # as JSON reads it back
-            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs, "runs": {}}
-    _check_same_plan(out / "ablation.json", plan)
     todo = [r for r in runs if run_state(r) != "done"]
     if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
         set_threads(threads)
@@ -338,18 +333,29 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
         raise RuntimeError("ablation runs failed (finished runs are kept; rerun to continue): " + "; ".join(failed))
 
 
-def _check_same_plan(path: Path, plan: dict[str, Any]) -> None:
-    """Refuse to continue an ablation under other settings: its finished runs would be
-    compared with runs trained differently."""
+def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
+                   overrides: dict[str, Any] | None = None, *, threads: int = 1, jobs: int = 1
+                   ) -> tuple[list[Run], dict[str, Any]]:
+    """The runs and the plan of an ablation, or ValueError with one line naming what is
+    wrong: a bad variant, seed, setting, thread or job count, or an ``out`` that holds an
+    ablation run with other settings (its finished runs would be compared with runs trained
+    differently). Writes nothing."""
+    if threads < 1 or jobs < 1:
+        raise ValueError(f"threads={threads} and jobs={jobs} must be >= 1")
+    runs = plan_runs(preset, out, seeds, variants, overrides)
+    plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),  # as JSON reads it back
+            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs, "runs": {}}
+    path = Path(out) / "ablation.json"
     if not path.exists():
-        return
+        return runs, plan
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
     except ValueError:
-        return  # a plan cut off mid-write: the runs' own records are what counts
+        return runs, plan  # a plan cut off mid-write: the runs' own records are what counts
     if old.get("preset") != plan["preset"] or old.get("overrides") != plan["overrides"]:
         raise ValueError(f"{path} was run with preset {old.get('preset')!r} and settings {old.get('overrides')}, "
                          f"not {plan['preset']!r} and {plan['overrides']}: give another --out")
+    return runs, plan
 
 
 # ---------------------------------------------------------------------- command line

@@ -284,16 +284,18 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
 
 def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
-    from algos.ablate import overrides_of, run_ablation, seeds_of
+    from algos.ablate import check_ablation, overrides_of, run_ablation, seeds_of
+    from algos.preflight import PreflightError
 
-    try:
+    try:  # settings refused before anything loads, builds or trains: one line
         seeds = seeds_of(args)
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
         overrides = overrides_of(args)
-        run_ablation(args.preset, args.out, seeds, variants, overrides, threads=args.threads, jobs=args.jobs,
-                     progress=not args.no_progress)
-    except ValueError as err:  # settings refused before any run: one line
+        check_ablation(args.preset, args.out, seeds, variants, overrides, threads=args.threads, jobs=args.jobs)
+    except (ValueError, PreflightError) as err:
         raise SystemExit(f"python -m benchmarks ablate: error: {err}") from None
+    run_ablation(args.preset, args.out, seeds, variants, overrides, threads=args.threads, jobs=args.jobs,
+                 progress=not args.no_progress)
     return table_command(args)
 
 

@@ -254,3 +254,18 @@ def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs,
     table = build_table(tmp_path, n_resamples=100)
     assert table["rows"]["none"]["vs_opd"]["questions"] == 4
     assert "| none | none | stage-I |" in markdown(table)
+
+
+def test_the_command_refuses_bad_options_in_one_line_before_anything_runs(tmp_path, capsys):
+    from benchmarks.__main__ import main
+
+    for argv, message in ((["--set", "steps=abc"], "--set 'steps=abc': expected an integer"),
+                          (["--variants", "opd,oracle"], "oracle"),
+                          (["--seed-list", "0,a"], "--seed-list '0,a'"),
+                          (["--threads", "0"], "threads=0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["ablate", "--out", str(tmp_path / "t2"), *argv])
+        assert str(exit_.value).startswith("python -m benchmarks ablate: error: ") and message in str(exit_.value)
+    assert not (tmp_path / "t2").exists()
+    with pytest.raises(SystemExit, match="no finished Stage-II run"):
+        main(["table2", str(tmp_path)])
