@@ -315,6 +315,10 @@ class OpenAIPolicy:
         loop, thread = self._loop, self._thread
         if loop is None:
             return
+        if threading.current_thread() is thread:  # dropped inside the loop: just stop it
+            self._loop, self._thread, self._client = None, None, None
+            loop.call_soon(loop.stop)
+            return
         if self._client is not None:
             client, self._client = self._client, None
             asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
@@ -323,6 +327,17 @@ class OpenAIPolicy:
             thread.join(timeout=10)
         loop.close()
         self._loop, self._thread = None, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Settings only (e.g. to ship the policy to a rollout worker): the client, its loop
+        # and thread are made again on the first act() there.
+        state = dict(self.__dict__)
+        state.update(_loop=None, _thread=None, _client=None, _start_lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._start_lock = threading.Lock()
 
     def __del__(self) -> None:
         try:

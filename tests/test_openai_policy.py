@@ -223,6 +223,11 @@ def test_the_sdk_retries_a_408_and_the_policy_acts_inside_a_running_event_loop(c
         thread = policy._thread
         policy.close()
         policy.close()
+        import pickle
+
+        shipped = pickle.loads(pickle.dumps(policy))  # settings travel, the client is remade
+        assert shipped.act([observation(chat, ANSWERER, "A", "Q")])[0].text == "<answer>Ostria</answer>"
+        shipped.close()
     assert thread is not None and not thread.is_alive()
 
 
