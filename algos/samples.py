@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.viewer.records import EpisodeValues, SegmentValues, sample_line
+from agents.viewer.records import EpisodeValues, SegmentValues, sample_line, tokenizer_record
 from algos.batch import Row, rows_from_episodes, score_rows
 from envs.episode import Episode
 
@@ -97,3 +97,21 @@ def validation_rows(picked: Sequence[tuple[int, Episode]], model: Any, teacher: 
         score_with_teacher(teacher, rows, kl_coef=kl_coef, temperature=temperature, max_tokens=max_tokens,
                            pad_id=pad_id, rules=rules)
     return rows
+
+
+def keep_sample(trainer: Any, kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[Row] | None = None) -> Path:
+    """A ``algos.trainer.Trainer``'s sample of its current step: ``train`` with the rows its
+    loss used; ``validation`` scores the kept episodes first (:func:`validation_rows`, at the
+    training temperature: the values the learner would see)."""
+    cfg = trainer.config
+    picked = pick_episodes(groups, cfg.sample_episodes, kind)
+    if rows is None:
+        rows = validation_rows(picked, trainer.model, trainer.teacher, max_row_tokens=cfg.max_row_tokens,
+                               max_tokens=cfg.max_tokens_per_batch, pad_id=trainer.pad_id,
+                               temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=trainer.rules)
+    record = getattr(trainer, "_sample_tokenizer", None)
+    if record is None:  # hashing a 49k vocabulary once per run, not once per step
+        record = trainer._sample_tokenizer = tokenizer_record(trainer.tokenizer)
+    return write_sample(sample_path(trainer.out, trainer.step, kind), picked, rows, kind=kind, step=trainer.step,
+                        stage=cfg.stage, searcher_signal=cfg.searcher_signal if cfg.stage == "team" else "",
+                        tokenizer=record, kl_of=trainer._kl_applies)
