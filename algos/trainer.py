@@ -31,6 +31,7 @@ import torch
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
 from algos import advantages as A
+from algos import distributed as D
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
 from algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from algos.config import TrainConfig
@@ -83,13 +84,18 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False, progress: bool = True,
                  model: Any = None, tokenizer: Any = None, retriever: Any = None):
         self.config = cfg = config
+        self.dist = D.from_env(cfg.device)  # None outside torchrun
+        if cfg.fsdp:
+            raise NotImplementedError("fsdp=true: FSDP2 sharding is not wired into the Trainer yet "
+                                      "(algos.distributed.fully_shard_model exists); run without it (DDP)")
+        self.is_main = self.dist is None or self.dist.is_main  # rank 0 writes metrics and checkpoints
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
+        self.progress = progress and self.is_main
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-        if not resume and (self.out / "metrics.jsonl").exists():
+        if not resume and self.is_main and (self.out / "metrics.jsonl").exists():
             raise FileExistsError(f"{self.out} already holds a run (metrics.jsonl); a new run there "
                                   "would mix its metrics into the old ones. Pass --resume to continue "
                                   "it, or give another --out")
@@ -111,10 +117,10 @@ class Trainer:
             self.critic = PromptedCritic(base, tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
-        self.policy = HFPolicy(self.model, tokenizer, temperature=cfg.temperature, top_p=cfg.top_p,
-                               max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed,
-                               batch_size=cfg.generation_batch_size)
+        self.model_path = str(checkpoint) if checkpoint is not None else cfg.model
+        self.policy = self._rollout_policy()
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index)
+        self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
         self.rng = np.random.default_rng(cfg.seed)
@@ -125,7 +131,43 @@ class Trainer:
             state = load_checkpoint(checkpoint, self.optimizer)
             self._set_state(state)
             truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
-        self.writer = _tensorboard(self.out / "tb")
+        self.writer = _tensorboard(self.out / "tb") if self.is_main else None
+        if self.dist is not None:
+            self.dist.barrier()  # no rank starts before every rank has checked and loaded
+
+    def _rollout_policy(self) -> Any:
+        """The trainer's own generation backend (``rollout_backend``)."""
+        cfg = self.config
+        sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
+                        seed=cfg.seed)
+        if cfg.rollout_backend == "vllm" and not cfg.rollout_workers:
+            from agents.vllm_policy import VLLMPolicy
+
+            return VLLMPolicy(self.model_path, self.tokenizer, **sampling)
+        return HFPolicy(self.model, self.tokenizer, batch_size=cfg.generation_batch_size, **sampling)
+
+    def _push_weights(self) -> None:
+        """The updated weights into the engines that generate with their own copy: the Ray
+        workers (the next version in the object store) and a vLLM engine."""
+        if self.pool is not None:
+            self.pool.push_weights(self.model)
+        if hasattr(self.policy, "load_weights"):
+            self.policy.load_weights(self.model.named_parameters())
+
+    def _rollout_pool(self, retriever: Any) -> Any:
+        """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
+        sampling settings and one shared retriever (the URL, or an actor holding it)."""
+        from agents.ray_rollout import RayRolloutPool
+
+        cfg = self.config
+        shared = retriever if retriever is not None else cfg.retriever
+        return RayRolloutPool(cfg.rollout_workers, model=self.model, tokenizer=self.tokenizer,
+                              env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
+                              backend=cfg.rollout_backend, address=cfg.ray_address,
+                              num_gpus=1.0 if cfg.rollout_backend == "vllm" else 0.0,
+                              policy_kwargs=dict(temperature=cfg.temperature, top_p=cfg.top_p,
+                                                 max_new_tokens=cfg.max_turn_tokens,
+                                                 batch_size=cfg.generation_batch_size))
 
     # ------------------------------------------------------------------ setup
 
@@ -169,37 +211,68 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One batch of rollouts and the update on it."""
-        cfg = self.config
         t0 = time.perf_counter()
-        # 1. rollouts: G workflows per question, the current policy for every role
+        groups = self.collect_rollouts()
+        return self.learn(groups, rollout_s=time.perf_counter() - t0)
+
+    def collect_rollouts(self) -> list[list[Episode]]:
+        """Step 1: G workflows per question, the current policy for every role. With Ray
+        workers (rank 0 drives them) or several ranks (each rolls its share of the groups),
+        each group is sampled with its own seed (``agents.ray_rollout.collect_groups``), so
+        the batch does not depend on how many processes made it; every rank gets all of it."""
+        cfg = self.config
         picks = self.rng.choice(len(self.train_questions), size=cfg.questions_per_step,
                                 replace=len(self.train_questions) < cfg.questions_per_step)
         questions = [self.train_questions[i] for i in picks]
+        seed = cfg.seed + 1_000_003 * (self.step + 1)
         self.model.eval()
-        groups = collect(self.env_fn(), self.policy, questions, cfg.group_size,
-                         seed=cfg.seed + 1_000_003 * (self.step + 1))
+        if self.pool is not None or (self.dist is not None and cfg.rollout_workers):
+            groups = self.pool.collect(questions, cfg.group_size, seed=seed) if self.pool is not None else None
+            self.rollout_stats = dict(self.pool.last_stats) if self.pool is not None else {}
+            return self.dist.broadcast_object(groups) if self.dist is not None else groups
+        if self.dist is not None:
+            from agents.ray_rollout import collect_groups
+
+            part = np.array_split(np.arange(len(questions)), self.dist.world)[self.dist.rank]
+            first = int(part[0]) if len(part) else 0
+            mine = collect_groups(self.env_fn(), self.policy, [questions[i] for i in part], cfg.group_size,
+                                  seed=seed, first_index=first)
+            return [g for share in self.dist.all_gather_objects(mine) for g in share]
+        return collect(self.env_fn(), self.policy, questions, cfg.group_size, seed=seed)
+
+    def learn(self, groups: list[list[Episode]], rollout_s: float = 0.0) -> dict[str, float]:
+        """Steps 2-5 on a batch of Episodes grouped by question (every rank passes the
+        same batch); the step's metrics."""
+        cfg = self.config
         t1 = time.perf_counter()
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
-        for row, logp in zip(rows, score_rows(self.model, rows, max_tokens=cfg.max_tokens_per_batch,
+        mine = self.dist.shard(rows) if self.dist is not None else rows  # scoring split by tokens
+        for row, logp in zip(mine, score_rows(self.model, mine, max_tokens=cfg.max_tokens_per_batch,
                                               pad_id=self.pad_id, temperature=cfg.temperature)):
             row.old_logp = logp
         # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
         if self.teacher is not None:
-            score_with_teacher(self.teacher, rows, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
+            score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
                                max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
+        if self.dist is not None:  # every rank gets every row's scores: advantages as in one process
+            self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
         # 4. per-token advantages by role (and which rows are trained)
         assign_advantages(rows, groups, cfg, critic=self.critic)
         t2 = time.perf_counter()
         # 5. the update
         update = self.update(rows)
+        self._push_weights()
         t3 = time.perf_counter()
         self.step += 1
         metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
+        metrics.update(getattr(self, "rollout_stats", {}))
+        if self.dist is not None:
+            metrics["dist/world_size"] = float(self.dist.world)
         tokens = sum(ep.output_tokens for g in groups for ep in g)
-        metrics.update({"perf/rollout_s": t1 - t0, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
-                        "perf/generated_tokens_per_s": tokens / max(t1 - t0, 1e-9),
+        metrics.update({"perf/rollout_s": rollout_s, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
+                        "perf/generated_tokens_per_s": tokens / max(rollout_s, 1e-9),
                         "perf/trained_tokens_per_s": update["losses/tokens"] / max(t3 - t2, 1e-9)})
         return metrics
 
@@ -233,7 +306,10 @@ class Trainer:
                 where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
                 mb = [trained[i] for i in part]
                 self.optimizer.zero_grad(set_to_none=True)
-                stats = self._backward(mb, kl_of, snapshot, where)
+                if self.dist is None:
+                    stats = self._backward(mb, kl_of, snapshot, where)
+                else:  # this rank's rows, over the whole minibatch's denominators; gradients summed
+                    stats = self._backward_shard(mb, kl_of, snapshot, where)
                 mb_tokens, mb_kl_tokens = stats.pop("tokens"), stats.pop("kl_tokens")
                 sums["policy"] += stats["policy"] * mb_tokens / total.tokens
                 sums["kl"] += stats["kl"] * mb_kl_tokens / max(total.kl_tokens, 1.0)
@@ -257,8 +333,27 @@ class Trainer:
                 "losses/clip_fraction": sums["clip"], "losses/approx_kl": sums["approx_kl"],
                 "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": total.tokens}
 
+    def _backward_shard(self, mb: list[Row], kl_of: dict[int, bool], snapshot: Any,
+                        where: str) -> dict[str, float]:
+        """:meth:`_backward` on this rank's share of ``mb`` with ``mb``'s :class:`Totals`,
+        then the gradients and the statistics summed over the ranks: the one-process
+        minibatch's gradient and means. A non-finite loss on any rank skips the step on all."""
+        totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
+        failed: NonFiniteLoss | None = None
+        stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
+        try:
+            stats = self._backward(self.dist.shard(mb), kl_of, snapshot, where, totals=totals)
+        except NonFiniteLoss as err:
+            failed = err
+            self.nonfinite_in_a_row -= 1  # counted once, below, on every rank
+        if self.dist.any(failed is not None):
+            self._abandon(snapshot, str(failed) if failed is not None else f"a non-finite loss on another rank in {where}")
+        self.dist.all_reduce_grads(list(self.model.parameters()))
+        sums = self.dist.sum_floats({k: stats[k] for k in ("policy", "kl", "clip", "approx_kl", "loss")})
+        return {**sums, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
+
     def _backward(self, mb: list[Row], kl_of: dict[int, bool] | None = None, snapshot: Any = None,
-                  where: str = "a minibatch") -> dict[str, float]:
+                  where: str = "a minibatch", totals: Totals | None = None) -> dict[str, float]:
         """Accumulate the gradient of one minibatch's loss, chunk by chunk; returns the
         minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``, ``loss``) and its
         ``tokens`` and ``kl_tokens``. Every chunk divides by the minibatch's :class:`Totals`,
@@ -266,7 +361,8 @@ class Trainer:
         chunk loss abandons the step (:meth:`_abandon`)."""
         kl_of = kl_of if kl_of is not None else {id(r): self._kl_applies(r) for r in mb}
         mb = sorted(mb, key=lambda r: len(r.token_ids))  # similar lengths share a chunk: less padding
-        totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
+        if totals is None:  # (given: mb is one rank's share of a minibatch with these totals)
+            totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
         stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
         for chunk in batches_by_tokens(mb, self.config.max_tokens_per_batch):
             out = self._chunk_loss(chunk, totals)
@@ -351,7 +447,7 @@ class Trainer:
         (``benchmarks compare`` reads them)."""
         cfg = self.config
         questions = list(questions or self.val_questions)
-        if not questions:
+        if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
             return float("nan")
         sampler = HFPolicy(self.model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
                            max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
@@ -367,6 +463,8 @@ class Trainer:
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
     def _log(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if not self.is_main:
+            return
         step = self.step if step is None else step
         with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "stage": self.config.stage, **metrics}) + "\n")
@@ -376,14 +474,17 @@ class Trainer:
                     self.writer.add_scalar(key, value, step)
             self.writer.flush()
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        if not self.is_main:  # the replicas are equal: rank 0 writes the one checkpoint
+            return None
         return save_checkpoint(self.out, self.step, self.model, self.tokenizer, self.optimizer,
                                self._get_state(), self.config.to_dict(), keep=self.config.keep_checkpoints)
 
     def _get_state(self) -> dict[str, Any]:
         return {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(), "policy_rng": self.policy.generator.get_state()}
+                "python_rng": random.getstate(),
+                "policy_rng": self.policy.generator.get_state() if hasattr(self.policy, "generator") else None}
 
     def _set_state(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -391,7 +492,8 @@ class Trainer:
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        self.policy.generator.set_state(state["policy_rng"])
+        if hasattr(self.policy, "generator") and state.get("policy_rng") is not None:
+            self.policy.generator.set_state(state["policy_rng"])
 
 
 # ---------------------------------------------------------------------- metrics

@@ -1,0 +1,170 @@
+"""The data-parallel learner on ``torch.distributed``: what a Trainer does differently under
+``torchrun --nproc-per-node K -m algos train ...``.
+
+One step on K ranks equals the one-process step on the same global batch:
+
+- every rank holds every row of the batch (rows are small: token ids and masks); the
+  scoring (old log-probs, Teacher) is split across ranks by token count and the scores are
+  gathered, so the advantages are computed identically everywhere;
+- each minibatch's rows are split across ranks by token count (:meth:`Dist.shard`); each
+  rank divides its loss by the *whole minibatch's* token count (``algos.losses.Totals``),
+  so the ranks' gradients add up to the one-process gradient: they are summed
+  (:meth:`Dist.all_reduce_grads`), not averaged (averaging K per-rank token means would
+  weight a short rank's tokens more: the normalisation must be global);
+- the summed gradient is the same on every rank, so clipping and AdamW keep the replicas
+  equal; rank 0 writes metrics, validation records and checkpoints, and a checkpoint holds
+  the whole model and optimizer, so ``--resume`` works at any world size.
+
+Why not ``DistributedDataParallel``'s wrapper: it all-reduces inside each backward and needs
+the same number of backward calls on every rank, but a rank's share of rows by token count
+can take a different number of memory-bounded chunks. The sum above is what DDP computes,
+once per minibatch, in one flat buffer. FSDP2 (``TrainConfig.fsdp``) needs lock-step
+forwards on every rank; :func:`fully_shard_model` wraps a model for it (see
+``docs/scaleout.md`` for what is and is not wired in this release).
+
+A rank that raises stops the job: :func:`run_main` prints ``rank R of K failed: <error>``
+and exits non-zero, and torchrun then stops the other ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Dist", "from_env", "fully_shard_model", "run_main", "shard_by_tokens"]
+
+
+def shard_by_tokens(sizes: Sequence[int], world: int) -> list[list[int]]:
+    """Indices of ``sizes`` for each of ``world`` ranks, balanced by total size: the largest
+    first, each to the least loaded rank (ties: the lower rank); each list in index order.
+    Deterministic, so every rank computes the same split."""
+    loads = [0] * world
+    parts: list[list[int]] = [[] for _ in range(world)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        r = min(range(world), key=lambda r: (loads[r], r))
+        parts[r].append(i)
+        loads[r] += sizes[i]
+    return [sorted(p) for p in parts]
+
+
+@dataclass
+class Dist:
+    """This process's place in a ``torch.distributed`` job (world size >= 1)."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: writes metrics, validation records and checkpoints."""
+        return self.rank == 0
+
+    def shard(self, rows: Sequence[Any]) -> list[Any]:
+        """This rank's rows of ``rows`` (every rank passes the same list), split by tokens."""
+        part = shard_by_tokens([len(r.token_ids) for r in rows], self.world)[self.rank]
+        return [rows[i] for i in part]
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (pickled; for small records only)."""
+        out: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        box = [obj if self.rank == src else None]
+        torch.distributed.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def gather_row_values(self, rows: Sequence[Any], mine: Sequence[Any], attrs: Sequence[str]) -> None:
+        """After each rank has filled ``attrs`` of its rows ``mine`` (a sub-list of ``rows``),
+        give every rank the values of every row."""
+        index = {id(r): i for i, r in enumerate(rows)}
+        local = {index[id(r)]: tuple(getattr(r, a) for a in attrs) for r in mine}
+        for part in self.all_gather_objects(local):
+            for i, values in part.items():
+                for a, v in zip(attrs, values):
+                    setattr(rows[i], a, v)
+
+    def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the gradients over the ranks, in one flat buffer (a missing gradient counts
+        as 0: a rank may have had no rows of this minibatch)."""
+        params = [p for p in parameters if p.requires_grad]
+        if not params:
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+
+    def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
+        """``values`` summed over the ranks (same keys on every rank)."""
+        keys = sorted(values)
+        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+        return dict(zip(keys, t.tolist()))
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is True on any rank."""
+        t = torch.tensor([1.0 if flag else 0.0])
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    def barrier(self) -> None:
+        torch.distributed.barrier()
+
+
+def from_env(device: str = "cpu") -> Dist | None:
+    """The :class:`Dist` of a process started by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in
+    its environment; the process group is created here, gloo on CPU, NCCL on CUDA), or
+    None outside torchrun."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(dev)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Dist(rank=rank, world=world, device=dev)
+
+
+def fully_shard_model(model: Any) -> Any:
+    """FSDP2: shard each decoder layer, then the whole model, over the default process group
+    (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place)."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError as err:  # torch < 2.6
+        raise ImportError(f"fsdp=true needs torch >= 2.6 (torch.distributed.fsdp.fully_shard): {err}") from None
+    layers = getattr(getattr(model, "model", None), "layers", None) or []
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def run_main(main: Callable[[], int]) -> int:
+    """Run ``main``; under torchrun an exception is printed as one line naming the rank
+    (``rank R of K failed: Error: message``), with the traceback after it, and the process
+    exits 1, so torchrun stops every rank and reports this one."""
+    try:
+        return main()
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 (any failure must name its rank)
+        rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if rank is None:
+            raise
+        print(f"rank {rank} of {world} failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        traceback.print_exc()
+        sys.exit(1)

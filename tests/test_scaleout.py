@@ -1,0 +1,172 @@
+"""Scale-out on CPU (issue 15): Ray rollout workers give the one-process Episodes, a dead
+worker's group is re-rolled; torchrun with 2 gloo ranks gives the one-process step.
+
+The tiny preset's base is built once for the module (seconds of SFT); its rollouts have
+mixed rewards, so the step's gradient
+is not 0 and the equality checks compare real numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, torch_one_thread):
+    from algos.recipes.tiny.build import build_tiny_base
+    from algos.recipes.tiny.retriever import WordOverlapRetriever
+
+    return build_tiny_base(tmp_path_factory.mktemp("tiny") / "base", retriever=WordOverlapRetriever())
+
+
+@pytest.fixture(scope="module")
+def word_retriever():
+    from algos.recipes.tiny.retriever import WordOverlapRetriever
+
+    return WordOverlapRetriever()
+
+
+def _questions(n_per: int = 2):
+    from envs.data.synthwiki import default_world
+
+    world = default_world()
+    return world.questions("nq", "train")[:n_per] + world.questions("hotpotqa", "train")[:n_per]
+
+
+def _same_episodes(a, b):
+    assert len(a) == len(b)
+    for ga, gb in zip(a, b):
+        assert len(ga) == len(gb)
+        for ea, eb in zip(ga, gb):
+            assert ea.question == eb.question
+            assert [s.agent for s in ea.segments] == [s.agent for s in eb.segments]
+            for sa, sb in zip(ea.segments, eb.segments):
+                assert sa.token_ids == sb.token_ids
+                assert sa.loss_mask == sb.loss_mask
+                assert sa.reward == sb.reward
+                np.testing.assert_allclose(sa.logprobs, sb.logprobs, rtol=0, atol=1e-5)
+            assert ea.rewards == eb.rewards
+
+
+def test_ray_workers_equal_one_process_and_reroll_a_dead_worker(tiny_base, word_retriever):
+    ray = pytest.importorskip("ray")
+    from agents.hf import HFPolicy
+    from agents.models import load_causal_lm
+    from agents.ray_rollout import RayRolloutPool, collect_groups
+    from algos.recipes.tiny.settings import ENV
+    from envs import search_team_v0
+
+    model, tok = load_causal_lm(str(tiny_base))
+    questions = _questions()
+    env_kwargs = dict(workflow="cascade", **ENV)
+    policy_kwargs = dict(temperature=1.0, top_p=1.0, max_new_tokens=ENV["max_turn_tokens"], batch_size=64)
+    one = collect_groups(lambda: search_team_v0.raw_env(tokenizer=tok, retriever=word_retriever,
+                                                        questions=questions, **env_kwargs),
+                         HFPolicy(model, tok, **policy_kwargs), questions, 2, seed=5)
+    segments = [s for g in one for ep in g for s in ep.segments]
+    assert sum(sum(s.loss_mask) for s in segments) > 0
+    assert len({s.reward for s in segments}) > 1  # mixed rewards: not a 0 = 0 comparison
+
+    pool = RayRolloutPool(2, model=model, tokenizer=tok, env_kwargs=env_kwargs, retriever=word_retriever,
+                          policy_kwargs=policy_kwargs, timeout_s=120)
+    try:
+        two = pool.collect(questions, 2, seed=5)
+        _same_episodes(two, one)
+        assert pool.last_stats["rollout/worker_restarts"] == 0
+        pids = set(ray.get([w.pid.remote() for w in pool.workers]))
+        assert len(pids) == 2 and os.getpid() not in pids  # two other processes did the work
+        pool.kill_worker(0)
+        again = pool.collect(questions, 2, seed=5)
+        _same_episodes(again, one)  # the dead worker's group was rolled again from its seed
+        assert pool.last_stats["rollout/worker_restarts"] == 1
+        assert pool.last_stats["rollout/rerolled_groups"] == 1
+        # new weights reach the workers: a different model gives other tokens
+        for p in model.parameters():
+            p.data.mul_(0.0)
+        pool.push_weights(model)
+        zeroed = pool.collect(questions[:1], 2, seed=5)
+        assert zeroed[0][0].segments[0].token_ids != one[0][0].segments[0].token_ids
+    finally:
+        pool.shutdown()
+        ray.shutdown()
+
+
+def test_missing_ray_names_the_install(monkeypatch):
+    import builtins
+
+    from agents.ray_rollout import require_ray
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[distributed\]'"):
+        require_ray()
+
+
+def _run(args, out: Path, timeout: float = 240):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _torchrun(n: int):
+    return ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+
+
+def test_torchrun_two_gloo_ranks_equal_one_process_and_resume_at_another_world_size(tiny_base, tmp_path):
+    import torch
+
+    script = str(ROOT / "tests" / "scaleout_ddp_step.py")
+    one, two = tmp_path / "one", tmp_path / "two"
+    r1 = _run([script, str(tiny_base), str(one)], one)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _run([*_torchrun(2), script, str(tiny_base), str(two)], two)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    m1, m2 = (json.loads((d / "step.json").read_text()) for d in (one, two))
+    assert (m1["world"], m2["world"], m2["dist/world_size"]) == (1, 2, 2.0)
+    assert m1["losses/grad_norm"] > 1e-3  # a real gradient, not 0 = 0
+    assert m1["losses/policy"] != 0.0
+    for key in ("losses/policy", "losses/grad_norm", "losses/tokens", "losses/clip_fraction"):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-5, abs=1e-9), key
+    w1, w2 = (torch.load(d / "weights.pt", weights_only=True) for d in (one, two))
+    assert w1.keys() == w2.keys()
+    diff = sum(float((w1[k] - w2[k]).pow(2).sum()) for k in w1) ** 0.5
+    assert diff / sum(float(w1[k].pow(2).sum()) for k in w1) ** 0.5 < 1e-5
+    for name, a in w1.items():
+        # A key bias shifts every logit of a query's row alike: softmax ignores it, so its
+        # gradient is 0 up to rounding, and AdamW's g / (|g| + eps) turns that rounding
+        # (which differs with the summation order) into updates of up to ~lr / 10.
+        if not name.endswith("k_proj.bias"):
+            assert float((w2[name] - a).norm()) <= 1e-5 * float(a.norm()), name
+    # --resume at another world size: the 2-rank checkpoint continues in one process
+    from algos.config import preset_config
+    from algos.recipes.tiny.retriever import WordOverlapRetriever
+    from algos.trainer import Trainer
+
+    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(two),
+                        minibatches=2, learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1)
+    resumed = Trainer(cfg, resume=True, progress=False, retriever=WordOverlapRetriever())
+    assert resumed.step == 1
+    for name, p in resumed.model.state_dict().items():
+        assert torch.equal(p, w2[name]), name
+
+
+def test_a_failing_rank_stops_the_job_with_its_rank_and_error(tiny_base, tmp_path):
+    script = str(ROOT / "tests" / "scaleout_ddp_step.py")
+    result = _run([*_torchrun(2), script, str(tiny_base), str(tmp_path), "fail"], tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert "rank 1 of 2 failed: ValueError: injected failure" in result.stderr
