@@ -95,6 +95,13 @@ class TrainConfig:
     """Validation avg@1 every this many steps (and before the first and after the last)."""
     save_every: int = 10
     keep_checkpoints: int = 2
+    sample_every: int = 1
+    """Keep a training sample every this many steps, ``<out_dir>/samples/step_NNNNNN.jsonl``
+    (a few of the step's episodes with the per-token values its loss used), and one at every
+    validation (``val_step_NNNNNN.jsonl``); ``python -m agents view`` shows them. 0: never."""
+    sample_episodes: int = 4
+    """Episodes per sample: training, the first question's workflows first (one GRPO group);
+    validation, the first run of the first questions (the same at every validation)."""
     max_nonfinite: int = 3
     """Stop after this many non-finite losses in a row (each one skips its step)."""
 
@@ -147,9 +154,12 @@ class TrainConfig:
         if self.stage == "teacher" and self.teacher is not None:
             raise bad("teacher", "Stage I trains the Teacher; it has none itself")
         for name in ("steps", "questions_per_step", "minibatches", "max_turn_tokens", "eval_every",
-                     "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size", "val_runs"):
+                     "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size", "val_runs",
+                     "sample_episodes"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
+        if self.sample_every < 0:
+            raise bad("sample_every", "must be >= 0 (0: keep no samples)")
         if self.train_per_dataset is not None and self.train_per_dataset < 1:
             raise bad("train_per_dataset", "must be >= 1, or None for every training question")
         if self.group_size < 2:
