@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.perf import FullBudgetTeam, PerfSettings, figure, interleaved, main
 
-SECTIONS = ("env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
+SECTIONS = ("decode.", "env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
 
 
 def test_perf_suite_smallest_sizes(tmp_path, capsys, world_retriever):
@@ -30,9 +30,22 @@ def test_perf_suite_smallest_sizes(tmp_path, capsys, world_retriever):
     assert figures["scaling.group_size=2.input_tokens"]["ratio"] == 2.0
     assert figures["scaling.waves=2.output_tokens"]["ratio"] > 1
     assert figures["scaling.searchers=2.output_tokens"]["ratio"] > 1
-    # the greedy replay generates exactly what the batched collect generated
-    details = result["details"]["model_rollouts"]
-    assert details["output_tokens"] == details["output_tokens_sequential"] > 0
+    # the minimal loop generates exactly what the policy generated, greedy and sampled, and so
+    # does the replaced decoding step and one copy at a time
+    for mode in ("greedy", "sampled"):
+        details = result["details"][f"decode.{mode}"]
+        assert details["turns_differing_from_minimal_loop"] == 0
+        assert details["output_tokens"] == details["output_tokens_before"] > 0
+    greedy = result["details"]["decode.greedy"]
+    assert greedy["output_tokens"] == greedy["output_tokens_sequential"]
+    assert result["details"]["decode.sampled"]["temperature"] == 1.0
+    # peak memory per trained token is measured, before and after, and recall is a fraction
+    memory = result["details"]["learner"]["memory"]
+    assert set(memory) == {"after", "before", "fwd_bwd"}
+    for name in ("retrieval.recall_at_3.ivf.synthetic", "retrieval.recall_at_3.hnsw.synthetic"):
+        assert 0 < figures[name]["ratio"] <= 1
+    assert {"retrieval.ivf@1200.speedup", "retrieval.flat@300.search_vs_faiss",
+            "scaling.corpus=1200.time"} <= set(figures)
     assert result["meta"]["torch_threads"] == 1 and result["meta"]["settings"]["reps"] == 2
     printed = capsys.readouterr().out
     assert "| collect.batched_speedup.model |" in printed and "torch on 1 thread" in printed
