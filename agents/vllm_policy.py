@@ -73,7 +73,8 @@ class VLLMPolicy:
         self._requests = 0
         if engine is None:
             vllm = require_vllm()
-            kwargs = dict(seed=seed, enable_sleep_mode=True, **engine_kwargs)
+            # the learner usually shares the GPU: the engine takes a third of it unless told
+            kwargs = dict(seed=seed, enable_sleep_mode=True, **{"gpu_memory_utilization": 0.3, **engine_kwargs})
             try:  # log-probs of the distribution sampled from (vLLM >= 0.10.2)
                 engine = vllm.LLM(model=str(model), logprobs_mode="processed_logprobs", **kwargs)
             except TypeError:

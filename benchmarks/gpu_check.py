@@ -1,0 +1,83 @@
+"""GPU check of the scale-out path (run by ``benchmarks/gpu_check.sh``; never by a test).
+
+SmolLM2-135M-Instruct from the packaged GGUF (converted once to safetensors by
+``agents.models.load_causal_lm``, no download), a few Stage-II steps (Teacher = base) with
+``rollout_backend=hf`` and then ``vllm``; prints generated tokens/s, the step-time split
+(rollout / scoring / update) and peak GPU memory for each, and writes them as JSON.
+
+    python benchmarks/gpu_check.py --steps 3 --out runs/gpu_check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, float]:
+    import torch
+
+    from algos.config import preset_config
+    from algos.recipes.tiny.retriever import WordOverlapRetriever
+    from algos.trainer import Trainer
+
+    torch.cuda.reset_peak_memory_stats()
+    cfg = preset_config("smollm2", stage="team", teacher="base", model=model_dir, out_dir=str(out / backend),
+                        steps=steps, questions_per_step=16, group_size=4, device="cuda", dtype="bfloat16",
+                        rollout_backend=backend, max_turn_tokens=128, max_context_tokens=2048,
+                        max_waves=1, max_searchers=2, max_searcher_turns=2, num_candidates=3,
+                        train_datasets=("nq", "hotpotqa"), eval_every=1000, save_every=1000,
+                        generation_batch_size=128)
+    started = time.perf_counter()
+    trainer = Trainer(cfg, progress=False, retriever=WordOverlapRetriever())
+    built = time.perf_counter() - started
+    rows = []
+    for _ in range(steps):
+        rows.append(trainer.train_step())
+    keys = ("perf/rollout_s", "perf/score_s", "perf/update_s", "perf/generated_tokens_per_s")
+    later = rows[1:] or rows  # the first step pays compilation and warm-up
+    result = {k: sum(r[k] for r in later) / len(later) for k in keys}
+    result.update({"backend": backend, "steps": steps, "setup_s": built,
+                   "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30,
+                   "losses/grad_norm": rows[-1]["losses/grad_norm"]})
+    print(json.dumps(result), flush=True)
+    del trainer
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--backends", default="hf,vllm")
+    parser.add_argument("--out", default="runs/gpu_check")
+    args = parser.parse_args()
+    from agents.models import SMOLLM2_CACHE, load_causal_lm
+    from envs.paths import cache_dir
+
+    load_causal_lm("smollm2")  # the GGUF converted to safetensors once (vLLM reads the directory)
+    model_dir = str(cache_dir(*SMOLLM2_CACHE))
+    tok_dir = Path(model_dir)
+    if not (tok_dir / "tokenizer.json").exists():  # vLLM loads the tokenizer from the same directory
+        from envs.tokenizer import load_tokenizer
+
+        load_tokenizer("smollm2").save_pretrained(tok_dir)
+    out = Path(args.out)
+    results = [run(b, model_dir, args.steps, out) for b in args.backends.split(",")]
+    by = {r["backend"]: r for r in results}
+    if "hf" in by and "vllm" in by:
+        ratio = by["vllm"]["perf/generated_tokens_per_s"] / max(by["hf"]["perf/generated_tokens_per_s"], 1e-9)
+        print(f"vllm / hf generated tokens/s: {ratio:.1f}x")
+    for r in results:
+        print(f"{r['backend']:>5}: {r['perf/generated_tokens_per_s']:.0f} generated tok/s; step split "
+              f"rollout {r['perf/rollout_s']:.1f}s / scoring {r['perf/score_s']:.1f}s / update {r['perf/update_s']:.1f}s; "
+              f"peak GPU memory {r['peak_gpu_gib']:.1f} GiB")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
