@@ -190,6 +190,9 @@ class TrainConfig:
             raise bad("rollout_backend", f"must be one of {ROLLOUT_BACKENDS}")
         if self.rollout_workers < 0:
             raise bad("rollout_workers", "must be >= 0 (0: rollouts in the trainer's process)")
+        if self.rollout_backend == "vllm" and self.rollout_workers:
+            raise bad("rollout_workers", "vLLM inside Ray workers is not wired yet: use rollout_backend=vllm "
+                      "with rollout_workers=0 (the engine in the trainer's process), or hf workers")
         self.train_datasets = tuple(self.train_datasets)
         self.val_datasets = tuple(self.val_datasets)
 
