@@ -7,7 +7,8 @@
 4. per-token advantages by role;
 5. PPO-style update with the clipped surrogate (``algos.losses``), applied entirely or
    not at all;
-6. log metrics under stable names, validate, checkpoint.
+6. log metrics under stable names, keep a sample of the step (``algos.samples``), validate,
+   checkpoint.
 
 What each role gets in steps 3-5 (its advantage, the KL, Teacher scoring, whether it is
 trained) is the table of role rules, ``algos.roles``; this file names no role.
@@ -40,6 +41,7 @@ from algos.losses import LossOutput, Totals, policy_loss
 from algos.models import load_model  # noqa: F401  (algos.trainer.load_model too)
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
+from algos.samples import keep_sample
 from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
 from envs.protocol import TAGS
@@ -265,6 +267,8 @@ class Trainer:
         self._push_weights()
         t3 = time.perf_counter()
         self.step += 1
+        if self.is_main and cfg.sample_every and self.step % cfg.sample_every == 0:
+            keep_sample(self, "train", groups, rows)  # a few episodes with the values the loss used
         metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
         metrics.update(getattr(self, "rollout_stats", {}))
@@ -460,6 +464,8 @@ class Trainer:
         path = validation_path(self.out, self.step)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        if cfg.sample_every:
+            keep_sample(self, "validation", groups)
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
     def _log(self, metrics: dict[str, float], step: int | None = None) -> None:
