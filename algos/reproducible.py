@@ -2,14 +2,17 @@
 command, and a hash of a model's weights so that two people can tell whether they trained
 from the same base.
 
-Why a fixed thread count: torch splits a reduction (a matmul's inner sums, a softmax, a
-loss) over its intra-op threads, and the split changes the order of the floating-point
-additions. One SFT step on one thread and the same step on two threads differ in the last
-bits; an SFT build of 1,831 steps ends with other weights, and sampled rollouts diverge after
-the first differing token. For a given thread count the arithmetic is the same on every run,
-whatever else loads the machine (measured: ``docs/micro.md``, "Reproducing a run"). On a
-2-core machine shared with anything else, one thread is also the faster choice: two threads
-that wait on each other make each step several times slower.
+Why a fixed thread count: torch splits some reductions over its intra-op threads, and the
+split changes the order of the floating-point additions. Measured on 2 cores (torch 2.13,
+MKL; ``docs/micro_reproducibility.json``): a sum over 4M floats and a cached decoding step
+of the micro model (batch 8 or 64, the step that samples every rollout and validation
+token) differ in the last bits between one and two threads (logits by up to 1e-6), while
+full forward passes and 50 SFT steps were bit-identical. A sampled token flips when its
+draw falls that close to a boundary; after one flip the episode, its reward and every later
+update differ. For a given thread count the arithmetic is the same on every run, whatever
+else loads the machine (a second process burning a core changed nothing). On a 2-core
+machine shared with anything else, one thread is also the faster choice: two threads that
+wait on each other made 50 SFT steps take 448 s instead of 56 s.
 
 >>> with run_threads(1):                       # torch and faiss on one thread inside
 ...     n = current_threads()

@@ -101,8 +101,8 @@ def build_micro_base(
     synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's and
     faiss's intra-op threads during the build (restored after; None: the command's choice,
     :func:`algos.reproducible.current_threads`, 1 unless it said otherwise). The thread
-    count changes the order of floating-point sums, so it changes the weights: it is part of
-    the cache key, with the seed, the torch and transformers versions and the CPU's kernel
+    count can change the order of floating-point sums (:mod:`algos.reproducible`), so it can
+    change the weights: it is part of the cache key, with the seed, the torch and transformers versions and the CPU's kernel
     set (``torch.backends.cpu.get_cpu_capability()``), so that a base built otherwise is
     never reused as if it were this one. ``micro_build.json`` records them and the weights'
     :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
