@@ -3,6 +3,7 @@
     python -m agents play --question "Who directed 'The Glass Harbor'?" --policy human
     python -m agents play --dataset hotpotqa --index 3 --leader scripted --searcher hf:smollm2
     python -m agents replay episodes.jsonl [--index 0] [--all]
+    python -m agents view runs/micro/team/samples/step_000012.jsonl [--index N] [--out page.html] [--serve]
     python -m agents demo [--per-dataset 20] [--policy scripted]
 
 Policies: scripted, random, human, hf:<model>, openai:<model>@<url>, python:<module>:<Class>
@@ -198,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--index", type=int, default=0)
     r.add_argument("--all", action="store_true", help="print every turn at once")
     r.add_argument("--tokenizer", default=None, help="tokenizer of the recorded episode (default smollm2)")
+    from agents.viewer import add_view_parser, view  # view FILE: one HTML page, token by token
+
+    add_view_parser(sub)
     d = sub.add_parser("demo", help="a policy on the synthetic questions, EM per style")
     d.add_argument("--policy", default="scripted")
     d.add_argument("--per-dataset", type=int, default=20)
@@ -211,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "replay":
         return replay(args)
+    if args.command == "view":
+        return view(args)
     demo(args)
     return 0
 
