@@ -20,8 +20,10 @@ from typing import Any
 from agents.collect import collect
 from agents.registry import make_policy
 from agents.router import RoleRouter
+from agents.simple import HumanPolicy, last_user_message
 from envs.episode import Episode, load_episodes, save_episodes
 from envs.protocol import render_passages, render_search_failure
+from envs.terminal import Quit, team_line
 
 RULE = "─" * 72
 
@@ -54,8 +56,13 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
     env.reset(seed=args.seed, options={"question": _question(args)})
     raw = env.unwrapped
     policy = _policy(args, raw.vocab_size)
+    for p in (policy, *getattr(policy, "policies", {}).values(), getattr(policy, "default", None)):
+        if isinstance(p, HumanPolicy):
+            p.show_context = False  # the loop below shows each new context once
+    out(team_line(raw.possible_agents))
     out(f"Question: {raw.question.question}")
     shown: dict[str, int] = {}
+    shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
         if term or trunc:
@@ -65,7 +72,11 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
         context = obs.token_ids.tolist()
         start = shown.get(agent, 0) if shown.get(agent, 0) <= len(context) else 0
         out(f"{RULE}\n{agent} · turn {obs.info['turn'] + 1} · phase {raw.phase}")
-        out(raw.tokenizer.decode(context[start:]).rstrip())
+        twin = shown_as.setdefault(tuple(context), agent)
+        if twin != agent and start == 0:  # the Answerers share one context: show it once
+            out(f"(the same context as {twin})")
+        else:
+            out(raw.tokenizer.decode(context[start:]).rstrip())
         action = policy.act([obs])[0]
         if args.mode == "token":
             ids = raw.prepare_turn(agent, action)[0] or [raw.eos_id]
@@ -87,6 +98,8 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
             seen = raw.view(agent)["passages"]
             failed = info.get("search_error")
             out(render_search_failure(failed) if failed else render_passages(seen[-1] if seen else []))
+        elif info.get("invalid"):  # the correction the env wrote back at once
+            out(last_user_message(raw.context_text(agent)))
     ep = raw.episode
     out(RULE)
     _summary(ep, out)
@@ -211,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "play":
-        play(args)
+        try:
+            play(args)
+        except Quit:
+            print("(left before the end of the episode; nothing saved)")
+        except EOFError:
+            print("\n(end of input before the end of the episode; nothing saved)")
+            return 1
         return 0
     if args.command == "replay":
         return replay(args)

@@ -6,6 +6,7 @@
 >>> HumanPolicy().act([observation])                         # doctest: +SKIP
 === searcher_0 (searcher) ===
 Task: Where was Maren Tolvik born?
+[Write <search>query</search> or <summary>report</summary>. ':help' lists the commands, ...]
 searcher_0> <search>Maren Tolvik</search>
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from agents.base import Action, Observation
 from envs import protocol as P
+from envs.terminal import read_turn
 
 TEXT, TOKENS = "text", "tokens"
 
@@ -98,33 +100,63 @@ def last_user_message(text: str) -> str:
 
 class HumanPolicy:
     """A person types each turn. For every observation it shows the agent, its role and
-    the newest message in its context, then reads one line: the turn, sent as typed.
+    the newest message in its context, then reads lines until one is a turn (sent as
+    typed): the commands of ``envs.terminal`` (``:help``, ``:ctx`` for the whole context,
+    ``:all ANSWER``, ``:quit``) are answered on the way and are never a turn, the same
+    commands as ``python -m envs step``.
 
-    An empty line asks again; ``:ctx`` shows the whole context first. End of input
-    (``EOFError``) propagates, so a session ends cleanly on Ctrl-D.
+    The Answerers of one episode share one context: it is shown once (the next ones say
+    whose it is), and ``:all ANSWER`` makes ANSWER the candidate of this Answerer and of
+    every later Answerer of the same env and question, without asking again.
+
+    An empty line asks again. ``:quit`` raises ``envs.terminal.Quit`` and end of input
+    ``EOFError`` (``Quit`` is one), so a session ends cleanly on either.
 
     Args:
         input_fn: reads one line given a prompt (``input`` by default).
         output_fn: shows text (``print`` by default).
+        show_context: show the newest message of each context (False when the caller,
+            like ``python -m agents play``, shows the contexts itself).
     """
 
-    def __init__(self, input_fn: Callable[[str], str] = input, output_fn: Callable[[str], object] = print):
+    def __init__(self, input_fn: Callable[[str], str] = input, output_fn: Callable[[str], object] = print,
+                 show_context: bool = True):
         self.input_fn = input_fn
         self.output_fn = output_fn
+        self.show_context = show_context
+        self._for_all: dict[int, tuple[str, str]] = {}  # env index -> (question, turn) of ':all'
+        self._shown: dict[int, tuple[bytes, str]] = {}  # env index -> (context, agent) last shown
+        self._roles_met: set[str] = set()  # roles whose how-to was shown
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
         return [self._turn(obs) for obs in observations]
 
     def _turn(self, obs: Observation) -> str:
-        text = obs.text
-        self.output_fn(f"\n=== {obs.agent} ({obs.role}) ===")
-        self.output_fn(last_user_message(text))
+        question = str(obs.info.get("question", ""))
+        if obs.role != P.ANSWERER:  # a new phase (or episode) ends what ':all' covered
+            self._for_all.pop(obs.env_index, None)
+        pending = self._for_all.get(obs.env_index)
+        if pending is not None and pending[0] == question:
+            self.output_fn(f"{obs.agent}> {pending[1]}   (:all)")
+            return pending[1]
+        if self.show_context:
+            self.output_fn(f"\n=== {obs.agent} ({obs.role}) ===")
+            context = np.asarray(obs.token_ids).tobytes()
+            twin = self._shown.get(obs.env_index)
+            if twin is not None and twin[0] == context and twin[1] != obs.agent:
+                self.output_fn(f"(the same context as {twin[1]})")
+            else:
+                self.output_fn(last_user_message(obs.text))
+                self._shown[obs.env_index] = (context, obs.agent)
+        if obs.role not in self._roles_met:
+            self._roles_met.add(obs.role)
+            if obs.role == P.ANSWERER:
+                self.output_fn("[Each Answerer writes one candidate; the majority is the team's answer. "
+                               "':all ANSWER' answers for this and every later Answerer.]")
         hint = P.FORMAT_REMINDERS.get(obs.role, "")
-        self.output_fn(f"[{hint} ':ctx' shows the whole context.]")
-        while True:
-            line = self.input_fn(f"{obs.agent}> ")
-            command = line.strip()
-            if command == ":ctx":
-                self.output_fn(text)
-            elif command:
-                return line
+        self.output_fn(f"[{hint} ':help' lists the commands, ':ctx' shows the whole context.]")
+        typed = read_turn(obs.agent, obs.role, lambda: obs.text, input_fn=self.input_fn,
+                          output_fn=self.output_fn)
+        if typed.for_all:
+            self._for_all[obs.env_index] = (question, typed.text)
+        return typed.text

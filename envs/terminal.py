@@ -1,0 +1,100 @@
+"""What a person at a terminal types at a turn prompt, in one place.
+
+``python -m envs step`` (every role by hand) and ``agents.simple.HumanPolicy`` (the
+``human`` policy of ``python -m agents play`` and the benchmarks) read turns with
+:func:`read_turn`, so both take the same commands:
+
+>>> print(COMMANDS)                                           # doctest: +NORMALIZE_WHITESPACE
+Commands (never sent as a turn):
+  :help          this list
+  :ctx           the agent's whole context, its prompt included
+  :all ANSWER    Answerers: ANSWER is this and every later Answerer's candidate
+  :quit          leave (Ctrl-D too)
+
+Anything else is the agent's whole turn, sent as typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from envs import protocol as P
+
+COMMANDS = """Commands (never sent as a turn):
+  :help          this list
+  :ctx           the agent's whole context, its prompt included
+  :all ANSWER    Answerers: ANSWER is this and every later Answerer's candidate
+  :quit          leave (Ctrl-D too)"""
+
+EXAMPLES = {
+    P.LEADER: "<subtask>Who directed X?</subtask> (one per Searcher) or <select>1, 2</select>",
+    P.SEARCHER: "<search>X director</search>, then <summary>X was directed by Y.</summary>",
+    P.ANSWERER: "<answer>Y</answer>",
+}
+"""One example turn per role, for the first prompt a person sees for that role."""
+
+
+class Quit(EOFError):
+    """``:quit`` was typed. An ``EOFError``, so that whoever ends a session on Ctrl-D ends
+    it on ``:quit`` the same way."""
+
+
+@dataclass
+class Typed:
+    """A turn a person typed at :func:`read_turn`."""
+
+    text: str
+    """The whole turn, as it goes to the env."""
+    for_all: bool = False
+    """``:all`` was used: the same turn is meant for every later Answerer."""
+
+
+def answer_turn(answer: str) -> str:
+    """``:all ANSWER``'s turn: ANSWER inside ``<answer>`` tags unless it has them already."""
+    answer = answer.strip()
+    return answer if "<answer>" in answer else f"<answer>{answer}</answer>"
+
+
+def read_turn(agent: str, role: str, context: Callable[[], str], *,
+              input_fn: Callable[[str], str] = input,
+              output_fn: Callable[[str], object] = print) -> Typed:
+    """Read lines at the prompt ``"<agent>> "`` until one is a turn; answer the commands of
+    :data:`COMMANDS` on the way (none of them is a turn, none costs the agent anything).
+
+    ``context()`` gives the agent's whole context as text (called only for ``:ctx``).
+    An empty line asks again. Raises :class:`Quit` on ``:quit``; end of input
+    (``EOFError``) propagates."""
+    while True:
+        line = input_fn(f"{agent}> ")
+        command, _, rest = line.strip().partition(" ")
+        if command == ":help":
+            output_fn(f"{COMMANDS}\nA turn for {agent}, e.g. {EXAMPLES.get(role, '')}")
+        elif command == ":ctx":
+            output_fn(context())
+        elif command == ":quit":
+            raise Quit(":quit")
+        elif command == ":all":
+            if role != P.ANSWERER:
+                output_fn(f":all is for Answerers; {agent} is a {role}. Type its turn, or :help.")
+            elif not rest.strip():
+                output_fn(":all needs the answer, e.g. :all Debra Tilell")
+            else:
+                return Typed(answer_turn(rest), for_all=True)
+        elif command.startswith(":") and len(command) > 1 and command[1:].isalpha():
+            output_fn(f"unknown command {command}; :help lists the commands")
+        elif line.strip():
+            return Typed(line)
+
+
+def team_line(agents: Sequence[str]) -> str:
+    """Who plays, in one line: ``leader_0, searcher_0..searcher_2, answerer_0..answerer_4``,
+    and what the Answerers do (there are several candidates, one per Answerer)."""
+    groups: dict[str, list[str]] = {}
+    for agent in agents:
+        groups.setdefault(P.role_of(agent), []).append(agent)
+    names = [g[0] if len(g) == 1 else f"{g[0]}..{g[-1]}" for g in groups.values()]
+    answerers = len(groups.get(P.ANSWERER, []))
+    return (f"Agents: {', '.join(names)}. The {answerers} Answerers each write one candidate "
+            "from the same context; the majority candidate is the team's answer "
+            "(':all ANSWER' gives one answer to every Answerer).")
