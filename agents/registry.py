@@ -17,12 +17,18 @@ spec                           policy
 
 A layer above ``agents`` adds its own kinds with :func:`register_policy` (the benchmarks
 add ``ckpt:<run dir>``, a learner's checkpoint), so the table grows in one place.
+
+:func:`check_policy` refuses a spec that cannot be built here (an unknown kind, a path
+that is not there, a hub id while the hub is offline) with one line, before anything
+loads and before a command creates its output folder.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agents.router import RoleRouter
@@ -32,6 +38,10 @@ ROLES = ("leader", "searcher", "answerer")
 PolicyFactory = Callable[..., Any]
 """``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
 ``kind:`` (empty when there is none)."""
+
+PolicyCheck = Callable[[str], None]
+"""``check(arg)`` raises ``ValueError`` with one line (naming ``kind:arg``) when the policy
+cannot be built here; it loads nothing and reaches no network."""
 
 
 def _scripted(arg: str, *, seed: int, **_: Any) -> Any:
@@ -82,6 +92,49 @@ def _python(arg: str, **_: Any) -> Any:
     return getattr(importlib.import_module(module), name)()
 
 
+def _check_hf(arg: str) -> None:
+    from envs.data.qa import hub_offline
+    from envs.tokenizer import SMOLLM2_ALIASES
+
+    name = arg or "smollm2"
+    if name.lower() in SMOLLM2_ALIASES or Path(name).expanduser().exists():
+        return
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith("/"):
+        raise ValueError(f"hf:{name}: no such model directory")
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            raise ValueError(f"hf:{name}: not a local path, and the hub is offline (HF_HUB_OFFLINE) "
+                             "with no cached copy; give a model directory, or hf:smollm2 offline")
+
+
+def _check_openai(arg: str) -> None:
+    if not arg.partition("@")[0]:
+        raise ValueError(f"openai:{arg}: needs a model, openai:<model>@<base url>")
+
+
+def _check_sb3(arg: str) -> None:
+    if not arg:
+        raise ValueError("sb3: needs a path, sb3:<saved Leader directory or zip>")
+    if not Path(arg).exists():
+        raise ValueError(f"sb3:{arg}: no such file or directory (train a Leader with "
+                         "`python -m algos train-leader-sb3 --out DIR`)")
+
+
+def _check_python(arg: str) -> None:
+    module, _sep, name = arg.rpartition(":")
+    if not module or not name:
+        raise ValueError(f"python:{arg}: must be python:<module>:<Class>")
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        found = False
+    if not found:
+        raise ValueError(f"python:{arg}: no module {module!r} on the path (run from the folder that "
+                         f"holds {module.replace('.', '/')}.py)")
+
+
 POLICY_KINDS: dict[str, PolicyFactory] = {
     "scripted": _scripted,
     "random": _random,
@@ -93,30 +146,65 @@ POLICY_KINDS: dict[str, PolicyFactory] = {
 }
 """``kind`` -> factory, for specs ``kind`` or ``kind:<arg>``."""
 
+POLICY_CHECKS: dict[str, PolicyCheck] = {
+    "hf": _check_hf,
+    "openai": _check_openai,
+    "sb3": _check_sb3,
+    "python": _check_python,
+}
+"""``kind`` -> its :data:`PolicyCheck` (kinds without one always pass)."""
 
-def register_policy(kind: str, factory: PolicyFactory) -> None:
-    """Teach :func:`make_policy` the spec ``kind:<arg>`` (a later registration of the same
-    kind replaces the earlier one)."""
+
+def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None) -> None:
+    """Teach :func:`make_policy` the spec ``kind:<arg>``, and :func:`check_policy` its
+    ``check`` (a later registration of the same kind replaces the earlier one)."""
     if not kind.isidentifier() or kind in ROLES:
         raise ValueError(f"policy kind {kind!r} must be an identifier other than a role name")
     POLICY_KINDS[kind] = factory
+    POLICY_CHECKS.pop(kind, None)
+    if check is not None:
+        POLICY_CHECKS[kind] = check
+
+
+def _split(spec: str) -> list[tuple[str | None, str, str]]:
+    """``[(role or None, kind, arg)]`` of a spec; ``ValueError`` naming a bad part."""
+    spec = spec.strip()
+    if "=" not in spec:
+        parts: list[tuple[str | None, str]] = [(None, spec)]
+    else:
+        parts = []
+        for part in spec.split(","):
+            role, _, sub = part.partition("=")
+            if role.strip() not in ROLES or not sub.strip() or "=" in sub:
+                raise ValueError(f"bad per-role policy {part!r} in {spec!r}: use leader=...,searcher=...,answerer=...")
+            parts.append((role.strip(), sub.strip()))
+    out = []
+    for role, sub in parts:
+        kind, _, arg = sub.partition(":")
+        if kind not in POLICY_KINDS:
+            raise ValueError(f"unknown policy {sub!r}: use one of {', '.join(POLICY_KINDS)} (kind or kind:<arg>), "
+                             "or leader=...,searcher=...,answerer=...")
+        out.append((role, kind, arg))
+    return out
+
+
+def check_policy(spec: str) -> None:
+    """Raise ``ValueError`` with one line when ``spec`` names no policy this machine can
+    build: an unknown kind, a malformed per-role spec, or a kind whose check fails (a
+    ``ckpt:`` run without a checkpoint, an ``hf:`` id while the hub is offline, ...).
+    Loads no model and reaches no network; a spec that passes may still fail to load."""
+    for _role, kind, arg in _split(spec):
+        check = POLICY_CHECKS.get(kind)
+        if check is not None:
+            check(arg)
 
 
 def make_policy(spec: str, *, seed: int = 0, vocab_size: int | None = None, **hf_kwargs: Any) -> Any:
     """A policy from its spec (table above); ``hf_kwargs`` go to HFPolicy. Raises
     ``ValueError`` naming the spec when it is not one of the kinds."""
-    spec = spec.strip()
-    if "=" in spec:
-        routes = {}
-        for part in spec.split(","):
-            role, _, sub = part.partition("=")
-            if role.strip() not in ROLES or not sub:
-                raise ValueError(f"bad per-role policy {part!r} in {spec!r}: use leader=...,searcher=...,answerer=...")
-            routes[role.strip()] = make_policy(sub, seed=seed, vocab_size=vocab_size, **hf_kwargs)
-        return RoleRouter(routes)
-    kind, _, arg = spec.partition(":")
-    factory = POLICY_KINDS.get(kind)
-    if factory is None:
-        raise ValueError(f"unknown policy {spec!r}: use one of {', '.join(POLICY_KINDS)} (kind or kind:<arg>), "
-                         "or leader=...,searcher=...,answerer=...")
-    return factory(arg, seed=seed, vocab_size=vocab_size, **hf_kwargs)
+    parts = _split(spec)
+    built = [(role, POLICY_KINDS[kind](arg, seed=seed, vocab_size=vocab_size, **hf_kwargs))
+             for role, kind, arg in parts]
+    if parts[0][0] is None:
+        return built[0][1]
+    return RoleRouter({role: policy for role, policy in built})

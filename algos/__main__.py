@@ -140,8 +140,11 @@ def _dispatch(argv: list[str]) -> int:
         from algos.sb3_leader import main as sb3_main
 
         return sb3_main(argv[1:])
+    from envs.__main__ import add_version
+
     parser = argparse.ArgumentParser(prog="python -m algos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="Stage I (teacher), Stage II (team), or both in order")
     t.add_argument("--stage", choices=["teacher", "team"], default=None, help="default: both, in order")
@@ -150,13 +153,14 @@ def _dispatch(argv: list[str]) -> int:
     t.add_argument("--teacher", default=None, help="Stage II Teacher: a Stage-I run/checkpoint, or 'base'")
     t.add_argument("--signal", choices=SEARCHER_SIGNALS, default=None,
                    help="Stage II Searcher signal (Table 2 diagnostics)")
-    t.add_argument("--steps", type=int, default=None)
-    t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    t.add_argument("--steps", type=int, default=None, help="training steps of each stage (default: the preset's)")
+    t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="any TrainConfig field, e.g. --set group_size=4 (repeatable)")
     t.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoints")
     t.add_argument("--threads", type=int, default=None,
                    help="torch/faiss threads for the whole run, base build included (default 1: "
                         "the same numbers on any machine; the summary records it)")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
     sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "
                    "(see python -m algos train-leader-sb3 --help)")
@@ -165,4 +169,6 @@ def _dispatch(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from algos.distributed import run_main  # under torchrun a failing rank names itself
+
+    sys.exit(run_main(main))

@@ -5,19 +5,24 @@
     python -m benchmarks run --policy scripted --data ../shared/realdata --datasets hotpotqa,2wikimultihopqa \\
         --split dev --corpus ../shared/realdata/corpora/hotpotqa_2wiki_dev.jsonl --out results/real
     python -m benchmarks compare results/opd results/scripted
-    python -m benchmarks curves runs/micro/teacher runs/micro/team --out curves.png
+    python -m benchmarks curves runs/micro/teacher runs/micro/team   # writes runs/micro/curves.png
     python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # Table 2, resumable
     python -m benchmarks table2 runs/table2     # the table of the runs finished so far
     python -m benchmarks perf
 
 Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
 python:<module>:<Class>, or per role leader=...,searcher=...,answerer=...
+
+A run that cannot work (a ``ckpt:`` folder without a checkpoint, an offline ``hf:`` hub id,
+a missing corpus, a retrieval server that does not answer) stops before anything loads
+and before its --out folder exists: one line, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +88,9 @@ def _env_kwargs(pairs: list[str]) -> dict[str, int]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not value.lstrip("-").isdigit():
-            raise SystemExit(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
+            from algos.preflight import PreflightError
+
+            raise PreflightError(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
         out[name] = int(value)
     return out
 
@@ -96,8 +103,15 @@ def _compare(args: argparse.Namespace) -> int:
     rows = [(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]
     print(markdown_table(rows))
     base_records = loaded[-1][1]
+    status = 0
     for d, (_, records) in zip(args.results[:-1], loaded[:-1]):
-        ci = paired_macro_difference(records, base_records, n_resamples=args.resamples, seed=args.seed)
+        try:
+            ci = paired_macro_difference(records, base_records, n_resamples=args.resamples, seed=args.seed)
+        except ValueError as err:  # no shared question: nothing to pair
+            print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: no paired CI, {err} "
+                  "(compare runs over the same questions)", file=sys.stderr)
+            status = 2
+            continue
         print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: macro avg@k {100 * ci['difference']:+.2f} "
               f"points, paired bootstrap 95% CI [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}] "
               f"over {ci['questions']} shared questions")
@@ -105,13 +119,13 @@ def _compare(args: argparse.Namespace) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         plot_results(rows, args.out)
         print(f"plots in {args.out}")
-    return 0
+    return status
 
 
 def _curves(args: argparse.Namespace) -> int:
     from algos.report import plot_training_curves, read_metrics
 
-    paths = []
+    paths: list[Path] = []
     for logdir in args.logdirs:
         path = Path(logdir)
         path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
@@ -120,20 +134,46 @@ def _curves(args: argparse.Namespace) -> int:
         paths.append(path)
         points = [(r["step"], r["val/avg@1"]) for r in read_metrics(path) if "val/avg@1" in r]
         print(f"{path.parent}: validation avg@1 " + ", ".join(f"step {s}: {v:.3f}" for s, v in points))
-    print(f"wrote {plot_training_curves(paths, args.out)}")
+    print(f"wrote {plot_training_curves(paths, args.out or curves_path(paths))}")
     return 0
 
 
+def curves_path(metrics: list[Path]) -> Path:
+    """Where ``curves`` writes by default: beside the runs, never the current folder. One
+    run: ``<run>/curves.png``; several: ``curves.png`` in the folder that holds them all
+    (``runs/micro`` for ``runs/micro/teacher`` and ``runs/micro/team``)."""
+    runs = [p.resolve().parent for p in metrics]
+    if len(runs) == 1:
+        return runs[0] / "curves.png"
+    return Path(os.path.commonpath(runs)) / "curves.png"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from algos.preflight import PreflightError
+
+    try:
+        return _dispatch(argv)
+    except PreflightError as err:  # one line, no traceback: nothing was run or written
+        print(f"python -m benchmarks: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    from envs.__main__ import add_version
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="a policy over the seven datasets, k runs each")
-    r.add_argument("--policy", required=True)
-    r.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"])
+    r.add_argument("--policy", required=True,
+                   help="scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>, "
+                        "python:<module>:<Class>, or leader=...,searcher=...,answerer=...")
+    r.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"],
+                   help="hierarchical (Leader, Searchers, Answerers; default) or cascade")
     r.add_argument("--data", default="synthetic", help="synthetic, or a FlashRAG-layout directory")
     r.add_argument("--datasets", default="all", help="all, or a comma list such as nq,hotpotqa")
-    r.add_argument("--split", default="test")
+    r.add_argument("--split", default="test", help="the split to evaluate (default test)")
     r.add_argument("--runs", type=int, default=None, help="k runs per question (default 4)")
     r.add_argument("--limit", type=int, default=None, help="questions per dataset")
     r.add_argument("--corpus", default=None, help="passage JSONL for a local dense index")
@@ -141,17 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--quick", action="store_true", help="small defaults that finish in minutes")
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="SearchTeam setting, e.g. --env max_turn_tokens=96 (integers)")
-    r.add_argument("--out", required=True)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--out", required=True, help="result folder (created only when results are written)")
+    r.add_argument("--seed", type=int, default=0, help="seeds the policy and the episodes (default 0)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
     c = sub.add_parser("compare", help="systems side by side; CI of each against the last")
-    c.add_argument("results", nargs="+")
-    c.add_argument("--resamples", type=int, default=10000)
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("results", nargs="+",
+                   help="result folders of `run` (or a learner's validation/step_*.jsonl); the last is the baseline")
+    c.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    c.add_argument("--seed", type=int, default=0, help="seeds the bootstrap (default 0)")
     c.add_argument("--out", default=None, help="also write comparison plots here")
     v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
-    v.add_argument("logdirs", nargs="+")
-    v.add_argument("--out", default="curves.png")
+    v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
+    v.add_argument("--out", default=None,
+                   help="the PNG to write (default: curves.png beside the runs, e.g. runs/micro/curves.png)")
     from algos.ablate import add_arguments
 
     a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md")

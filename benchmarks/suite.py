@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.collect import collect
-from agents.registry import make_policy, register_policy
+from agents.registry import POLICY_KINDS, check_policy, make_policy, register_policy
+from algos.preflight import PreflightError, check_retriever
 from benchmarks.metrics import summarize
 from envs.data import DATASETS, load_qa
 from envs.episode import question_record
@@ -33,7 +34,23 @@ def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None
     return HFPolicy(resolve_model_path(arg), seed=seed, **hf_kwargs)
 
 
-register_policy("ckpt", _checkpoint_policy)
+TRAIN_HINT = "`python -m algos train --preset micro` writes runs/micro/teacher and runs/micro/team"
+
+
+def _check_checkpoint(arg: str) -> None:
+    """``ckpt:<dir>`` must hold a checkpoint (a learner run's latest, or one saved model)."""
+    from algos.checkpoint import resolve_model_path
+
+    if not arg:
+        raise ValueError(f"ckpt: needs a learner run directory, e.g. ckpt:runs/micro/team ({TRAIN_HINT})")
+    if not Path(arg).exists():
+        raise ValueError(f"ckpt:{arg}: no checkpoint there, {arg} does not exist; {TRAIN_HINT}")
+    if not (Path(resolve_model_path(arg)) / "config.json").exists():
+        raise ValueError(f"ckpt:{arg}: no checkpoint there (neither checkpoints/step_*/ nor config.json); "
+                         f"{TRAIN_HINT}")
+
+
+register_policy("ckpt", _checkpoint_policy, check=_check_checkpoint)
 
 
 def build_policy(spec: str, seed: int = 0) -> Any:
@@ -52,11 +69,37 @@ def policy_tokenizer(policy: Any) -> Any:
     return default_tokenizer()
 
 
+def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None,
+              retriever_url: str | None = None) -> None:
+    """Refuse a suite run that cannot work, before anything loads or any output folder
+    exists: a policy spec that names nothing here (``agents.registry.check_policy``: a
+    ``ckpt:`` run without a checkpoint, an offline ``hf:`` hub id, ...), a data folder,
+    corpus or retrieval server that is not there (a URL must answer one query within a few
+    seconds). Raises :class:`algos.preflight.PreflightError` with one line."""
+    try:
+        check_policy(policy)
+    except ValueError as err:  # a kind's check names its spec first; name the option before it
+        named = str(err).split(":", 1)[0] in POLICY_KINDS
+        raise PreflightError(f"--policy {err}" if named else f"--policy {policy}: {err}") from None
+    if data != "synthetic":
+        if not Path(data).is_dir():
+            raise PreflightError(f"--data {data}: no such directory (give 'synthetic' or a FlashRAG-layout folder)")
+        if not (corpus or retriever_url):
+            raise PreflightError(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
+    for option, spec in (("--corpus", corpus), ("--retriever-url", retriever_url)):
+        if spec:
+            try:
+                check_retriever(spec)
+            except PreflightError as err:
+                reason = str(err).replace(f"retriever={spec!r}", "", 1).lstrip(": ")
+                raise PreflightError(f"{option} {spec}: {reason}") from None
+
+
 def build_retriever(data: str, corpus: str | None, retriever_url: str | None) -> tuple[Any, str]:
     """The retriever of a suite run (``envs.retrieval.make_retriever``) and how the result
     files name it."""
     if data != "synthetic" and not (corpus or retriever_url):
-        raise SystemExit(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
+        raise PreflightError(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
     spec = retriever_url or corpus or "default"
     return make_retriever(spec), spec if spec != "default" else "synthetic world corpus (MiniLM, flat)"
 
@@ -65,10 +108,14 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
               env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print) -> dict[str, Any]:
+    """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
+    files into ``out_dir``. A run that cannot work raises ``PreflightError`` (one line,
+    see :func:`check_run`) before anything loads; ``out_dir`` is created only when there
+    are results to write, so a failed run leaves no empty folder behind."""
     from envs import env_fn as make_env_fn
 
+    check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     agent = build_policy(policy, seed)
     tokenizer = policy_tokenizer(agent)
     retriever, retriever_desc = build_retriever(data, corpus, retriever_url)
@@ -88,12 +135,13 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
         groups = collect(env_fn, agent, questions, runs, seed=seed, progress=progress)
         records.extend({**question_record(eps), "dataset": name} for eps in groups)
     if not records:
-        raise SystemExit(f"no questions found for {list(datasets)} ({split}) under {root}")
+        raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {root}")
     summary = summarize(records)
     summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
                        "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
                        "seed": seed, "env_kwargs": env_kwargs, "skipped": skipped,
                        "seconds": round(time.perf_counter() - start, 1)}
+    out.mkdir(parents=True, exist_ok=True)
     with open(out / "questions.jsonl", "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -113,13 +161,17 @@ def label_of(summary: dict[str, Any]) -> str:
 
 
 def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """Table 1's layout: avg@k per dataset and macro, then pass@k, all-k and the costs."""
+    """Table 1's layout: avg@k per dataset and macro, then pass@k, all-k and the costs.
+    Rows of different k (a k=4 run beside a k=2 run) share the columns ``pass@k`` and
+    ``all-k``, and each row's label says its own k."""
     names = [n for n in DATASETS if any(n in s["datasets"] for _, s in rows)]
-    k = min(s.get("k", 0) for _, s in rows)
+    ks = {s.get("k", 0) for _, s in rows}
+    k = str(ks.pop()) if len(ks) == 1 else "k"
     head = (["Method"] + [NAMES.get(n, n) for n in names] + ["Macro", f"pass@{k}", f"all-{k}", "searches",
                                                             "in tok", "out tok"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, s in rows:
+        label = label if k != "k" else f"{label} (k={s.get('k', 0)})"
         cells = [label] + [f"{100 * s['datasets'][n]['avg@k']:.1f}" if n in s["datasets"] else "-" for n in names]
         cells += [f"{100 * s['macro_avg@k']:.2f}", f"{100 * s['macro_pass@k']:.2f}", f"{100 * s['macro_all_k']:.2f}",
                   f"{s['macro_searches_per_workflow']:.2f}", f"{s['macro_input_tokens_per_workflow']:.0f}",

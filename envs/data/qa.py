@@ -1,7 +1,7 @@
 """QA loaders, in the FlashRAG layout.
 
-A dataset lives at ``<root>/<name>/<split>.jsonl`` (or ``.jsonl.gz``, or ``.parquet``),
-one question per row: ``{"id", "question", "golden_answers": [...], "dataset"?,
+A dataset lives at ``<root>/<name>/<split>.jsonl`` (or ``.jsonl.gz``, ``.json`` or
+``.parquet``), one question per row: ``{"id", "question", "golden_answers": [...], "dataset"?,
 "metadata"?}``. This is the layout of the hub dataset ``RUC-NLPIR/FlashRAG_datasets``,
 which ``load_qa`` reads when no ``root`` is given, and of what ``write_flashrag`` (the
 synthetic world) writes. The items and the JSONL helpers are in ``envs.data.items``;
@@ -10,8 +10,9 @@ synthetic world) writes. The items and the JSONL helpers are in ``envs.data.item
 
 from __future__ import annotations
 
-import itertools
+import json
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from envs.data.items import DATASETS, QAItem, iter_jsonl
 from envs.data.synthwiki import default_world
 
-SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 """The files ``load_qa`` looks for, in this order: ``<root>/<name>/<split><suffix>``."""
 
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
@@ -33,25 +34,66 @@ def _iter_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     yield from enumerate(pq.read_table(path).to_pylist(), start=1)
 
 
+def _is_json_array(path: Path) -> bool:
+    """Whether a ``.json`` split holds one JSON array of rows (else it is JSON Lines under
+    that name; FlashRAG writes both)."""
+    with path.open("rb") as f:
+        return f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+
+
+def _iter_json_array(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a JSON array of rows ({e})") from None
+    yield from enumerate(rows, start=1)
+
+
+def _no_answer(row: Any) -> bool:
+    """A row whose ``golden_answers`` is present but empty (``[]``, ``""``, ``[""]``):
+    FlashRAG keeps such rows; nothing can be scored against them."""
+    if not isinstance(row, dict) or "golden_answers" not in row:
+        return False
+    answers = row["golden_answers"]
+    if isinstance(answers, str):
+        answers = [answers]
+    return isinstance(answers, list) and all(isinstance(a, str) and not a.strip() for a in answers)
+
+
 def read_qa_file(
     path: str | os.PathLike, dataset: str = "", limit: int | None = None
 ) -> list[QAItem]:
-    """The QA items of one ``.jsonl`` or ``.parquet`` file (the first ``limit`` when given).
+    """The QA items of one ``.jsonl``, ``.json`` or ``.parquet`` file (the first ``limit``
+    when given).
 
-    A malformed row, bytes that are not UTF-8 or a truncated ``.gz`` raise ``ValueError``
-    naming the file, the 1-based line (row for parquet) and what was wrong.
+    A row with an empty ``golden_answers`` is left out with a ``UserWarning`` naming the
+    file and its lines (it could never be scored). A malformed row, bytes that are not
+    UTF-8 or a truncated ``.gz`` raise ``ValueError`` naming the file, the 1-based line
+    (row for parquet and JSON arrays) and what was wrong.
     """
     path = Path(path)
     if path.suffix == ".parquet":
         rows, where = _iter_parquet(path), "row"
+    elif path.suffix == ".json" and _is_json_array(path):
+        rows, where = _iter_json_array(path), "row"
     else:
         rows, where = iter_jsonl(path), "line"
     items: list[QAItem] = []
-    for lineno, row in itertools.islice(rows, limit):  # stops before reading past the limit
+    unanswered: list[int] = []
+    for lineno, row in rows if limit != 0 else ():
+        if _no_answer(row):
+            unanswered.append(lineno)
+            continue
         try:
             items.append(QAItem.from_dict(row, dataset=dataset))
         except ValueError as e:
             raise ValueError(f"{path}, {where} {lineno}: {e}") from None
+        if len(items) == limit:
+            break  # before reading past the limit
+    if unanswered:
+        shown = ", ".join(map(str, unanswered[:10])) + (", ..." if len(unanswered) > 10 else "")
+        warnings.warn(f"{path}: left out {len(unanswered)} rows with an empty golden_answers "
+                      f"({where} {shown}): they cannot be scored", stacklevel=2)
     return items
 
 
@@ -65,8 +107,8 @@ def load_qa(
 
     ``root`` selects the source:
 
-    - a directory in the FlashRAG layout: ``<root>/<name>/<split>.jsonl``, ``.jsonl.gz`` or
-      ``.parquet`` (any ``name`` the directory has, not only the seven ``DATASETS``);
+    - a directory in the FlashRAG layout: ``<root>/<name>/<split>.jsonl``, ``.jsonl.gz``,
+      ``.json`` or ``.parquet`` (any ``name`` the directory has, not only the seven ``DATASETS``);
     - ``"synthetic"``: the default synthetic world (``synthwiki.default_world()``);
     - ``None``: ``<name>/<split>.jsonl`` of the hub dataset ``RUC-NLPIR/FlashRAG_datasets``
       (cached by ``huggingface_hub``); offline this raises ``FileNotFoundError`` saying
@@ -116,8 +158,12 @@ def _check_name(name: str) -> None:
         raise ValueError(f"unknown dataset {name!r}; expected one of: {', '.join(DATASETS)}")
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set now (huggingface_hub reads it once, at import)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_offline = hub_offline
 
 
 def _hub_file(name: str, split: str) -> Path:
