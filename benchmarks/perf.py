@@ -651,7 +651,7 @@ def learner(bench: Bench) -> None:
     a no-grad forward."""
     from agents.collect import collect
     from agents.scripted import ScriptedPolicy
-    from algos.batch import pad_rows, rows_from_episodes, score_rows
+    from algos.batch import Row, pad_rows, rows_from_episodes, score_rows
     from algos.config import TrainConfig
     from algos.trainer import Trainer, assign_advantages
 
@@ -675,9 +675,9 @@ def learner(bench: Bench) -> None:
         ids, mask, targets = (t.to(device) for t in pad_rows(rows, pad))
         tokens = int(targets.sum())
 
-        def update_before() -> None:
+        def update_before(batch: list[Any] = rows) -> None:
             with full_vocabulary_logits():
-                trainer.update(rows)
+                trainer.update(batch)
 
         bench.model.train()
         t = interleaved({
@@ -688,25 +688,22 @@ def learner(bench: Bench) -> None:
             "forward": call(bare_forward, bench.model, ids, mask, targets),
         }, s.reps)
 
-        # Peak memory per trained token: the slope between half the rows and all of them, so
-        # what does not grow with the tokens (gradients, AdamW's moments) drops out.
-        half = rows[: max(1, len(rows) // 2)]
-        sides = {"after": lambda rs: trainer.update(rs), "before": lambda rs: update_before_rows(rs),
+        # Peak memory per trained token: the slope between the rows as they are and the same
+        # rows with every token trained, so the context (the decoder's activations,
+        # attention) and what does not grow at all (gradients, AdamW's moments) drop out.
+        dense = [Row(r.token_ids, np.ones_like(r.mask), r.segment, r.episode, r.group) for r in rows]
+        for row, logp in zip(dense, score_rows(bench.model, dense, pad_id=pad)):
+            row.old_logp = logp
+            row.advantages = np.linspace(-1.0, 1.0, len(logp))
+        sides = {"after": trainer.update, "before": update_before,
                  "fwd_bwd": lambda rs: plain_fwd_bwd(bench.model, *(x.to(device) for x in pad_rows(rs, pad)))}
-
-        def update_before_rows(rs: list[Any]) -> None:
-            with full_vocabulary_logits():
-                trainer.update(rs)
-
         memory: dict[str, dict[str, float]] = {}
         for name, fn in sides.items():
-            peaks = {len(rs): peak_memory(lambda fn=fn, rs=rs: fn(rs), device) for rs in (half, rows)}
-            counts = {len(rs): sum(r.num_targets for r in rs) for rs in (half, rows)}
-            (n1, p1), (n2, p2) = sorted(peaks.items())
-            slope = (p2 - p1) / max(1, counts[n2] - counts[n1])
-            memory[name] = {"peak_mb_half": p1 / 2**20, "peak_mb_all": p2 / 2**20,
-                            "trained_tokens_half": counts[n1], "trained_tokens_all": counts[n2],
-                            "mb_per_trained_token": slope / 2**20}
+            fn(dense)  # warm-up: allocations that persist (optimizer state) happen here
+            p1, p2 = (peak_memory(lambda fn=fn, rs=rs: fn(rs), device) for rs in (rows, dense))
+            n1, n2 = tokens, sum(r.num_targets for r in dense)
+            memory[name] = {"peak_mb_generated_tokens": p1 / 2**20, "peak_mb_every_token": p2 / 2**20,
+                            "trained_tokens": [n1, n2], "mb_per_trained_token": (p2 - p1) / max(1, n2 - n1) / 2**20}
         bench.model.zero_grad(set_to_none=True)
         bench.model.eval()
         if trainer.writer is not None:
@@ -721,9 +718,10 @@ def learner(bench: Bench) -> None:
     bench.add("learner.update.before_vs_after", figure(
         t["update_before"], t["update"], "Trainer.update with full-vocabulary logits / with chunked log-probs"))
     after, before, plain = (memory[k]["mb_per_trained_token"] for k in ("after", "before", "fwd_bwd"))
+    n1, n2 = memory["after"]["trained_tokens"]
     bench.add("learner.memory.mb_per_trained_token", Figure(
-        after, after, after, "peak memory per trained token of Trainer.update, MB (slope between "
-        f"{memory['after']['trained_tokens_half']} and {memory['after']['trained_tokens_all']} tokens; not a ratio)"))
+        after, after, after, f"peak memory per trained token of Trainer.update, MB (slope from {n1} to {n2} "
+        "trained tokens in the same rows; not a ratio)"))
     bench.add("learner.memory.before_vs_after", Figure(
         before / after, before / after, before / after,
         f"peak MB per trained token with full-vocabulary logits ({before:.3f}) / chunked ({after:.3f})"))
@@ -755,7 +753,9 @@ def retrieval(bench: Bench, dim: int, queries: list[str]) -> None:
     random_recall: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="mopd-perf-index-") as cache:
         for n in sizes:
+            start = time.perf_counter()
             flat = SyntheticRetriever(n, dim, seed=s.seed, index="flat")
+            bench.details.setdefault("retrieval_build_s", {})[f"flat@{n}"] = round(time.perf_counter() - start, 1)
             q = np.ascontiguousarray(flat.encoder.encode(  # (Q, dim), as search encodes them
                 [flat.query_prefix + x for x in queries], batch_size=flat.batch_size,
                 normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32)
