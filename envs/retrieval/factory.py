@@ -5,6 +5,9 @@ spec                           retriever
 =============================  ===============================================
 ``default``                    MiniLM over the synthetic world's corpus (one per
                                process; its index cached on disk)
+``words``                      :class:`~envs.retrieval.lexical.WordOverlapRetriever`
+                               over the synthetic world's corpus (nothing to
+                               load or encode: smoke runs, the ``tiny`` preset)
 ``http://...`` / ``https://``  :class:`RemoteRetriever`: a Search-R1-style server
 anything else                  :class:`DenseRetriever` over that corpus JSONL(.gz)
 =============================  ===============================================
@@ -23,17 +26,19 @@ import os
 from typing import Any
 
 DEFAULT = "default"
+WORDS = "words"
 
 
 def spec_kind(spec: str | os.PathLike) -> str:
-    """``"default"``, ``"url"`` or ``"corpus"``: which row of the table ``spec`` is (for a
-    caller that checks a setting without building the retriever). Raises ``ValueError``
-    for an empty spec."""
+    """``"default"``, ``"words"``, ``"url"`` or ``"corpus"``: which row of the table ``spec``
+    is (for a caller that checks a setting without building the retriever). Raises
+    ``ValueError`` for an empty spec."""
     spec = os.fspath(spec)
     if not spec.strip():
-        raise ValueError(f"retriever spec {spec!r}: give 'default', a corpus JSONL path or an http(s) URL")
-    if spec == DEFAULT:
-        return "default"
+        raise ValueError(f"retriever spec {spec!r}: give 'default', 'words', a corpus JSONL path or an "
+                         "http(s) URL")
+    if spec in (DEFAULT, WORDS):
+        return spec
     return "url" if spec.startswith(("http://", "https://")) else "corpus"
 
 
@@ -54,6 +59,13 @@ def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = Non
         if kwargs:
             raise ValueError(f"the default retriever takes no settings, got {sorted(kwargs)}")
         return default_retriever() if index in (None, "auto") else default_retriever(index)
+    if kind == "words":
+        if kwargs or index not in (None, "auto"):
+            raise ValueError(f"the words retriever takes no settings and no index, got "
+                             f"{sorted(kwargs) or f'index={index!r}'}")
+        from envs.retrieval.lexical import WordOverlapRetriever
+
+        return WordOverlapRetriever()
     if kind == "url":
         if index not in (None, "auto"):
             raise ValueError(f"retriever index {index!r} with the server {spec}: a server chooses its "

@@ -39,7 +39,7 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
     """The tiny base's directory (model, tokenizer and ``tiny_build.json``; loadable by
     path), built the first time and reused after. ``out_dir`` defaults to
     ``cache_dir("models", "tiny-sft-<key>")``, keyed by every setting. ``retriever``: what
-    the scripted team searches (default: :class:`~algos.recipes.tiny.retriever.WordOverlapRetriever`
+    the scripted team searches (default: :class:`~envs.retrieval.lexical.WordOverlapRetriever`
     over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`."""
     unknown = sorted(set(options) - set(BUILD_DEFAULTS))
     if unknown:
@@ -64,9 +64,9 @@ def _build(out_dir: Path, s: dict[str, Any], retriever: Any, progress: bool) -> 
     from algos.recipes.micro.episodes import WORKFLOWS, EosScripted, micro_env_fn
     from algos.recipes.micro.model import micro_model
     from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
     from algos.sft import sft
     from envs.data.synthwiki import default_world
+    from envs.retrieval.lexical import WordOverlapRetriever
 
     started = time.perf_counter()
     tokenizer = micro_tokenizer()

@@ -1,0 +1,53 @@
+"""A retriever with nothing to load: passages ranked by the words they share with the query
+(``make_retriever("words")``, the ``tiny`` preset's retriever).
+
+Smoke tests, CI and the tiny preset use it so that they never wait on a sentence encoder
+(MiniLM over the synthetic corpus takes about a minute to encode on two busy cores, once per
+process that has no cached index). It speaks the ``Retriever`` protocol
+(``search(queries, top_k) -> list[list[Passage]]``) and pickles, so a Ray actor can hold it.It knows no synonyms: a stand-in for tests and smoke runs, not a benchmark retriever."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envs.retrieval.passage import Passage
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+class WordOverlapRetriever:
+    """Scores a passage by the inverse-document-frequency weighted count of the query's
+    distinct words it contains (ties: corpus order). ``corpus``: FlashRAG rows
+    (``{"id", "contents"}``) or Passages; default: the default synthetic world's."""
+
+    def __init__(self, corpus: Sequence[Mapping[str, Any] | Passage] | None = None):
+        if corpus is None:
+            from envs.data.synthwiki import default_world
+
+            corpus = default_world().corpus
+        self.passages = [p if isinstance(p, Passage) else Passage.from_row(p) for p in corpus]
+        self.index: dict[str, list[int]] = {}
+        for i, p in enumerate(self.passages):
+            for w in set(_words(f"{p.title} {p.text}")):
+                self.index.setdefault(w, []).append(i)
+        n = max(len(self.passages), 1)
+        self.idf = {w: float(n / len(ids)) ** 0.5 for w, ids in self.index.items()}
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
+        out = []
+        for q in queries:
+            score: Counter[int] = Counter()
+            for w in set(_words(q)):
+                for i in self.index.get(w, ()):
+                    score[i] += self.idf[w]
+            best = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+            out.append([Passage(p.id, p.title, p.text, float(s))
+                        for p, s in ((self.passages[i], s) for i, s in best)])
+        return out
