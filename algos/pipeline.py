@@ -14,6 +14,7 @@ from typing import Any
 
 from algos.checkpoint import latest_checkpoint
 from algos.config import TrainConfig, prepare_model, preset_config
+from algos.distributed import from_env
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
 from algos.trainer import Trainer, validation_path
@@ -42,10 +43,22 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     one), restored afterwards: the thread count changes floating-point sums, so for a given
     seed and thread count the run prints the same numbers on any machine with the same
     torch, whatever its cores and load. The summary records it with the base's
-    :func:`algos.reproducible.describe_base`, and each stage's base line names them."""
-    with run_threads(threads) as n:
-        return _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
-                             retriever, n)
+    :func:`algos.reproducible.describe_base`, and each stage's base line names them.
+
+    Under ``torchrun`` every rank runs this function: rank 0 alone builds a preset's base
+    (the others wait for its path), prints, validates, writes metrics, checkpoints,
+    ``summary.json`` and the curves; each stage ends at a barrier, so Stage II finds the
+    Teacher that rank 0 saved. The other ranks return a summary without the comparison."""
+    import torch.distributed as torch_dist
+
+    owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here
+    try:
+        with run_threads(threads) as n:
+            return _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
+                                 retriever, n)
+    finally:
+        if owned_group and torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
 
 
 def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
@@ -57,10 +70,17 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     overrides = dict(overrides or {})
     summary: dict[str, Any] = {"preset": preset, "threads": threads, "stages": {}}
     bases: dict[str, dict[str, Any]] = {}
+    dist = None
     for stage in stages:
         cfg = stage_config(preset, stage, out, overrides)
-        # the settings are valid: now a preset's own model (micro's base) may be built
-        cfg = dataclasses.replace(cfg, model=prepare_model(cfg.model, progress=progress))
+        dist = from_env(cfg.device)  # None outside torchrun
+        main = dist is None or dist.is_main
+        if not main:  # rank 0 speaks for the job
+            progress, log = False, _silent
+        # the settings are valid: now a preset's own model (micro's base) may be built, by
+        # rank 0 alone (two ranks building one cache folder would race); the others take its path
+        model = prepare_model(cfg.model, progress=progress) if main else None
+        cfg = dataclasses.replace(cfg, model=model if dist is None else dist.broadcast_object(model))
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
                                     "or pass --set teacher=base")
@@ -70,13 +90,20 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
                                     f"{cfg.save_every} steps), so there is nothing to continue; move it away "
                                     f"to run the {stage} stage again")
         trainer = Trainer(cfg, resume=resume and has_checkpoint, progress=progress, retriever=retriever)
-        if cfg.model not in bases:  # hashed once: both stages usually start from one base
+        if main and cfg.model not in bases:  # hashed once: both stages usually start from one base
             bases[cfg.model] = describe_base(cfg.model)
-        base = bases[cfg.model]
+        base = bases.get(cfg.model, {})
         base_em, base_records = _base_em(trainer, cfg)
-        log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
-            f"({base_line(base, cfg.seed, threads)})")
+        if main:
+            log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
+                f"({base_line(base, cfg.seed, threads)})")
         history = trainer.train(validate_first=False)["history"]
+        if dist is not None:
+            dist.barrier()  # rank 0 has written the stage's checkpoint (Stage II's Teacher)
+        if not main:  # no validation records here: rank 0 compares
+            summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
+                                        "rank": dist.rank}
+            continue
         trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else trainer.validate()
         paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
@@ -86,6 +113,8 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
                                     "steps": trainer.step, "base_em": base_em,
                                     "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                     "val_questions": len(trainer.val_questions)}
+    if dist is not None and not dist.is_main:
+        return summary
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
     if curves:
         summary["curves_png"] = str(plot_training_curves(curves, out / "curves.png"))
@@ -93,6 +122,10 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary, indent=2))
     return summary
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    """The log of a rank other than 0."""
 
 
 def base_line(base: dict[str, Any], seed: int, threads: int) -> str:
