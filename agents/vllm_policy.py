@@ -24,6 +24,7 @@ rollout worker reseeds per question group).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -45,8 +46,11 @@ def require_vllm() -> Any:
 
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
     """Run inside vLLM's worker by ``collective_rpc``: the weights through the model's own
-    loader (it maps Hugging Face names onto vLLM's fused layers)."""
-    model = worker.model_runner.model
+    loader (it maps Hugging Face names onto vLLM's fused layers, e.g. q/k/v onto
+    ``qkv_proj``, and skips a tied ``lm_head``). ``get_model()`` where the runner has it
+    (vLLM V1's ``GPUModelRunner``), its ``model`` attribute otherwise."""
+    runner = worker.model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     model.load_weights(weights=weights)
     return len(weights)
 
@@ -73,6 +77,10 @@ class VLLMPolicy:
         self._requests = 0
         if engine is None:
             vllm = require_vllm()
+            # collective_rpc sends _load_weights_on_worker, a function of ours, to the engine's
+            # worker; vLLM V1 refuses to pickle callables to an engine process without this
+            # (an in-process engine, VLLM_ENABLE_V1_MULTIPROCESSING=0, does not need it)
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
             # the learner usually shares the GPU: the engine takes a third of it unless told
             kwargs = dict(seed=seed, enable_sleep_mode=True, **{"gpu_memory_utilization": 0.3, **engine_kwargs})
             try:  # log-probs of the distribution sampled from (vLLM >= 0.10.2)
@@ -134,7 +142,9 @@ class VLLMPolicy:
 
     def sleep(self, level: int = 1) -> None:
         """Release the engine's GPU memory (level 1: weights to CPU, KV cache dropped), e.g.
-        while the learner updates on the same GPU."""
+        while the learner updates on the same GPU. Level 2 discards the weights: only call it
+        when :meth:`load_weights` follows every :meth:`wake_up` (vLLM then has no weights of
+        its own to restore; generating before that gives garbage, vLLM issue #29341)."""
         self.engine.sleep(level=level)
         self.sleeping = True
 

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export VLLM_ENABLE_V1_MULTIPROCESSING=0   # the engine in this process: collective_rpc reaches its worker directly
+export VLLM_ALLOW_INSECURE_SERIALIZATION=1  # collective_rpc sends our weight-loading function (ours, trusted)
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh: no CUDA GPU visible')"
 python -c "import vllm" 2>/dev/null || { echo "gpu_check.sh: vLLM is not installed: pip install -e '.[vllm]'" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true

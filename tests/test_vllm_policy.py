@@ -134,6 +134,14 @@ def test_weights_go_through_vllms_loader_and_wake_the_engine(tokenizer):
     assert not policy.sleeping
 
 
+def test_the_worker_loads_into_the_runners_get_model_where_it_has_one():
+    loaded = []
+    model = SimpleNamespace(load_weights=lambda weights: loaded.extend(name for name, _ in weights))
+    runner = SimpleNamespace(get_model=lambda: model, model=None)  # vLLM V1's GPUModelRunner
+    assert _load_weights_on_worker(SimpleNamespace(model_runner=runner), [("w", 1), ("b", 2)]) == 2
+    assert loaded == ["w", "b"]
+
+
 def test_missing_vllm_names_the_install(monkeypatch, tokenizer):
     real = builtins.__import__
 
