@@ -233,3 +233,20 @@ def test_the_seed_spread_pools_paired_questions_per_seed(tmp_path):
                         "--no-progress"][-6:]
     assert f"model={tmp_path / 'seed2' / 'base'}" in train and "seed=2" in train
     assert train[train.index("--threads") + 1] == "1"
+
+
+def test_a_cached_base_made_by_other_code_is_reused_with_a_warning(tmp_path, capsys):
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    now = build.source_fingerprints()
+    assert set(now) == set(build.SOURCES) and "missing" not in now.values()
+    tok = micro_tokenizer()
+    for name, sources in (("same", now), ("other", {**now, "agents.scripted": "0" * 12})):
+        build._save_build(_tiny_model(), tok, {"settings": {}, "sources": sources},
+                          tmp_path / name)
+        (tmp_path / name / "config.json").write_text("{}")  # no circuit to declare
+        assert build.build_micro_base(tmp_path / name, retriever=object(), progress=False) == \
+            tmp_path / name
+    err = [line for line in capsys.readouterr().err.splitlines() if "micro base" in line]
+    assert len(err) == 1 and str(tmp_path / "other") in err[0]
+    assert "(agents.scripted changed since)" in err[0] and "remove the folder" in err[0]

@@ -54,6 +54,19 @@ imitate.
 What the other choices fixed: ``README.md`` in this folder.
 """
 
+SOURCES = ("agents.scripted", "agents.collect", "agents.models", "envs.protocol", "envs.team",
+           "envs.observation", "envs.data.synthwiki", "envs.retrieval.dense", "algos.sft",
+           "algos.freeze", "algos.batch", "algos.recipes.micro.episodes",
+           "algos.recipes.micro.circuit", "algos.recipes.micro.model",
+           "algos.recipes.micro.tokenizer", "algos.recipes.micro.build")
+"""The modules whose code decides the base's weights (the scripted team's play, the env's
+words, the synthetic world, the retriever, the model and its SFT). Their fingerprints are
+recorded in ``micro_build.json``; a cached base made by other code is reused with a warning
+that names the modules that changed (not rebuilt: any edit, a comment too, would cost a
+13-minute build). Measured: commit f6ac377 (policies read ``infos``) made the scripted
+Searcher write another query in 2 of the 1,400 episodes of worlds 0 and 1 (50 questions per
+style), so a base built before it and one built after it differ."""
+
 BUILD_VERSION = 2
 """Bumped when the build's code changes what it makes from the same settings (2: the thread
 count, torch and transformers versions and the CPU's kernel set joined the cache key)."""
@@ -129,6 +142,7 @@ def build_micro_base(
     out_dir = Path(out_dir)
     if _is_build(out_dir):
         _declare_frozen_circuit(out_dir)
+        _warn_if_other_code(out_dir)
         return out_dir
     with run_threads(settings["threads"]):
         _build(out_dir, settings, retriever, progress)
@@ -173,7 +187,7 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
                  context_weight=s["context_weight"], max_len=ENV["max_context_tokens"],
                  seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
     record = {
-        "settings": settings, "parameters": params, "episodes": len(episodes),
+        "settings": settings, "sources": source_fingerprints(), "parameters": params, "episodes": len(episodes),
         "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),
         "losses": losses,
         "seconds": {"collect": round(collected - started, 1),
@@ -187,6 +201,38 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     built = json.loads((out_dir / "micro_build.json").read_text())
     log(f"micro base: weights {built['weight_hash']} (seed {s['seed']}, {s['threads']} "
         f"thread{'s' if s['threads'] != 1 else ''})")
+
+
+def source_fingerprints() -> dict[str, str]:
+    """``{module: sha256 of its source file, 12 hex digits}`` for :data:`SOURCES`."""
+    import importlib.util
+
+    prints = {}
+    for name in SOURCES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        prints[name] = (hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:12]
+                        if origin and Path(origin).is_file() else "missing")
+    return prints
+
+
+def _warn_if_other_code(path: Path) -> None:
+    """One line on stderr when the cached base at ``path`` was built by other code than
+    this (a record without fingerprints, from before they were kept, says nothing)."""
+    import sys
+
+    try:
+        built = json.loads((path / "micro_build.json").read_text()).get("sources")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        built = None
+    if not isinstance(built, dict):
+        return
+    now = source_fingerprints()
+    changed = sorted(name for name in now if built.get(name) != now[name])
+    if changed:
+        print(f"micro base {path}: built by other code ({', '.join(changed)} changed since); "
+              "reused as it is, but a fresh build would differ: remove the folder to rebuild",
+              file=sys.stderr, flush=True)
 
 
 def _is_build(path: Path) -> bool:
