@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory, torch_one_thread):
+def tiny_base(torch_one_thread):
+    """The preset's own base, built in the session's cache (tests/conftest.py), where the
+    command lines run below (``--preset tiny``) find it instead of building it again."""
     from algos.recipes.tiny.build import build_tiny_base
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
 
-    return build_tiny_base(tmp_path_factory.mktemp("tiny") / "base", retriever=WordOverlapRetriever())
+    return build_tiny_base()
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +102,29 @@ def test_ray_workers_equal_one_process_and_reroll_a_dead_worker(tiny_base, word_
         ray.shutdown()
 
 
+def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base, tmp_path):
+    """The preset's own settings (seed, questions per step, temperature, retriever), step 1
+    of Stage I: some group's workflows earn different rewards, so the step has a gradient
+    (a random or under-trained tiny model writes only invalid turns: every advantage 0)."""
+    from algos.config import preset_config
+    from algos.trainer import Trainer
+
+    cfg = preset_config("tiny", stage="teacher", model=str(tiny_base), out_dir=str(tmp_path), sample_every=0)
+    assert cfg.retriever == "words"  # nothing to encode: the base was trained on this retriever's passages
+    trainer = Trainer(cfg, progress=False)
+    groups = trainer.collect_rollouts()
+    assert len(groups) == cfg.questions_per_step
+    mixed = 0
+    for group in groups:
+        for role in ("searcher", "answerer"):
+            rewards = {round(s.reward, 6) for ep in group for s in ep.segments if s.role == role}
+            mixed += len(rewards) > 1
+    assert mixed >= 1
+    metrics = trainer.learn(groups)
+    assert metrics["losses/grad_norm"] > 1e-3
+    assert metrics["losses/policy"] != 0.0
+
+
 def test_missing_ray_names_the_install(monkeypatch):
     import builtins
 
@@ -117,10 +142,19 @@ def test_missing_ray_names_the_install(monkeypatch):
         require_ray()
 
 
-def _run(args, out: Path, timeout: float = 240):
+def _run(args, out: Path, timeout: float = 400):
+    """``python ARGS`` in its own session; on a timeout the whole session is killed (torchrun's
+    ranks too: killing torchrun alone left them waiting on each other forever)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{' '.join(args)} ran past {timeout}s; its stderr ends: {stderr[-2000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _torchrun(n: int):
@@ -170,3 +204,20 @@ def test_a_failing_rank_stops_the_job_with_its_rank_and_error(tiny_base, tmp_pat
     result = _run([*_torchrun(2), script, str(tiny_base), str(tmp_path), "fail"], tmp_path, timeout=120)
     assert result.returncode != 0
     assert "rank 1 of 2 failed: ValueError: injected failure" in result.stderr
+
+
+def test_torchrun_runs_the_command_line_and_rank_0_alone_writes(tiny_base, tmp_path):
+    out = tmp_path / "run"
+    result = _run([*_torchrun(2), "-m", "algos", "train", "--preset", "tiny", "--stage", "teacher",
+                   "--set", "steps=2", "--out", str(out), "--no-progress"], out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "teacher" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1, 2]  # one writer: no row twice
+    assert [row.get("dist/world_size") for row in rows] == [None, 2.0, 2.0]
+    assert rows[1]["losses/grad_norm"] > 1e-3
+    assert result.stdout.count("[teacher] after 2 steps") == 1  # rank 0 alone speaks
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stages"]["teacher"]["steps"] == 2
+    assert (out / "teacher" / "validation" / "step_000002.jsonl").exists()
+    assert [p.name for p in sorted((out / "teacher" / "checkpoints").iterdir()) if p.name.startswith("step")] \
+        == ["step_000002"]

@@ -20,10 +20,15 @@ ENV: dict[str, int] = {
 one search each, two candidates; the smallest team in which every role acts."""
 
 TRAIN: dict[str, Any] = dict(
-    model=MODEL, steps=4, questions_per_step=4, group_size=3, learning_rate=1e-4, beta=1.0,
+    model=MODEL, steps=4, questions_per_step=8, group_size=3, learning_rate=1e-4, beta=1.0,
     temperature=1.0, minibatches=1, **ENV, train_datasets=("nq", "hotpotqa"),
     val_datasets=("nq", "hotpotqa"), val_per_dataset=4, val_temperature=0.0, eval_every=4,
-    save_every=2, max_tokens_per_batch=8192, max_row_tokens=768, generation_batch_size=64)
+    save_every=2, max_tokens_per_batch=8192, max_row_tokens=768, generation_batch_size=64,
+    retriever="words")
 """The preset's ``TrainConfig`` settings: a few small steps, sampled at temperature 1 so
 that a group's workflows differ (valid and invalid turns, right and wrong candidates) and
-the first step already has non-zero advantages."""
+the first step already has non-zero advantages: measured, step 1 had a gradient norm of
+0.15 to 0.31 for each of seeds 0-4 in both stages (8 questions per step; with 4, a step
+whose groups all had equal rewards, gradient 0, was seen). ``retriever="words"``: the
+word-overlap retriever the base was trained on, with nothing to encode (MiniLM would
+take a minute per process the first time)."""
