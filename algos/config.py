@@ -116,7 +116,7 @@ class TrainConfig:
     """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
     retriever_index: str = "auto"
     """The index of a local corpus (``envs.retrieval.make_retriever``): ``auto`` (flat below
-    50k passages, IVF above), ``flat`` (exact), ``hnsw`` or ``ivf``; a URL's server chooses."""
+    50k passages, HNSW above), ``flat`` (exact), ``hnsw`` or ``ivf``; a URL's server chooses."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra SearchTeam keyword arguments."""
 

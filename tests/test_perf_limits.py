@@ -204,7 +204,7 @@ def test_index_kind_is_a_setting_with_an_automatic_default(tmp_path, monkeypatch
     rows = [{"id": str(i), "contents": f"T{i}\ntext {i}"} for i in range(200)]
     assert RandomVectors(rows, cache_dir=tmp_path).index_kind == "flat"
     monkeypatch.setattr(dense, "AUTO_APPROXIMATE_FROM", 150)
-    assert RandomVectors(rows, cache_dir=tmp_path).index_kind == "ivf"
+    assert RandomVectors(rows, cache_dir=tmp_path).index_kind == "hnsw"
     assert RandomVectors(rows, cache_dir=tmp_path, index="flat").index_kind == "flat"
     with pytest.raises(ValueError, match="a server chooses its own index"):
         make_retriever("http://localhost:1", index="hnsw")

@@ -7,12 +7,14 @@ contents) and the encoder, so building the same retriever twice encodes once:
     <cache_dir>/<key>/embeddings.npy         key = hash(corpus, encoder, passage prefix, pooling)
     <cache_dir>/<key>/<kind and params>.faiss  (HNSW and IVF only; flat is the embeddings)
 
-Index kinds: ``flat`` (exact), ``hnsw`` (M=32, graph search; slow to build on a CPU) and
-``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe`` of them searched; builds in seconds), and
-``auto`` (the default): flat below ``AUTO_APPROXIMATE_FROM`` passages, IVF from there
-(measured with ``python -m benchmarks perf``, docs/performance.md: at 50k passages a flat
-scan of 32 queries already costs several times their encoding). The encoder is loaded once per process and shared by every retriever
-(several env copies usually run in one process).
+Index kinds: ``flat`` (exact), ``hnsw`` (M=32, graph search; minutes to build on a CPU,
+once: it is cached) and ``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe`` of them searched;
+builds in seconds, but at 1M passages 16 lists are 1.6% of them, where its recall@3 on
+MiniLM embeddings measured about 0.5), and ``auto`` (the default): flat below
+``AUTO_APPROXIMATE_FROM`` passages, HNSW from there (docs/performance.md: at 50k passages
+a flat scan of 32 queries already costs several times their encoding). The encoder is
+loaded once per process and shared by every retriever (several env copies usually run in
+one process).
 
 wiki-18 scale (21M passages): pass a prebuilt faiss index (``index_file=``, e.g.
 Search-R1's ``e5_Flat.index``), read memory-mapped, and the corpus is read lazily by byte
@@ -55,7 +57,7 @@ from envs.retrieval.passage import CorpusSource, Passage, load_corpus
 log = logging.getLogger(__name__)
 
 INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")
-AUTO_APPROXIMATE_FROM = 50_000  # passages; "auto" builds IVF from here, flat below
+AUTO_APPROXIMATE_FROM = 50_000  # passages; "auto" builds HNSW from here, flat below
 POOLINGS = ("auto", "model", "mean", "cls")
 SEARCH_R1_MAX_LENGTH = 256  # Search-R1's retrieval_query_max_length for its e5 encoder
 HNSW_M = 32
@@ -222,7 +224,7 @@ class DenseRetriever:
     Args:
         corpus: a JSONL(.gz) path, or an iterable of ``{"id", "contents"}`` rows or Passages.
         encoder: a sentence-transformers model id or path; None = the bundled all-MiniLM-L6-v2.
-        index: ``"auto"`` (flat below ``AUTO_APPROXIMATE_FROM`` passages, IVF from
+        index: ``"auto"`` (flat below ``AUTO_APPROXIMATE_FROM`` passages, HNSW from
             there), ``"flat"``, ``"hnsw"`` or ``"ivf"``, built (and cached) from the encoded
             corpus. IVF needs at least ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages,
             and falls back to flat (with a warning) below that; ``self.index_kind`` says
@@ -372,7 +374,7 @@ class DenseRetriever:
 
     def _effective_kind(self, kind: str) -> str:
         if kind == "auto":
-            kind = "ivf" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
+            kind = "hnsw" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
         if kind == "ivf" and self._ivf_lists() < IVF_MIN_LISTS:
             warnings.warn(
                 f"{len(self.passages)} passages are too few to train an IVF index "

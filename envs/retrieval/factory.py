@@ -15,7 +15,7 @@ anything else                  :class:`DenseRetriever` over that corpus JSONL(.g
 The trainer's ``retriever`` setting, the benchmark suite's ``--corpus`` and
 ``--retriever-url`` and the env's default all come through here. The index kind is one
 setting beside the spec (``index=``, the trainer's ``retriever_index``): ``auto`` (flat
-below ``envs.retrieval.dense.AUTO_APPROXIMATE_FROM`` passages, IVF from there), ``flat``,
+below ``envs.retrieval.dense.AUTO_APPROXIMATE_FROM`` passages, HNSW from there), ``flat``,
 ``hnsw`` or ``ivf``. A server chooses its own index (``serve --index``).
 """
 
