@@ -141,7 +141,14 @@ def from_env(device: str = "cpu") -> Dist | None:
 
 def fully_shard_model(model: Any) -> Any:
     """FSDP2: shard each decoder layer, then the whole model, over the default process group
-    (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place)."""
+    (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place).
+
+    Runs on CPU with gloo (torch 2.13; ``tests/scaleout_fsdp_step.py`` checks a step against
+    one process). The reduce-scatter *averages* the ranks' gradients: a rank whose loss is
+    divided by the whole batch's token count multiplies it by the world size to get the
+    one-process gradient (summing instead, ``set_gradient_divide_factor(1)``, needs a
+    PREMUL_SUM reduction that gloo refuses). Every rank must run the same number of
+    forwards and backwards: each one gathers or scatters parameters collectively."""
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError as err:  # torch < 2.6

@@ -88,8 +88,9 @@ class Trainer:
         self.config = cfg = config
         self.dist = D.from_env(cfg.device)  # None outside torchrun
         if cfg.fsdp:
-            raise NotImplementedError("fsdp=true: FSDP2 sharding is not wired into the Trainer yet "
-                                      "(algos.distributed.fully_shard_model exists); run without it (DDP)")
+            raise NotImplementedError("fsdp=true: FSDP2 runs (algos.distributed.fully_shard_model; a step equals "
+                                      "one process's on CPU with gloo) but the Trainer is not wired to it yet (see "
+                                      "docs/scaleout.md); run without it: the gradients are all-reduced (DDP)")
         self.is_main = self.dist is None or self.dist.is_main  # rank 0 writes metrics and checkpoints
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)

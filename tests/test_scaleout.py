@@ -221,3 +221,24 @@ def test_torchrun_runs_the_command_line_and_rank_0_alone_writes(tiny_base, tmp_p
     assert (out / "teacher" / "validation" / "step_000002.jsonl").exists()
     assert [p.name for p in sorted((out / "teacher" / "checkpoints").iterdir()) if p.name.startswith("step")] \
         == ["step_000002"]
+
+
+def test_fsdp2_runs_on_cpu_and_its_step_equals_one_process(tmp_path):
+    """FSDP2 (``fully_shard``) over 2 gloo ranks, rows split by tokens, the loss a global
+    token-mean: the gradient norm and the updated weights equal the one-process step."""
+    import torch
+
+    script = str(ROOT / "tests" / "scaleout_fsdp_step.py")
+    one, two = tmp_path / "one", tmp_path / "two"
+    r1 = _run([script, str(one)], one)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _run([*_torchrun(2), script, str(two)], two)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    m1, m2 = (json.loads((d / "step.json").read_text()) for d in (one, two))
+    assert (m1["world"], m2["world"]) == (1, 2)
+    assert m1["grad_norm"] > 0.1
+    assert m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-5)
+    w1, w2 = (torch.load(d / "weights.pt", weights_only=True) for d in (one, two))
+    assert w1.keys() == w2.keys()
+    for name, a in w1.items():
+        assert float((w2[name] - a).norm()) <= 1e-5 * float(a.norm()), name
