@@ -148,7 +148,8 @@ def _dispatch(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="Stage I (teacher), Stage II (team), or both in order")
     t.add_argument("--stage", choices=["teacher", "team"], default=None, help="default: both, in order")
-    t.add_argument("--preset", choices=sorted(PRESETS), default="micro")
+    t.add_argument("--preset", choices=sorted(PRESETS), default="micro",
+                   help="settings and model (default micro: a 5M-parameter team trained on CPU)")
     t.add_argument("--out", default=None, help="run directory (default runs/<preset>)")
     t.add_argument("--teacher", default=None, help="Stage II Teacher: a Stage-I run/checkpoint, or 'base'")
     t.add_argument("--signal", choices=SEARCHER_SIGNALS, default=None,

@@ -377,7 +377,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="intra-op threads per process (default 1: on a busy machine one thread per process "
                              "is faster than two that wait on each other; try 2 on an idle 2-core machine with --jobs 1)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def seeds_of(args: argparse.Namespace) -> list[int]:

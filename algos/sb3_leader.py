@@ -171,12 +171,12 @@ def _env_overrides(pairs: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m algos train-leader-sb3", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", choices=ALGOS, default="ppo")
+    parser.add_argument("--algo", choices=ALGOS, default="ppo", help="stable-baselines3 algorithm (default ppo)")
     parser.add_argument("--timesteps", type=int, default=8192, help="Leader decisions to train on")
     parser.add_argument("--others", default="scripted", help="policy spec of the Searchers and Answerers")
     parser.add_argument("--decompose", default="scripted", help="policy spec that proposes the sub-tasks")
-    parser.add_argument("--out", default="runs/sb3_leader")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/sb3_leader", help="where the Leader is saved (default runs/sb3_leader)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds SB3, the env and the questions (default 0)")
     parser.add_argument("--search-cost", type=float, default=0.0, help="subtracted from the reward per search")
     parser.add_argument("--train-per-dataset", type=int, default=40, help="train-split questions per dataset")
     parser.add_argument("--eval-per-dataset", type=int, default=10, help="dev-split questions per dataset")

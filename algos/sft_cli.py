@@ -59,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-search", type=float,
                         help="--preset micro: share of Searcher tasks the imitated scripted team "
                              "reports on without searching (default 0.6; 0: a team that always searches)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the shuffling and the model (default 0)")
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 

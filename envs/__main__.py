@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     step.add_argument("--seed", type=int, default=0, help="seeds the question draw (default 0)")
     info.add_argument("--mode", default="turn", choices=["turn", "token"],
                       help="step mode: an action is a whole turn (default) or one token")
-    sub.add_parser("data", help="synth | show (see python -m envs data --help)")
+    sub.add_parser("data", help=f"synth | show (see {prog} data --help)")
     for package in PACKAGES:
         sub.add_parser(package, add_help=False, help=f"the same as python -m {package} (see its --help)")
     args = parser.parse_args(argv)
