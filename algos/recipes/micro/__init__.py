@@ -8,6 +8,7 @@
 - ``episodes``: the scripted team's episodes the base imitates;
 - ``measure``: team statistics and the Searchers' skip probability;
 - ``build``: the SFT-warmed base, built once and cached.
+- ``seeds``: the spread over seeds (a base per seed, both stages, pooled summaries).
 
 Notes and measurements: ``README.md`` in this folder. ``algos.micro`` re-exports the public
 names.
