@@ -24,8 +24,8 @@ def main() -> int:
     from agents.ray_rollout import collect_groups
     from algos.config import preset_config
     from algos.distributed import from_env
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
     from algos.trainer import Trainer
+    from envs.retrieval.lexical import WordOverlapRetriever
 
     base, out = sys.argv[1], Path(sys.argv[2])
     if sys.argv[3:] == ["fail"]:

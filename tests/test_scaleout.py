@@ -125,6 +125,20 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
     assert metrics["losses/policy"] != 0.0
 
 
+def test_the_words_retriever_spec_needs_nothing_encoded_and_takes_no_index():
+    from envs.retrieval.factory import make_retriever, spec_kind
+    from envs.retrieval.lexical import WordOverlapRetriever
+
+    assert spec_kind("words") == "words"
+    retriever = make_retriever("words")
+    assert isinstance(retriever, WordOverlapRetriever)
+    # the passage about the question's entity comes first: its title shares the most rare words
+    title = retriever.passages[0].title
+    assert retriever.search([f"Where was {title} born?"], top_k=1)[0][0].title == title
+    with pytest.raises(ValueError, match="words retriever takes no settings"):
+        make_retriever("words", index="hnsw")
+
+
 def test_missing_ray_names_the_install(monkeypatch):
     import builtins
 
