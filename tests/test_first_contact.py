@@ -75,21 +75,23 @@ def test_check_policy_passes_what_can_be_built_here():
 # --------------------------------------------------------------------------- 23.4: envs step
 
 
-def _step(monkeypatch, capsys, lines: list[str], *args: str) -> tuple[int, str]:
+def _step(monkeypatch, capsys, retriever, lines: list[str]) -> tuple[int, str]:
+    """``python -m envs step`` on the keyword world (seconds, where MiniLM takes a minute),
+    the typed lines fed on stdin."""
     from envs.__main__ import main
 
+    monkeypatch.setattr("envs.search_team.default_retriever", lambda: retriever)
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
-    status = main(["step", "--workflow", "cascade", "--question", "Who directed A Voyage for Fluskan?",
-                   *args])
+    status = main(["step", "--workflow", "cascade", "--question", "Where was Velmora Quist born?"])
     return status, capsys.readouterr().out
 
 
-def test_envs_step_explains_itself_and_takes_the_human_commands(monkeypatch, capsys):
-    status, out = _step(monkeypatch, capsys, [
+def test_envs_step_explains_itself_and_takes_the_human_commands(monkeypatch, capsys, retriever):
+    status, out = _step(monkeypatch, capsys, retriever, [
         ":help", ":ctx", ":all Nobody",  # none is a turn; :all is for Answerers only
-        "<search>A Voyage for Fluskan director</search>",
-        "<summary>Directed by Debra Tilell.</summary>",
-        "<answer>Debra Tilell</answer>",
+        "<search>Velmora Quist born</search>",
+        "<summary>Born in Port Velm.</summary>",
+        "<answer>Port Velm</answer>",
         ":all Someone Else",  # answerer_1 to answerer_4
     ])
     assert status == 0
@@ -101,16 +103,16 @@ def test_envs_step_explains_itself_and_takes_the_human_commands(monkeypatch, cap
     assert ":all is for Answerers; searcher_0 is a searcher" in out
     assert out.count("You are a Searcher.") == 2  # its prompt at its first turn, and :ctx
     assert out.count("You are the Answerer.") == 1  # a later agent's prompt, shown once
-    assert "Doc 1(Title: A Voyage for Fluskan)" in out  # what the search brought back
+    assert "Doc 1(Title: Velmora Quist) Velmora Quist was born in Port Velm" in out  # the search's passages
     assert "(the same context as answerer_0)" in out
     assert out.count("(:all)") == 3  # answerer_2..4 answered without asking
-    assert "Candidates: ['Debra Tilell', 'Someone Else', 'Someone Else', 'Someone Else', 'Someone Else']" in out
+    assert "Candidates: ['Port Velm', 'Someone Else', 'Someone Else', 'Someone Else', 'Someone Else']" in out
 
 
-def test_envs_step_leaves_on_quit_and_on_end_of_input(monkeypatch, capsys):
-    status, out = _step(monkeypatch, capsys, [":quit"])
+def test_envs_step_leaves_on_quit_and_on_end_of_input(monkeypatch, capsys, retriever):
+    status, out = _step(monkeypatch, capsys, retriever, [":quit"])
     assert status == 0 and "(left before the end of the episode)" in out and "Candidates" not in out
-    status, out = _step(monkeypatch, capsys, ["<search>x</search>"])
+    status, out = _step(monkeypatch, capsys, retriever, ["<search>x</search>"])
     assert status == 1 and "(end of input before the end of the episode)" in out
 
 
