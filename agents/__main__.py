@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.collect import collect
-from agents.registry import make_policy
+from agents.registry import check_policy, make_policy
 from agents.router import RoleRouter
 from agents.simple import HumanPolicy, last_user_message
 from envs.episode import Episode, load_episodes, save_episodes
@@ -225,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--max-turn-tokens", type=int, default=256, help="per-turn token budget")
     d.add_argument("--seed", type=int, default=0, help="seeds the env and the policy (default 0)")
     args = parser.parse_args(argv)
+    for option in ("policy", "leader", "searcher", "answerer"):  # before the env or a model loads
+        try:
+            check_policy(getattr(args, option, None) or "scripted")
+        except ValueError as err:
+            print(f"python -m agents: error: --{option} {err}", file=sys.stderr)
+            return 2
     if args.command == "play":
         try:
             play(args)

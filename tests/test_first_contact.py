@@ -60,6 +60,17 @@ def test_run_refuses_in_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch
     assert not (tmp_path / "results").exists()  # before: an empty results/x was left behind
 
 
+def test_agents_play_refuses_a_policy_in_one_line(monkeypatch, capsys):
+    from agents.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["play", "--leader", "scripted", "--searcher", "hf:nobody-here/no-such-model-23"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("python -m agents: error: --searcher hf:nobody-here/no-such-model-23: not a local path, "
+                   "and the hub is offline (HF_HUB_OFFLINE) with no cached copy; give a model directory, "
+                   "or hf:smollm2 offline\n")
+
+
 def test_check_policy_passes_what_can_be_built_here():
     from agents.registry import check_policy
 
