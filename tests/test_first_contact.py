@@ -344,3 +344,23 @@ def test_install_prints_one_line_per_step(tmp_path):
     assert "torch" in lines[0] and "offline models" in lines[2] and "mopd 9.9.9" in lines[3]
     pip = calls.read_text().splitlines()
     assert len(pip) == 3 and pip[0].endswith("torch==2.13.0") and "--no-deps" in pip[2]
+
+
+def test_expected_checker_warnings_are_silenced_and_real_ones_kept():
+    tomllib = pytest.importorskip("tomllib")
+    from _pytest.config import parse_warning_filter
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for line in config["tool"]["pytest"]["ini_options"]["filterwarnings"]:
+            warnings.filterwarnings(*parse_warning_filter(line, escape=False))
+        for message, module in [
+            ("\x1b[33mWARN: No render fps was declared in the environment (env.metadata['render_fps'] is None "
+             "or not defined), rendering may occur at inconsistent fps.\x1b[0m", "gymnasium.utils.passive_env_checker"),
+            ("Observation is not a NumPy array", "pettingzoo.test.api_test"),
+            ("Observation is not a NumPy array", "envs.search_team"),  # kept: only the checker's is expected
+            ("a real problem", "envs.search_team"),
+        ]:
+            warnings.warn_explicit(message, UserWarning, f"{module}.py", 1, module=module)
+    assert [str(w.message) for w in caught] == ["Observation is not a NumPy array", "a real problem"]
