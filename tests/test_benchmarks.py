@@ -85,7 +85,7 @@ def test_trainer_env_and_suite_retrievers_come_from_the_one_factory(tmp_path, mo
         build_retriever(str(tmp_path), None, None)
     with pytest.raises(FileNotFoundError):
         make_retriever(tmp_path / "no-corpus.jsonl")
-    with pytest.raises(ValueError, match="'default', a corpus JSONL path or an http"):
+    with pytest.raises(ValueError, match="'default', 'words', a corpus JSONL path or an http"):
         make_retriever(" ")
 
 
