@@ -175,12 +175,12 @@ class Trainer:
     # ------------------------------------------------------------------ setup
 
     def env_fn(self, workflow: str | None = None, questions: Sequence[Any] | None = None):
-        from envs import search_team_v0
+        """A function that makes one env of this run (``envs.env_fn``, the one factory)."""
+        from envs import env_fn
 
-        kwargs = dict(workflow=workflow or self.config.workflow, tokenizer=self.tokenizer,
+        return env_fn(workflow=workflow or self.config.workflow, tokenizer=self.tokenizer,
                       retriever=self.retriever, questions=questions or self.train_questions,
                       **self.config.env_shape())
-        return lambda: search_team_v0.raw_env(**kwargs)
 
     # ------------------------------------------------------------------ the loop
 
@@ -522,6 +522,7 @@ def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row],
         "team/invalid_rate": sum(ep.invalid_turns for ep in eps) / max(1, sum(ep.turns for ep in eps)),
         "team/output_tokens": sum(ep.output_tokens for ep in eps) / n,
         "team/input_tokens": sum(ep.input_tokens for ep in eps) / n,
+        "team/search_failures": sum(ep.search_failures for ep in eps) / n,
     }
     for role in rules:
         values = [s.reward for ep in eps for s in ep.segments if s.role == role]

@@ -32,3 +32,22 @@ def test_unknown_stage_signal_and_role_say_what_is_known():
         rules_for("team", "judge")
     with pytest.raises(ValueError, match=r"no role rule for role 'leader' in stage 'teacher'.*algos/roles.py"):
         rule_of(rules_for("teacher"), "leader")
+
+
+def test_rollout_metrics_average_per_workflow_and_read_roles_from_the_table():
+    from algos.trainer import rollout_metrics
+    from envs.episode import Episode, Segment
+
+    def episode(searches, failures, em, turns, invalid):
+        ep = Episode(question={"id": "q"}, workflow="hierarchical", num_searches=searches,
+                     search_failures=failures, team_em=em, turns=turns, invalid_turns=invalid)
+        ep.segments = [Segment(agent="leader_0", role="leader", wave=-1, reward=0.9 * em)]
+        return ep
+
+    groups = [[episode(2, 1, 1.0, 4, 1), episode(0, 0, 0.0, 6, 0)], [episode(4, 3, 1.0, 10, 3)]]
+    m = rollout_metrics(groups, [])
+    assert m["team/searches_per_workflow"] == pytest.approx(2.0)
+    assert m["team/search_failures"] == pytest.approx(4 / 3)  # failed searches per workflow
+    assert m["team/invalid_rate"] == pytest.approx(4 / 20)  # invalid turns over all turns
+    assert m["team/em"] == pytest.approx(2 / 3)
+    assert m["reward/leader"] == pytest.approx(0.6) and "reward/searcher" not in m
