@@ -41,9 +41,9 @@ def resolve_model(name: str) -> str:
     """The directory of ``tiny`` (built if needed), of an already built ``micro`` base (the
     newest; never built here: that takes minutes), or ``name`` itself (a directory)."""
     if name == "tiny":
-        from algos.recipes.tiny.build import build_tiny_base
+        from algos.config import prepare_model
 
-        return str(build_tiny_base())
+        return prepare_model("tiny")
     if name == "micro":
         from envs.paths import cache_dir
 
@@ -72,18 +72,19 @@ def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: 
 
     from agents.models import load_causal_lm
     from agents.ray_rollout import RayRolloutPool, require_ray
-    from algos.recipes.tiny.settings import ENV
+    from algos.config import preset_config
     from envs.retrieval.lexical import WordOverlapRetriever
 
+    env_shape = preset_config("tiny", stage="teacher").env_shape()
     ray = require_ray()
     torch.set_num_threads(1)
     if not ray.is_initialized():  # both pools live at once: room for 1 + 2 one-CPU workers
         ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     model, tok = load_causal_lm(model_dir)
     qs = _questions(questions)
-    kwargs = dict(model=model, tokenizer=tok, env_kwargs=dict(workflow="cascade", **ENV),
+    kwargs = dict(model=model, tokenizer=tok, env_kwargs=dict(workflow="cascade", **env_shape),
                   retriever=WordOverlapRetriever(), threads=1,
-                  policy_kwargs=dict(temperature=1.0, max_new_tokens=ENV["max_turn_tokens"], batch_size=64))
+                  policy_kwargs=dict(temperature=1.0, max_new_tokens=env_shape["max_turn_tokens"], batch_size=64))
     pools = {n: RayRolloutPool(n, **kwargs) for n in (1, 2)}
     try:
         for pool in pools.values():  # warm-up: each worker fetches the weights, imports, allocates
