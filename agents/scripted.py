@@ -646,7 +646,12 @@ class ScriptedPolicy:
         task = info["task"].strip()
         plan = parse_question(task)
         searches = _docs(info.get("passages", ()))
-        queries = list(info.get("queries", ()))
+        # A query is "already asked" only if written character for character the same
+        # (spaces inside the tags kept), as the prompt-reading Searcher compared it before
+        # f6ac377: a team that writes ``<search> q</search>`` (the micro recipe's spaced
+        # tags) asks ``q`` again when the first search did not resolve it. The micro base's
+        # SFT episodes were made that way; deduplicating on the stripped query changes them.
+        asked = list(info.get("written_queries", info.get("queries", ())))
         seen, sents = set(), []
         for docs in searches:
             for d in docs:
@@ -670,7 +675,7 @@ class ScriptedPolicy:
             candidates = ([" ".join(asks)] if len(asks) > 1 else []) + [
                 q for (entity, rel), ask in zip(hops_next, asks)
                 for q in (ask, f"{entity} {RELATIONS[rel].keywords}".strip())]
-            query = next((q for q in candidates if q not in queries), None)
+            query = next((q for q in candidates if q not in asked), None)
             if query is not None:
                 return f"<search>{query}</search>"
         return f"<summary>{self._summary(progress, sents, max_chars)}</summary>"

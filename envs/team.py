@@ -164,6 +164,8 @@ class TeamEpisode:
         """Each live Searcher's passages, one list per delivered search."""
         self.queries: dict[str, list[str]] = {}
         """Each live Searcher's search queries so far."""
+        self.written_queries: dict[str, list[str]] = {}
+        """The same queries exactly as the Searcher wrote them between its tags."""
         self._prompts = system_prompts(config)
         if config.workflow == "hierarchical":
             self._start("leader_0", -1, self.question.question,
@@ -255,7 +257,8 @@ class TeamEpisode:
         Leader: ``reports`` ``[(number, sub-task, report, wave)]`` handed back so far,
         ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; Searcher:
         ``passages`` (one list per search delivered, as the retriever gave them),
-        ``queries`` (its searches so far), ``max_searches``; Answerer: ``evidence``
+        ``queries`` (its searches so far), ``written_queries`` (the same, exactly as written
+        between the tags, spaces kept), ``max_searches``; Answerer: ``evidence``
         ``[(number, report)]`` of the selected reports (empty reports left out).
         """
         role = P.role_of(agent)
@@ -272,7 +275,9 @@ class TeamEpisode:
                         turns_left=max(0, cfg.leader_turns - turns))
         elif role == P.SEARCHER:
             view.update(passages=[list(ps) for ps in self.passages.get(agent, [])],
-                        queries=list(self.queries.get(agent, [])), max_searches=cfg.max_searcher_turns - 1,
+                        queries=list(self.queries.get(agent, [])),
+                        written_queries=list(self.written_queries.get(agent, [])),
+                        max_searches=cfg.max_searcher_turns - 1,
                         turns_left=max(0, cfg.max_searcher_turns - turns))
         else:
             view.update(evidence=[(n, ep.reports[n - 1].strip()) for n in ep.selection
@@ -307,6 +312,7 @@ class TeamEpisode:
             self.awaiting.remove(agent)
             self.pending[agent] = parsed.text
             self.queries[agent].append(parsed.text)
+            self.written_queries[agent].append(parsed.written)
             return TurnResult("search", query=parsed.text)
         if parsed.kind == "summary":
             self._finish_searcher(agent, seg, parsed.text, valid=True)
@@ -409,7 +415,7 @@ class TeamEpisode:
         seg.append(self._fit_prompt(self._prompts[role], user), generated=False)
         self.live[agent] = seg
         if role == P.SEARCHER:
-            self.passages[agent], self.queries[agent] = [], []
+            self.passages[agent], self.queries[agent], self.written_queries[agent] = [], [], []
         self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 
