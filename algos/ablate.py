@@ -168,23 +168,6 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a finished run's record ({err})") from None
 
 
-def set_threads(threads: int) -> None:
-    """Use ``threads`` intra-op threads in this process (torch, and faiss when loaded). On a
-    busy machine one thread per process is faster: two threads on two shared cores wait on
-    each other (docs/performance.md). Set before torch is first imported (a worker
-    process), the environment variables cover OpenMP's own start too."""
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-    try:
-        import faiss  # the dense retriever's index search
-    except ImportError:
-        return
-    faiss.omp_set_num_threads(threads)
-
-
 def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retriever: Any = None) -> dict[str, Any]:
     """Train one run to ``config.steps`` with a validation before the first step, every
     ``eval_every`` steps and after the last; returns what :data:`RUN_FILE` records of it
@@ -217,7 +200,6 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
     if state == "restart":  # nothing to continue from: what it left would mix into the new run
         log(f"[{run.name}] stopped before its first checkpoint; starting it again")
         shutil.rmtree(run.out_dir)
-    set_threads(threads)
     log(f"[{run.name}] {'resuming' if state == 'resume' else 'starting'} ({threads} thread(s))")
     start = time.perf_counter()
     result = train(run.config, resume=state == "resume", progress=progress, retriever=retriever)
@@ -234,11 +216,13 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
 
 
 def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
-    """A worker process's run: its output goes to ``seed<S>/<variant>.log`` (beside the
-    run's directory, which a restart removes), no progress bars."""
-    set_threads(threads)
+    """A worker process's run on ``threads`` threads: its output goes to
+    ``seed<S>/<variant>.log`` (beside the run's directory, which a restart removes), no
+    progress bars."""
+    from algos.reproducible import run_threads
+
     run.out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(run.out_dir.parent / f"{run.variant}.log", "a", encoding="utf-8") as f:
+    with open(run.out_dir.parent / f"{run.variant}.log", "a", encoding="utf-8") as f, run_threads(threads):
         sys.stdout = sys.stderr = f
         return execute(run, train=train, threads=threads, progress=False,
                        log=lambda line: print(line, flush=True))
@@ -251,25 +235,38 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     """Run (or finish) every run of the ablation; returns the plan with each run's record
     and writes it to ``<out>/ablation.json``.
 
-    ``threads``: intra-op threads per process. ``jobs``: runs at once, each in its own
+    ``threads``: torch's and faiss's intra-op threads in every process, the base's build
+    included (:func:`algos.reproducible.run_threads`: a run repeats bit for bit at the same
+    count; on a busy machine one thread per process is also the faster choice, two threads
+    on two shared cores wait on each other). ``jobs``: runs at once, each in its own
     process (a seed's variants wait for its Teacher); with 1 every run is in this process.
     ``train``: the per-run trainer (:func:`train_run`; tests give a fake, which must be a
     module-level function when ``jobs > 1``). ``retriever``: used by every run instead of
     the config's (tests; ``jobs=1`` only)."""
     if retriever is not None and jobs > 1:
         raise ValueError("a retriever object cannot be shared with worker processes: use jobs=1")
-    from algos.config import prepare_model
+    from algos.reproducible import run_threads
 
     out = Path(out)
     runs, plan = check_ablation(preset, out, seeds, variants, overrides, threads=threads, jobs=jobs)
     out.mkdir(parents=True, exist_ok=True)
+    with run_threads(threads):
+        return _run_all(runs, plan, out, train=train, threads=threads, jobs=jobs, progress=progress,
+                        log=log, retriever=retriever)
+
+
+def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn, threads: int, jobs: int,
+             progress: bool, log: Callable[[str], None], retriever: Any) -> dict[str, Any]:
+    from algos.config import prepare_model
+    from algos.reproducible import describe_base
+
     todo = [r for r in runs if run_state(r) != "done"]
     if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
-        set_threads(threads)
         models = {r.config.model for r in todo}
         prepared = {m: prepare_model(m, progress=progress) for m in models}
         runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model]))
                 for r in runs]
+        plan["bases"].update({m: describe_base(p) for m, p in prepared.items()})  # which base: its weights' hash
     start = time.perf_counter()
     records: dict[str, dict[str, Any]] = {}
 
@@ -344,7 +341,8 @@ def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants:
         raise ValueError(f"threads={threads} and jobs={jobs} must be >= 1")
     runs = plan_runs(preset, out, seeds, variants, overrides)
     plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),  # as JSON reads it back
-            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs, "runs": {}}
+            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs,
+            "bases": {}, "runs": {}}
     path = Path(out) / "ablation.json"
     if not path.exists():
         return runs, plan
@@ -355,6 +353,7 @@ def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants:
     if old.get("preset") != plan["preset"] or old.get("overrides") != plan["overrides"]:
         raise ValueError(f"{path} was run with preset {old.get('preset')!r} and settings {old.get('overrides')}, "
                          f"not {plan['preset']!r} and {plan['overrides']}: give another --out")
+    plan["bases"] = dict(old.get("bases") or {})  # the finished runs' base, kept when nothing is left to build
     return runs, plan
 
 
@@ -374,8 +373,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="any TrainConfig setting for every run, as in python -m algos train")
     parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads per process (default 1: on a busy machine one thread per process "
-                             "is faster than two that wait on each other; try 2 on an idle 2-core machine with --jobs 1)")
+                        help="intra-op threads per process, the base's build included (default 1: on a busy machine "
+                             "one thread per process is faster than two that wait on each other; try 2 on an idle "
+                             "2-core machine with --jobs 1; numbers repeat bit for bit at the same count)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

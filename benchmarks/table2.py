@@ -124,6 +124,7 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     table: dict[str, Any] = {
         "preset": plan.get("preset"), "overrides": plan.get("overrides", {}),
         "seeds": sorted({s for v in variants for s in runs[v]}), "variants": variants,
+        "bases": plan.get("bases", {}),
         "reference": REFERENCE, "ci": {"confidence": 0.95, "n_resamples": n_resamples, "seed": seed,
                                        "unit": "question (its seeds pooled), resampled within each dataset"},
         "rows": {}, "teachers": {}, "runs": {},
@@ -183,8 +184,10 @@ def markdown(table: Mapping[str, Any]) -> str:
     seeds = table["seeds"]
     head = ["Variant", "Searcher signal", "Teacher", f"avg@{k}", f"pass@{k}", f"all-{k}",
             "vs opd [95% CI]", "searches", "invalid turns", "invalid rate (train)", "in tok", "out tok"]
+    hashes = sorted({str(b.get("weight_hash")) for b in table.get("bases", {}).values()})
     lines = [f"Validation on the same held-out questions, mean over seeds {seeds} "
-             f"(preset {table.get('preset')}); accuracy in points, costs per workflow.", "",
+             f"(preset {table.get('preset')}, base weights {', '.join(hashes) or 'unrecorded'}); "
+             "accuracy in points, costs per workflow.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v, r in rows.items():
         ci = r.get("vs_opd")

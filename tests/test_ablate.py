@@ -251,9 +251,16 @@ def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs,
         assert record["steps"] == 1 and record["final_validation"] == "validation/step_000001.jsonl"
         assert (tmp_path / name / "validation" / "step_000000.jsonl").exists()
     assert plan["runs"]["seed0/opd"]["config"]["teacher"] == str(tmp_path / "seed0" / "teacher")
+    from algos.reproducible import weight_hash
+
+    assert plan["bases"][tiny_dirs["policy"]]["weight_hash"] == weight_hash(tiny_dirs["policy"]) is not None
     table = build_table(tmp_path, n_resamples=100)
     assert table["rows"]["none"]["vs_opd"]["questions"] == 4
     assert "| none | none | stage-I |" in markdown(table)
+    assert f"base weights {weight_hash(tiny_dirs['policy'])}" in markdown(table)
+    again = run_ablation("micro", tmp_path, [0], ["opd", "none"], settings, progress=False, log=lambda _: None,
+                         retriever=KeywordRetriever(WORLD))  # nothing left to run: the base stays recorded
+    assert again["bases"] == plan["bases"]
 
 
 def test_the_command_refuses_bad_options_in_one_line_before_anything_runs(tmp_path, capsys):
