@@ -264,6 +264,7 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
         models = {r.config.model for r in todo}
         prepared = {m: prepare_model(m, progress=progress) for m in models}
+        _check_same_base([r for r in runs if r not in todo], prepared)
         runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model]))
                 for r in runs]
         plan["bases"].update({m: describe_base(p) for m, p in prepared.items()})  # which base: its weights' hash
@@ -286,6 +287,21 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
         _run_in_processes(runs, records, train, threads, jobs, log, save)
     save()
     return plan
+
+
+def _check_same_base(finished: list[Run], prepared: dict[str, str]) -> None:
+    """Refuse to add runs from another base than the finished runs trained from (a recipe's
+    base rebuilt under a new cache key, say): the variants would not share a start."""
+    from algos.reproducible import weight_hash
+
+    for run in finished:
+        before = read_run(run.out_dir).get("config", {}).get("model")
+        now = prepared.get(run.config.model)
+        if now is None or before is None or before == now:
+            continue
+        if weight_hash(before) is None or weight_hash(before) != weight_hash(now):
+            raise ValueError(f"{run.name} was trained from the base {before}, but {run.config.model!r} is now "
+                             f"{now}: the runs would not share a base; give another --out")
 
 
 def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train: TrainFn, threads: int,

@@ -220,6 +220,12 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
     assert TRAINED == [] and set(plan["runs"]) == {"seed0/teacher", "seed0/opd", "seed0/none"}
     with pytest.raises(ValueError, match="give another --out"):  # other settings, same directory
         run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, train=fake_train)
+    # the preset's base changed since (rebuilt elsewhere): a new variant would start from another base
+    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: str(tmp_path / "rebuilt"))
+    with pytest.raises(ValueError, match="seed0/teacher was trained from the base micro.*would not share a base"):
+        run_ablation("micro", tmp_path, [0], ["opd", "none", "base"], SETTINGS, progress=False,
+                     log=lambda _: None, train=fake_train)
+    assert not (tmp_path / "seed0" / "base").exists()
 
 
 def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch):
