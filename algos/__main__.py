@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -140,6 +141,10 @@ def _dispatch(argv: list[str]) -> int:
         from algos.sb3_leader import main as sb3_main
 
         return sb3_main(argv[1:])
+    if argv and argv[0] == "ablate":
+        # The ablation trains here but tabulates with the benchmark suite's metrics, a layer
+        # above: the command is handed over by name, as the ``mopd`` dispatcher does.
+        return importlib.import_module("benchmarks.__main__").main(argv)
     from envs.__main__ import add_version
 
     parser = argparse.ArgumentParser(prog="python -m algos", description=__doc__,
@@ -163,6 +168,8 @@ def _dispatch(argv: list[str]) -> int:
                         "the same numbers on any machine; the summary records it)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
+    sub.add_parser("ablate", help="Table 2 in miniature: every Searcher signal over seeds "
+                   "(= python -m benchmarks ablate; see its --help)")
     sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "
                    "(see python -m algos train-leader-sb3 --help)")
     args = parser.parse_args(argv)

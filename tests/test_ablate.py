@@ -282,3 +282,12 @@ def test_the_command_refuses_bad_options_in_one_line_before_anything_runs(tmp_pa
     assert not (tmp_path / "t2").exists()
     with pytest.raises(SystemExit, match="no finished Stage-II run"):
         main(["table2", str(tmp_path)])
+
+
+def test_python_m_algos_ablate_is_the_benchmarks_ablate_command(capsys):
+    from algos.__main__ import main as algos_main
+
+    with pytest.raises(SystemExit) as done:
+        algos_main(["ablate", "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m benchmarks ablate")
