@@ -3,6 +3,7 @@ or a preset's base model build.
 
     python -m algos sft --episodes FILE.jsonl [--model smollm2|micro|PATH] [--epochs N] [--out DIR]
     python -m algos sft --preset micro [--out DIR]    # the micro recipe's base (cached)
+    python -m algos sft ... --threads 2               # torch/faiss threads (default 1)
 
 The command line, not the learner, knows the recipes: ``--preset`` and a recipe's model name
 given to ``--model`` go to the recipe's hooks (``algos.config.RECIPES``).
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from algos.config import RECIPES
+from algos.reproducible import DEFAULT_THREADS, run_threads
 from algos.sft import sft
 from envs.episode import load_episodes
 
@@ -61,14 +64,35 @@ def _parser() -> argparse.ArgumentParser:
                              "reports on without searching (default 0.6; 0: a team that always searches)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the shuffling and the model (default 0)")
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch/faiss intra-op threads (default {DEFAULT_THREADS}: the same numbers "
+                             "on any machine, and on a busy machine the faster choice; sft.json records it)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
+
+
+def threads_line(command: str, threads: int) -> str:
+    """The first line of a long command: which thread count it runs on and how to change it.
+
+    >>> threads_line("python -m algos sft", 1)
+    'python -m algos sft: 1 torch/faiss thread (--threads N to change; more helps only on idle cores)'
+    """
+    plural = "thread" if threads == 1 else "threads"
+    return f"{command}: {threads} torch/faiss {plural} (--threads N to change; more helps only on idle cores)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m algos sft ...``; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be >= 1")
+    print(threads_line("python -m algos sft", args.threads), file=sys.stderr, flush=True)
+    with run_threads(args.threads):  # the preset builds read it too (current_threads)
+        return _main(parser, args)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     progress = not args.no_progress
     given = {key: value for key, value in (
         ("epochs", args.epochs), ("lr", args.lr), ("batch_tokens", args.batch_tokens),
@@ -92,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    record = {"episodes": str(args.episodes), "model": args.model, **settings,
+    record = {"episodes": str(args.episodes), "model": args.model, **settings, "threads": args.threads,
               "steps": len(losses), "losses": losses,
               "seconds": round(time.perf_counter() - started, 1)}
     (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -70,8 +70,14 @@ def _records(path: Path) -> list[dict]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from algos.sft_cli import threads_line
     from benchmarks.suite import QUICK, run_suite
 
+    if args.threads < 1:
+        from algos.preflight import PreflightError
+
+        raise PreflightError(f"--threads {args.threads}: must be >= 1")
+    print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
     limit, runs = args.limit, args.runs
     if args.quick:
         limit = limit or QUICK["limit"]
@@ -79,7 +85,8 @@ def _run(args: argparse.Namespace) -> int:
     datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
-              seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress)
+              seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress,
+              threads=args.threads)
     return 0
 
 
@@ -183,6 +190,9 @@ def _dispatch(argv: list[str] | None) -> int:
                    help="SearchTeam setting, e.g. --env max_turn_tokens=96 (integers)")
     r.add_argument("--out", required=True, help="result folder (created only when results are written)")
     r.add_argument("--seed", type=int, default=0, help="seeds the policy and the episodes (default 0)")
+    r.add_argument("--threads", type=int, default=1,
+                   help="torch/faiss intra-op threads (default 1: the same numbers on any machine, and the "
+                        "faster choice on a busy one; summary.json records it)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     c = sub.add_parser("compare", help="systems side by side; CI of each against the last")
     c.add_argument("results", nargs="+",

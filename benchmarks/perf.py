@@ -4,12 +4,14 @@ that does the same work.
     python -m benchmarks perf                       # tiny random Llama, full sizes
     python -m benchmarks perf --quick               # small sizes, under 3 minutes on 2 cores
     python -m benchmarks perf --model smollm2 --out perf-smollm2.json
+    python -m benchmarks perf --quick --scaleout    # + Ray workers and torchrun ranks (issue 15)
 
 Every timing figure is a ratio of two costs measured in the same run: the sides run
 interleaved (A, B, A, B, ...) after one untimed warm-up of each, ``reps`` times, and the
 figure is the median of the per-pair ratios (the range over the pairs is kept too), so a
 machine shared with other jobs shifts both sides alike. torch and faiss run on one thread
-for the same reason; the load average at the start is recorded. Cost ratios are
+for the same reason (``--threads`` to change it; recorded); the load average at the start is
+recorded. Cost ratios are
 ``mopd / bare`` (above 1: mopd is slower by that factor); speedups are ``slow / fast``;
 shares are fractions of one timed run. ``before`` sides run the code this release replaced
 (full-vocabulary logits and log-softmax, a 49k float64 CDF per step, a tail decode per
@@ -52,6 +54,10 @@ figure                                           A / B
 ``retrieval.batched_speedup``                    one query per call / all in one call
 ``scaling.<dim>=<v>.{time,input_tokens,          cost at setting v / at the smallest, for
 output_tokens}``                                 G, waves, Searchers (collect), passages
+``collect.ray_workers_speedup`` (``--scaleout``)  1 Ray worker's collect / 2 workers' (the
+                                                 tiny base; ``benchmarks/scaleout_perf.py``)
+``learner.ddp_step_ratio`` (``--scaleout``)      a learner step on 2 gloo ranks / in one
+                                                 process, same global batch
 ===============================================  =========================================
 
 Policies: the model-bound sections use ``--model`` (default a tiny random Llama from
@@ -141,12 +147,16 @@ class PerfSettings:
     """Folder of the real corpora (``corpora/*.jsonl`` and question files) for recall; None:
     ``../shared/realdata`` beside the project when it exists; "": none."""
     seed: int = 0
+    threads: int = 1
+    """torch's and faiss's intra-op threads during the run (``algos.reproducible.run_threads``;
+    one: two threads on busy cores wait on each other and blur the ratios)."""
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"PerfSettings.model={self.model!r}: must be one of {MODELS}")
         for name in ("reps", "questions", "group_size", "max_turn_tokens", "num_candidates", "rows",
-                     "max_row_tokens", "queries", "scaling_questions", "scaling_group_size", "recall_queries"):
+                     "max_row_tokens", "queries", "scaling_questions", "scaling_group_size", "recall_queries",
+                     "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PerfSettings.{name}={getattr(self, name)!r}: must be >= 1")
         for name in ("group_sizes", "waves", "searchers", "corpus_sizes"):
@@ -918,53 +928,86 @@ def load_model(name: str) -> tuple[Any, Any]:
 
 def run_perf(settings: PerfSettings, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every section; returns ``{"meta", "figures", "details"}`` (JSON-ready). torch and
-    faiss run on one thread meanwhile (restored afterwards)."""
-    import faiss
+    faiss run on ``settings.threads`` threads meanwhile (restored afterwards)."""
+    from algos.reproducible import run_threads
 
+    with run_threads(settings.threads):
+        return _run_perf(settings, log)
+
+
+def _run_perf(settings: PerfSettings, log: Callable[[str], None]) -> dict[str, Any]:
     from algos.config import TrainConfig
     from envs.search_team import default_questions, default_retriever
 
     start = time.perf_counter()
     load = load_average()
-    threads, faiss_threads = torch.get_num_threads(), faiss.omp_get_max_threads()
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
+    n = settings.threads
     train = TrainConfig(teacher="base")  # the trainer's sampling settings
-    try:
-        log(f"perf: model={settings.model} reps={settings.reps} torch threads=1 (set for stable timings), "
-            f"faiss threads=1, load average {load} on {os.cpu_count()} cores")
-        model, tokenizer = load_model(settings.model)
-        model.eval()
-        bench = Bench(settings, model, tokenizer, default_retriever(), list(default_questions()), log)
-        dim = bench.retriever.encoder.encode(["dimension"]).shape[1]
-        pool = [q.question for q in bench.questions]
-        queries = [pool[i % len(pool)] for i in range(0, settings.queries * 7, 7)]
-        sections = [("decoding, greedy", lambda: model_rollouts(bench, 0.0)),
-                    (f"decoding, sampled at the trainer's temperature {train.temperature}",
-                     lambda: model_rollouts(bench, train.temperature, train.top_p)),
-                    ("rollouts with the scripted team", lambda: scripted_rollouts(bench)),
-                    ("learner update, memory and teacher scoring", lambda: learner(bench)),
-                    ("retrieval", lambda: retrieval(bench, dim, queries)),
-                    ("scaling", lambda: scaling(bench))]
-        seconds = {}
-        for title, section in sections:
-            log(f"{title} ...")
-            t0 = time.perf_counter()
-            section()
-            seconds[title] = round(time.perf_counter() - t0, 1)
-            log(f"  ({seconds[title]:.0f} s)")
-        bench.details["section_seconds"] = seconds
-        meta = {"model": settings.model, "parameters": sum(p.numel() for p in model.parameters()),
-                "vocab_size": len(tokenizer), "torch_threads": 1, "faiss_threads": 1,
-                "torch": torch.__version__, "settings": asdict(settings),
-                "load_average_start": load, "load_average_end": load_average(), "cpu_count": os.cpu_count(),
-                "wall_s": time.perf_counter() - start,
-                "method": "A/B interleaved after one warm-up each; median of per-pair ratios"}
-    finally:
-        torch.set_num_threads(threads)
-        faiss.omp_set_num_threads(faiss_threads)
+    log(f"perf: model={settings.model} reps={settings.reps} torch and faiss threads={n} (--threads N "
+        f"to change; one gives the stablest timings), load average {load} on {os.cpu_count()} cores")
+    model, tokenizer = load_model(settings.model)
+    model.eval()
+    bench = Bench(settings, model, tokenizer, default_retriever(), list(default_questions()), log)
+    dim = bench.retriever.encoder.encode(["dimension"]).shape[1]
+    pool = [q.question for q in bench.questions]
+    queries = [pool[i % len(pool)] for i in range(0, settings.queries * 7, 7)]
+    sections = [("decoding, greedy", lambda: model_rollouts(bench, 0.0)),
+                (f"decoding, sampled at the trainer's temperature {train.temperature}",
+                 lambda: model_rollouts(bench, train.temperature, train.top_p)),
+                ("rollouts with the scripted team", lambda: scripted_rollouts(bench)),
+                ("learner update, memory and teacher scoring", lambda: learner(bench)),
+                ("retrieval", lambda: retrieval(bench, dim, queries)),
+                ("scaling", lambda: scaling(bench))]
+    seconds = {}
+    for title, section in sections:
+        log(f"{title} ...")
+        t0 = time.perf_counter()
+        section()
+        seconds[title] = round(time.perf_counter() - t0, 1)
+        log(f"  ({seconds[title]:.0f} s)")
+    bench.details["section_seconds"] = seconds
+    meta = {"model": settings.model, "parameters": sum(p.numel() for p in model.parameters()),
+            "vocab_size": len(tokenizer), "torch_threads": n, "faiss_threads": n,
+            "torch": torch.__version__, "settings": asdict(settings),
+            "load_average_start": load, "load_average_end": load_average(), "cpu_count": os.cpu_count(),
+            "wall_s": time.perf_counter() - start,
+            "method": "A/B interleaved after one warm-up each; median of per-pair ratios"}
     return {"meta": meta, "figures": {k: asdict(v) for k, v in bench.figures.items()},
             "details": bench.details}
+
+
+def add_scaleout(result: dict[str, Any], settings: PerfSettings, log: Callable[[str], None] = print) -> None:
+    """Add issue 15's two ratios to ``result`` (figures ``collect.ray_workers_speedup`` and
+    ``learner.ddp_step_ratio``, the raw measurement under ``details["scaleout"]``), measured by
+    :func:`benchmarks.scaleout_perf.measure` with ``settings.reps`` interleaved pairs on the
+    tiny preset's base (``micro``'s base for ``--model micro``). Without ray, the Ray ratio is
+    skipped with one line and only the learner's is measured."""
+    import importlib.util
+
+    from benchmarks import scaleout_perf
+
+    only = None
+    if importlib.util.find_spec("ray") is None:
+        log("scaleout: collect.ray_workers_speedup skipped: ray is not installed "
+            "(pip install -e '.[distributed]')")
+        only = "ddp"
+    log("scale-out: Ray rollout workers and torchrun ranks ...")
+    t0 = time.perf_counter()
+    measured = scaleout_perf.measure("micro" if settings.model == "micro" else "tiny", pairs=settings.reps,
+                                     only=only)
+    whats = {"collect.ray_workers_speedup": ("collect.pairs", "1 Ray worker's collect / 2 workers' "
+                                             "(same questions and seeds; above 1: 2 are faster)"),
+             "learner.ddp_step_ratio": ("learner.pairs", "learner step on 2 gloo ranks / in 1 process "
+                                        "(same global batch; below 1: 2 are faster)")}
+    for name, (pairs_key, what) in whats.items():
+        if name in measured:
+            pairs = [float(x) for x in measured.get(pairs_key) or [measured[name]]]
+            fig = Figure(float(measured[name]), min(pairs), max(pairs), what)
+            result["figures"][name] = asdict(fig)
+            log(f"  {name:<44} {fig.ratio:8.3f}  [{fig.low:.3f}, {fig.high:.3f}]")
+    result.setdefault("details", {})["scaleout"] = measured
+    result.setdefault("details", {}).setdefault("section_seconds", {})["scale-out"] = round(
+        time.perf_counter() - t0, 1)
 
 
 def markdown_table(result: dict[str, Any]) -> str:
@@ -982,21 +1025,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tiny-for-tests", action="store_true", help="the smallest sizes (tests)")
     parser.add_argument("--reps", type=int, default=None, help="timed A/B pairs per figure")
     parser.add_argument("--out", default="perf.json", help="where the JSON goes")
+    parser.add_argument("--scaleout", action="store_true",
+                        help="also measure collect.ray_workers_speedup (2 Ray workers / 1; skipped without ray) "
+                             "and learner.ddp_step_ratio (2 gloo ranks / 1 process), issue 15")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch/faiss intra-op threads (default 1: the stablest timings; perf.json records it)")
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be >= 1")
     if args.quick and args.tiny_for_tests:
         parser.error("--quick and --tiny-for-tests are two presets; give one")
     settings = PRESETS["test" if args.tiny_for_tests else "quick" if args.quick else "full"]
-    settings = replace(settings, model=args.model)
+    settings = replace(settings, model=args.model, threads=args.threads)
     if args.reps is not None:
         if args.reps < 1:
             parser.error(f"--reps must be >= 1, got {args.reps}")
         settings = replace(settings, reps=args.reps)
     result = run_perf(settings, log=lambda line: print(line, flush=True))
+    if args.scaleout:
+        add_scaleout(result, settings, log=lambda line: print(line, flush=True))
     table = markdown_table(result)
     print("\n" + table)
     wall = result["meta"]["wall_s"]
     meta = result["meta"]
-    print(f"\nwall time {wall:.0f} s; torch on 1 thread; load average {meta['load_average_start']} -> "
+    print(f"\nwall time {wall:.0f} s; torch on {settings.threads} thread(s); load average {meta['load_average_start']} -> "
           f"{meta['load_average_end']} on {meta['cpu_count']} cores; every timing figure is a ratio of two "
           f"timings taken in this run, interleaved, median of {settings.reps} pairs")
     bad = [k for k, f in result["figures"].items() if not (math.isfinite(f["ratio"]) and f["ratio"] > 0)]

@@ -107,14 +107,27 @@ def build_retriever(data: str, corpus: str | None, retriever_url: str | None) ->
 def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical", data: str = "synthetic",
               datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
-              env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print) -> dict[str, Any]:
+              env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print,
+              threads: int | None = None) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
     files into ``out_dir``. A run that cannot work raises ``PreflightError`` (one line,
     see :func:`check_run`) before anything loads; ``out_dir`` is created only when there
-    are results to write, so a failed run leaves no empty folder behind."""
-    from envs import env_fn as make_env_fn
+    are results to write, so a failed run leaves no empty folder behind. ``threads``: torch's
+    and faiss's intra-op threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1),
+    recorded in ``summary.json``'s ``meta``."""
+    from algos.reproducible import run_threads
 
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
+    with run_threads(threads) as n:
+        return _run_suite(policy, out_dir, workflow, data, datasets, split, runs, limit, corpus, retriever_url,
+                          seed, env_kwargs, progress, log, n)
+
+
+def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datasets: Sequence[str], split: str,
+               runs: int, limit: int | None, corpus: str | None, retriever_url: str | None, seed: int,
+               env_kwargs: dict[str, Any] | None, progress: bool, log: Any, threads: int) -> dict[str, Any]:
+    from envs import env_fn as make_env_fn
+
     out = Path(out_dir)
     agent = build_policy(policy, seed)
     tokenizer = policy_tokenizer(agent)
@@ -139,7 +152,7 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
     summary = summarize(records)
     summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
                        "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
-                       "seed": seed, "env_kwargs": env_kwargs, "skipped": skipped,
+                       "seed": seed, "threads": threads, "env_kwargs": env_kwargs, "skipped": skipped,
                        "seconds": round(time.perf_counter() - start, 1)}
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "questions.jsonl", "w", encoding="utf-8") as f:
