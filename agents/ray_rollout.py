@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.collect import collect
+from agents.extras import require
 from envs.episode import Episode
 
 __all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
@@ -43,11 +44,7 @@ DISTRIBUTED_EXTRA = "pip install -e '.[distributed]'  (or: pip install ray)"
 
 def require_ray() -> Any:
     """The ``ray`` module, or ImportError in one line naming the install."""
-    try:
-        import ray
-    except ImportError:
-        raise ImportError(f"rollout_workers needs Ray, which is not installed: {DISTRIBUTED_EXTRA}") from None
-    return ray
+    return require("ray", "rollout_workers", DISTRIBUTED_EXTRA)
 
 
 def group_seed(seed: int, index: int) -> int:

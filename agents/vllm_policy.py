@@ -31,17 +31,14 @@ from typing import Any
 import numpy as np
 
 from agents.base import Action, Observation
+from agents.extras import require
 
 VLLM_EXTRA = "pip install -e '.[vllm]'  (or: pip install vllm; it needs a CUDA GPU)"
 
 
 def require_vllm() -> Any:
     """The ``vllm`` module, or ImportError in one line naming the install."""
-    try:
-        import vllm
-    except ImportError:
-        raise ImportError(f"rollout_backend=vllm needs vLLM, which is not installed: {VLLM_EXTRA}") from None
-    return vllm
+    return require("vllm", "rollout_backend=vllm", VLLM_EXTRA)
 
 
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
