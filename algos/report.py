@@ -10,6 +10,7 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 PANELS = (
     ("team EM (rollouts) and validation avg@1", ("team/em", "val/avg@1")),
@@ -99,11 +100,18 @@ def plot_training_curves(paths: Sequence[str | Path], out_png: str | Path) -> Pa
                             label=f"{label}: {key}")
             ax.set_title(title, fontsize=10)
             ax.set_xlabel("step")
+    return save_figure(fig, axes, out_png, legend_size=7)
+
+
+def save_figure(fig: Any, axes: Any, path: str | Path, legend_size: int = 8) -> Path:
+    """Legends on the panels that drew lines, then ``fig`` written to ``path`` (PNG) and closed."""
+    import matplotlib.pyplot as plt
+
     for ax in axes:
         if ax.lines:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=legend_size)
     fig.tight_layout()
-    out = Path(out_png)
-    fig.savefig(out, dpi=110)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return out
+    return path

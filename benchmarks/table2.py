@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from algos.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
-from algos.report import read_metrics
+from algos.report import read_metrics, save_figure
 from benchmarks.metrics import paired_macro_difference, summarize
 
 REFERENCE = "opd"
@@ -243,13 +243,7 @@ def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Pa
     for ax, _, title, _, _ in panels[:2]:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
-        if ax.lines:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = Path(png)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return save_figure(fig, [ax for ax, *_ in panels[:2]], png)
 
 
 VAL_SEARCHES = "validation searches"
