@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["Dist", "from_env", "fully_shard_model", "run_main", "shard_by_tokens"]
+__all__ = ["Dist", "apply_masks", "copy_into", "from_env", "full_optimizer_state", "full_state", "fully_shard_model",
+           "load_full_optimizer_state", "local_norm", "run_main", "shard_by_tokens", "sharded_masks"]
 
 
 def shard_by_tokens(sizes: Sequence[int], world: int) -> list[list[int]]:
@@ -175,3 +176,80 @@ def run_main(main: Callable[[], int]) -> int:
         print(f"rank {rank} of {world} failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         traceback.print_exc()
         sys.exit(1)
+
+
+# ---------------------------------------------------------------------- FSDP2 inside the Trainer
+
+
+def full_state(model: Any) -> dict[str, torch.Tensor]:
+    """The whole (unsharded) state dict of an FSDP2 ``model``, on every rank (a collective:
+    every rank calls it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def copy_into(full_model: Any, sharded: Any) -> None:
+    """Gather ``sharded``'s weights into the plain replica ``full_model`` (every rank calls
+    it): generation, scoring, validation and checkpoints read that gathered copy."""
+    state = full_state(sharded)
+    with torch.no_grad():
+        for name, tensor in full_model.state_dict().items():
+            tensor.copy_(state[name])
+
+
+def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any, Any]]:
+    """``algos.freeze.frozen_masks``' full-shape masks as (parameter, mask) pairs whose mask
+    is laid out like the FSDP2 parameter (a DTensor with its mesh and placements), so that
+    ``grad * mask`` zeroes the frozen elements of each rank's shard."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    params = dict(model.named_parameters(remove_duplicate=False))
+    out = []
+    for name, mask in masks.items():
+        p = params[name]
+        m = mask.to(dtype=p.dtype, device=p.device if not isinstance(p, DTensor) else p.to_local().device)
+        out.append((p, distribute_tensor(m, p.device_mesh, p.placements) if isinstance(p, DTensor) else m))
+    return out
+
+
+def apply_masks(pairs: Sequence[tuple[Any, Any]]) -> None:
+    """Zero the frozen parts of the accumulated gradients (see :func:`sharded_masks`)."""
+    for p, mask in pairs:
+        if p.grad is not None:
+            p.grad.mul_(mask)
+
+
+def _fqn_order(model: Any) -> list[str]:
+    return [name for name, _ in model.named_parameters()]
+
+
+def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
+    """The FSDP2 ``optimizer``'s whole state in the layout ``optimizer.state_dict()`` of a
+    plain AdamW over ``model.parameters()`` has (parameters numbered in that order), so a
+    checkpoint loads at any world size, one process included. Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    sd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    index = {name: i for i, name in enumerate(_fqn_order(model))}
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[n] for n in g["params"]]}
+              for g in sd["param_groups"]]
+    return {"state": {index[n]: s for n, s in sd["state"].items()}, "param_groups": groups}
+
+
+def load_full_optimizer_state(model: Any, optimizer: Any, plain: dict[str, Any]) -> None:
+    """Load a plain optimizer state dict (:func:`full_optimizer_state`'s layout, or one
+    process's ``optimizer.state_dict()``) into the FSDP2 ``optimizer``. Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = _fqn_order(model)
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
+              for g in plain["param_groups"]]
+    sd = {"state": {names[int(i)]: s for i, s in plain["state"].items()}, "param_groups": groups}
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=sd,
+                             options=StateDictOptions(full_state_dict=True))
+
+
+def local_norm(norm: Any) -> float:
+    """A gradient norm as a float (an FSDP2 norm is a DTensor: its full value)."""
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

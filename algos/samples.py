@@ -106,7 +106,7 @@ def keep_sample(trainer: Any, kind: str, groups: Sequence[Sequence[Episode]], ro
     cfg = trainer.config
     picked = pick_episodes(groups, cfg.sample_episodes, kind)
     if rows is None:
-        rows = validation_rows(picked, trainer.model, trainer.teacher, max_row_tokens=cfg.max_row_tokens,
+        rows = validation_rows(picked, getattr(trainer, "full_model", trainer.model), trainer.teacher, max_row_tokens=cfg.max_row_tokens,
                                max_tokens=cfg.max_tokens_per_batch, pad_id=trainer.pad_id,
                                temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=trainer.rules)
     record = getattr(trainer, "_sample_tokenizer", None)

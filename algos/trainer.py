@@ -17,6 +17,7 @@ All roles share one set of parameters: one model plays every agent.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -36,7 +37,7 @@ from algos import distributed as D
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
 from algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from algos.config import TrainConfig
-from algos.freeze import frozen
+from algos.freeze import frozen, frozen_masks
 from algos.losses import LossOutput, Totals, policy_loss
 from algos.models import load_model  # noqa: F401  (algos.trainer.load_model too)
 from algos.report import truncate_metrics
@@ -87,10 +88,10 @@ class Trainer:
                  model: Any = None, tokenizer: Any = None, retriever: Any = None):
         self.config = cfg = config
         self.dist = D.from_env(cfg.device)  # None outside torchrun
-        if cfg.fsdp:
-            raise NotImplementedError("fsdp=true: FSDP2 runs (algos.distributed.fully_shard_model; a step equals "
-                                      "one process's on CPU with gloo) but the Trainer is not wired to it yet (see "
-                                      "docs/scaleout.md); run without it: the gradients are all-reduced (DDP)")
+        if cfg.fsdp and self.dist is None:
+            raise ValueError("fsdp=true shards the model over torchrun's ranks: run under `torchrun "
+                             "--nproc-per-node K -m algos train ...` (one process has nothing to shard)")
+        self.fsdp = bool(cfg.fsdp)
         self.is_main = self.dist is None or self.dist.is_main  # rank 0 writes metrics and checkpoints
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -109,6 +110,14 @@ class Trainer:
             model, tokenizer = load_model(cfg.model, cfg.device, cfg.dtype)
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
+        # FSDP2: the trained model is sharded; generation, scoring, validation and checkpoints
+        # read a gathered plain replica, refreshed after every update (algos.distributed)
+        self.full_model, self.frozen_shards = self.model, None
+        if self.fsdp:
+            self.full_model = copy.deepcopy(self.model)
+            masks = frozen_masks(self.model)  # full shapes, before sharding
+            D.fully_shard_model(self.model)
+            self.frozen_shards = D.sharded_masks(self.model, masks)
         # (the config allows a Teacher in Stage II only)
         self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
         self.rules = rules_for(cfg.stage, cfg.searcher_signal)
@@ -131,7 +140,7 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, self.optimizer)
+            state = load_checkpoint(checkpoint, _FullOptimizer(self) if self.fsdp else self.optimizer)
             self._set_state(state)
             truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
         self.writer = _tensorboard(self.out / "tb") if self.is_main else None
@@ -147,15 +156,18 @@ class Trainer:
             from agents.vllm_policy import VLLMPolicy
 
             return VLLMPolicy(self.model_path, self.tokenizer, **sampling)
-        return HFPolicy(self.model, self.tokenizer, batch_size=cfg.generation_batch_size, **sampling)
+        return HFPolicy(self.full_model, self.tokenizer, batch_size=cfg.generation_batch_size, **sampling)
 
     def _push_weights(self) -> None:
         """The updated weights into the engines that generate with their own copy: the Ray
-        workers (the next version in the object store) and a vLLM engine."""
+        workers (the next version in the object store) and a vLLM engine; under FSDP2 first
+        the gathered replica (every rank)."""
+        if self.fsdp:
+            D.copy_into(self.full_model, self.model)
         if self.pool is not None:
-            self.pool.push_weights(self.model)
+            self.pool.push_weights(self.full_model)
         if hasattr(self.policy, "load_weights"):
-            self.policy.load_weights(self.model.named_parameters())
+            self.policy.load_weights(self.full_model.named_parameters())
 
     def _rollout_pool(self, retriever: Any) -> Any:
         """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
@@ -164,7 +176,7 @@ class Trainer:
 
         cfg = self.config
         shared = retriever if retriever is not None else cfg.retriever
-        return RayRolloutPool(cfg.rollout_workers, model=self.model, tokenizer=self.tokenizer,
+        return RayRolloutPool(cfg.rollout_workers, model=self.full_model, tokenizer=self.tokenizer,
                               env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
                               backend=cfg.rollout_backend, address=cfg.ray_address,
                               num_gpus=1.0 if cfg.rollout_backend == "vllm" else 0.0,
@@ -228,7 +240,7 @@ class Trainer:
                                 replace=len(self.train_questions) < cfg.questions_per_step)
         questions = [self.train_questions[i] for i in picks]
         seed = cfg.seed + 1_000_003 * (self.step + 1)
-        self.model.eval()
+        self.full_model.eval()
         if self.pool is not None or (self.dist is not None and cfg.rollout_workers):
             groups = self.pool.collect(questions, cfg.group_size, seed=seed) if self.pool is not None else None
             self.rollout_stats = dict(self.pool.last_stats) if self.pool is not None else {}
@@ -251,7 +263,7 @@ class Trainer:
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
         mine = self.dist.shard(rows) if self.dist is not None else rows  # scoring split by tokens
-        for row, logp in zip(mine, score_rows(self.model, mine, max_tokens=cfg.max_tokens_per_batch,
+        for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
                                               pad_id=self.pad_id, temperature=cfg.temperature)):
             row.old_logp = logp
         # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
@@ -306,7 +318,8 @@ class Trainer:
         grad_norms = []
         snapshot = self._snapshot() if len(parts) > 1 else None
         self.model.train()
-        with frozen(self.model):  # what the model declares frozen (config.mopd_frozen) stays put
+        # what the model declares frozen (config.mopd_frozen) stays put (FSDP2: masks on the shards)
+        with contextlib.nullcontext() if self.fsdp else frozen(self.model):
             for m, part in enumerate(parts):
                 where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
                 mb = [trained[i] for i in part]
@@ -322,13 +335,19 @@ class Trainer:
                 sums["approx_kl"] += stats["approx_kl"] * mb_tokens / total.tokens
                 if cfg.freeze_embeddings:
                     self.model.get_input_embeddings().weight.grad = None
-                norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+                if self.frozen_shards:
+                    D.apply_masks(self.frozen_shards)
+                norm = D.local_norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
                 if not math.isfinite(norm):
                     self._abandon(snapshot, f"gradient norm {norm} in {where}")
                 grad_norms.append(norm)
                 self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        finite = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+                     for p in self.model.parameters())
+        if self.fsdp and self.dist.any(not finite):  # a shard's overflow stops every rank
+            finite = False
+        if not finite:
             if snapshot is None:  # finite gradients that still overflow a weight: nothing to go back to
                 raise RuntimeError(f"step {self.step + 1} made a weight non-finite (learning rate "
                                    f"{cfg.learning_rate}?); the last good checkpoint is {latest_checkpoint(self.out)}")
@@ -347,33 +366,50 @@ class Trainer:
         failed: NonFiniteLoss | None = None
         stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
         try:
-            stats = self._backward(self.dist.shard(mb), kl_of, snapshot, where, totals=totals)
+            stats = self._backward(self.dist.shard(mb), kl_of, snapshot, where, totals=totals, pad_row=mb[0])
         except NonFiniteLoss as err:
             failed = err
             self.nonfinite_in_a_row -= 1  # counted once, below, on every rank
         if self.dist.any(failed is not None):
             self._abandon(snapshot, str(failed) if failed is not None else f"a non-finite loss on another rank in {where}")
-        self.dist.all_reduce_grads(list(self.model.parameters()))
+        if not self.fsdp:  # (FSDP2 reduce-scattered the gradients in each backward)
+            self.dist.all_reduce_grads(list(self.model.parameters()))
         sums = self.dist.sum_floats({k: stats[k] for k in ("policy", "kl", "clip", "approx_kl", "loss")})
         return {**sums, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
 
     def _backward(self, mb: list[Row], kl_of: dict[int, bool] | None = None, snapshot: Any = None,
-                  where: str = "a minibatch", totals: Totals | None = None) -> dict[str, float]:
+                  where: str = "a minibatch", totals: Totals | None = None,
+                  pad_row: Row | None = None) -> dict[str, float]:
         """Accumulate the gradient of one minibatch's loss, chunk by chunk; returns the
         minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``, ``loss``) and its
         ``tokens`` and ``kl_tokens``. Every chunk divides by the minibatch's :class:`Totals`,
         so the loss and the gradient do not depend on ``max_tokens_per_batch``. A non-finite
-        chunk loss abandons the step (:meth:`_abandon`)."""
+        chunk loss abandons the step (:meth:`_abandon`). Under FSDP2 every rank runs as many
+        chunks (each forward and backward gathers and scatters parameters collectively): a
+        rank with fewer runs ``pad_row`` with a zero loss; each loss is multiplied by the world
+        size (FSDP2 averages the ranks' gradients, the step needs their sum)."""
         kl_of = kl_of if kl_of is not None else {id(r): self._kl_applies(r) for r in mb}
         mb = sorted(mb, key=lambda r: len(r.token_ids))  # similar lengths share a chunk: less padding
         if totals is None:  # (given: mb is one rank's share of a minibatch with these totals)
             totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
         stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
-        for chunk in batches_by_tokens(mb, self.config.max_tokens_per_batch):
-            out = self._chunk_loss(chunk, totals)
-            if not torch.isfinite(out.loss):
+        chunks: list[list[Row] | None] = list(batches_by_tokens(mb, self.config.max_tokens_per_batch))
+        if self.fsdp:
+            most = torch.tensor([len(chunks)])
+            torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+            chunks += [None] * (int(most.item()) - len(chunks))
+        for chunk in chunks:
+            out = self._chunk_loss(chunk if chunk is not None else [pad_row], totals)
+            bad = chunk is not None and not bool(torch.isfinite(out.loss))
+            if self.fsdp and self.dist.any(bad):
+                self._abandon(snapshot, f"loss {out.loss.item()} in {where}" if bad
+                              else f"a non-finite loss on another rank in {where}")
+            if bad:
                 self._abandon(snapshot, f"loss {out.loss.item()} in {where}")
-            out.loss.backward()
+            if chunk is None:  # lock-step padding: the collectives run, the gradient is 0
+                (out.loss * 0.0).backward()
+                continue
+            (out.loss * self.dist.world if self.fsdp else out.loss).backward()
             share = sum(r.num_targets for r in chunk) / totals.tokens
             stats["policy"] += out.policy_loss  # chunk shares of the minibatch's means: they add up
             stats["kl"] += out.kl
@@ -424,7 +460,9 @@ class Trainer:
         if totals is None:
             totals = Totals.of_rows(counts, kl_rows)
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))
-        flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature)  # (N,) with graph
+        # (N,) with graph; FSDP2 gathers parameters in the root module's forward, which the
+        # chunked output layer (decoder, then head) bypasses: the model's own forward there
+        flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature, chunk_elements=0 if self.fsdp else None)
 
         def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
             return torch.nn.utils.rnn.pad_sequence(
@@ -454,10 +492,10 @@ class Trainer:
         questions = list(questions or self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
             return float("nan")
-        sampler = HFPolicy(self.model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
+        sampler = HFPolicy(self.full_model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
                            max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
                            batch_size=cfg.generation_batch_size)
-        self.model.eval()
+        self.full_model.eval()
         groups = collect(self.env_fn(workflow, questions), sampler, questions, cfg.val_runs,
                          seed=cfg.seed + 99_991)
         self.model.train()
@@ -482,9 +520,14 @@ class Trainer:
             self.writer.flush()
 
     def save(self) -> Path | None:
+        """Rank 0 writes the checkpoint (every rank calls it: under FSDP2 the optimizer state
+        is gathered first, in one process's layout, so it resumes at any world size)."""
+        optimizer = _FullOptimizer(self) if self.fsdp else self.optimizer
+        if self.fsdp:
+            optimizer.gathered = D.full_optimizer_state(self.model, self.optimizer)
         if not self.is_main:  # the replicas are equal: rank 0 writes the one checkpoint
             return None
-        return save_checkpoint(self.out, self.step, self.model, self.tokenizer, self.optimizer,
+        return save_checkpoint(self.out, self.step, self.full_model, self.tokenizer, optimizer,
                                self._get_state(), self.config.to_dict(), keep=self.config.keep_checkpoints)
 
     def _get_state(self) -> dict[str, Any]:
@@ -501,6 +544,20 @@ class Trainer:
         random.setstate(state["python_rng"])
         if hasattr(self.policy, "generator") and state.get("policy_rng") is not None:
             self.policy.generator.set_state(state["policy_rng"])
+
+
+class _FullOptimizer:
+    """An FSDP2 Trainer's optimizer as ``algos.checkpoint`` sees it: one process's state dict
+    layout (gathered in :meth:`Trainer.save`; scattered back on ``--resume``)."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer, self.gathered = trainer, None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.gathered
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        D.load_full_optimizer_state(self.trainer.model, self.trainer.optimizer, state)
 
 
 # ---------------------------------------------------------------------- metrics

@@ -5,6 +5,7 @@ metrics, the updated weights and a checkpoint under OUT.
     python tests/scaleout_ddp_step.py BASE OUT
     torchrun --nproc-per-node 2 tests/scaleout_ddp_step.py BASE OUT
     torchrun --nproc-per-node 2 tests/scaleout_ddp_step.py BASE OUT fail   # rank 1 raises
+    torchrun --nproc-per-node 2 tests/scaleout_ddp_step.py BASE OUT fsdp   # FSDP2 (fsdp=true)
 """
 
 from __future__ import annotations
@@ -35,15 +36,15 @@ def main() -> int:
         dist.barrier()  # rank 0 waits for a rank that will never come
         return 0
     cfg = preset_config("tiny", stage="teacher", teacher=None, model=base, out_dir=str(out), minibatches=2,
-                        learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1)
+                        learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1, fsdp=sys.argv[3:] == ["fsdp"])
     trainer = Trainer(cfg, progress=False, retriever=WordOverlapRetriever())
     questions = trainer.train_questions[:4]
-    sampler = HFPolicy(trainer.model, trainer.tokenizer, temperature=1.0, max_new_tokens=cfg.max_turn_tokens)
+    sampler = HFPolicy(trainer.full_model, trainer.tokenizer, temperature=1.0, max_new_tokens=cfg.max_turn_tokens)
     groups = collect_groups(trainer.env_fn(), sampler, questions, cfg.group_size, seed=11)  # the same on every rank
     metrics = trainer.learn(groups)
     trainer.save()
-    if trainer.is_main:
-        torch.save(trainer.model.state_dict(), out / "weights.pt")
+    if trainer.is_main:  # (the gathered replica: under FSDP2 the trained model is sharded)
+        torch.save(trainer.full_model.state_dict(), out / "weights.pt")
         (out / "step.json").write_text(json.dumps({**metrics, "world": int(os.environ.get("WORLD_SIZE", 1))}))
     return 0
 

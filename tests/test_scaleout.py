@@ -256,3 +256,63 @@ def test_fsdp2_runs_on_cpu_and_its_step_equals_one_process(tmp_path):
     assert w1.keys() == w2.keys()
     for name, a in w1.items():
         assert float((w2[name] - a).norm()) <= 1e-5 * float(a.norm()), name
+
+
+def test_fsdp_true_in_the_trainer_equals_one_process_and_resumes_in_one(tiny_base, tmp_path):
+    """``fsdp=true`` under torchrun (2 gloo ranks, FSDP2 shards, lock-step chunks, frozen masks
+    on the shards, a gathered replica for rollouts and checkpoints): the step equals the
+    one-process step on the same global batch; its checkpoint (gathered optimizer state in one
+    process's layout) resumes in one process."""
+    import torch
+
+    script = str(ROOT / "tests" / "scaleout_ddp_step.py")
+    one, two = tmp_path / "one", tmp_path / "fsdp"
+    r1 = _run([script, str(tiny_base), str(one)], one)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _run([*_torchrun(2), script, str(tiny_base), str(two), "fsdp"], two)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    m1, m2 = (json.loads((d / "step.json").read_text()) for d in (one, two))
+    assert (m1["world"], m2["world"], m2["dist/world_size"]) == (1, 2, 2.0)
+    assert m1["losses/grad_norm"] > 1e-3 and m1["losses/policy"] != 0.0
+    for key in ("losses/policy", "losses/grad_norm", "losses/tokens", "losses/clip_fraction"):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-5, abs=1e-9), key
+    w1, w2 = (torch.load(d / "weights.pt", weights_only=True) for d in (one, two))
+    assert w1.keys() == w2.keys()
+    for name, a in w1.items():
+        if not name.endswith("k_proj.bias"):  # (see the DDP test: a zero gradient's rounding)
+            assert float((w2[name] - a).norm()) <= 1e-5 * float(a.norm()), name
+    # the declared-frozen parts did not move on the shards (layer 0 is frozen whole)
+    from safetensors.torch import load_file
+
+    base = load_file(str(tiny_base / "model.safetensors"))
+    frozen_layer0 = [k for k in w2 if k.startswith("model.layers.0.")]
+    assert frozen_layer0 and all(torch.equal(w2[k], base[k]) for k in frozen_layer0)
+    assert not torch.equal(w2["model.layers.1.mlp.down_proj.weight"], base["model.layers.1.mlp.down_proj.weight"])
+    # the gathered optimizer state has one process's layout and values
+    s1, s2 = (torch.load(d / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=True)["optimizer"]
+              for d in (one, two))
+    assert sorted(s1["state"]) == sorted(s2["state"]) and s1["param_groups"][0]["params"] == s2["param_groups"][0]["params"]
+    for i, st in s1["state"].items():
+        assert torch.allclose(s2["state"][i]["exp_avg_sq"], st["exp_avg_sq"], rtol=1e-3, atol=1e-12), i
+    # --resume at another world size: the FSDP checkpoint continues in one process
+    from algos.config import preset_config
+    from algos.recipes.tiny.retriever import WordOverlapRetriever
+    from algos.trainer import Trainer
+
+    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(two),
+                        minibatches=2, learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1)
+    resumed = Trainer(cfg, resume=True, progress=False, retriever=WordOverlapRetriever())
+    assert resumed.step == 1
+    for name, p in resumed.model.state_dict().items():
+        assert torch.equal(p, w2[name]), name
+
+
+def test_fsdp_true_outside_torchrun_is_refused_in_one_line(tiny_base, tmp_path, monkeypatch):
+    from algos.config import preset_config
+    from algos.trainer import Trainer
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(tmp_path),
+                        fsdp=True)
+    with pytest.raises(ValueError, match="fsdp=true shards the model over torchrun's ranks"):
+        Trainer(cfg, progress=False)
