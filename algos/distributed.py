@@ -19,8 +19,10 @@ Why not ``DistributedDataParallel``'s wrapper: it all-reduces inside each backwa
 the same number of backward calls on every rank, but a rank's share of rows by token count
 can take a different number of memory-bounded chunks. The sum above is what DDP computes,
 once per minibatch, in one flat buffer. FSDP2 (``TrainConfig.fsdp``) needs lock-step
-forwards on every rank; :func:`fully_shard_model` wraps a model for it (see
-``docs/scaleout.md`` for what is and is not wired in this release).
+forwards on every rank; :func:`fully_shard_model` wraps a model for it, and the helpers at the
+end of this file give the Trainer its gathered replica (:func:`copy_into`), frozen masks on
+the shards (:func:`sharded_masks`) and a checkpoint's optimizer state in one process's layout
+(:func:`full_optimizer_state`); see ``docs/scaleout.md``.
 
 A rank that raises stops the job: :func:`run_main` prints ``rank R of K failed: <error>``
 and exits non-zero, and torchrun then stops the other ranks.
