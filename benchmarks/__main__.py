@@ -71,12 +71,14 @@ def _records(path: Path) -> list[dict]:
 
 def _run(args: argparse.Namespace) -> int:
     from algos.sft_cli import threads_line
-    from benchmarks.suite import QUICK, run_suite
+    from benchmarks.suite import QUICK, check_run, run_suite
 
     if args.threads < 1:
         from algos.preflight import PreflightError
 
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
+    # a run that cannot work says so in one line before anything else is printed
+    check_run(args.policy, data=args.data, corpus=args.corpus, retriever_url=args.retriever_url)
     print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
     limit, runs = args.limit, args.runs
     if args.quick:
