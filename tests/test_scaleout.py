@@ -201,16 +201,23 @@ def test_torchrun_two_gloo_ranks_equal_one_process_and_resume_at_another_world_s
         if not name.endswith("k_proj.bias"):
             assert float((w2[name] - a).norm()) <= 1e-5 * float(a.norm()), name
     # --resume at another world size: the 2-rank checkpoint continues in one process
-    from algos.config import preset_config
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
-    from algos.trainer import Trainer
+    _resumes_in_one_process(tiny_base, two, w2)
 
-    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(two),
+
+def _resumes_in_one_process(tiny_base, run, weights):
+    """A checkpoint written by 2 ranks continues in one process at step 1 with its weights."""
+    import torch
+
+    from algos.config import preset_config
+    from algos.trainer import Trainer
+    from envs.retrieval.lexical import WordOverlapRetriever
+
+    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(run),
                         minibatches=2, learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1)
     resumed = Trainer(cfg, resume=True, progress=False, retriever=WordOverlapRetriever())
     assert resumed.step == 1
     for name, p in resumed.model.state_dict().items():
-        assert torch.equal(p, w2[name]), name
+        assert torch.equal(p, weights[name]), name
 
 
 def test_a_failing_rank_stops_the_job_with_its_rank_and_error(tiny_base, tmp_path):
@@ -295,16 +302,7 @@ def test_fsdp_true_in_the_trainer_equals_one_process_and_resumes_in_one(tiny_bas
     for i, st in s1["state"].items():
         assert torch.allclose(s2["state"][i]["exp_avg_sq"], st["exp_avg_sq"], rtol=1e-3, atol=1e-12), i
     # --resume at another world size: the FSDP checkpoint continues in one process
-    from algos.config import preset_config
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
-    from algos.trainer import Trainer
-
-    cfg = preset_config("tiny", stage="teacher", teacher=None, model=str(tiny_base), out_dir=str(two),
-                        minibatches=2, learning_rate=1e-3, max_tokens_per_batch=1536, save_every=1)
-    resumed = Trainer(cfg, resume=True, progress=False, retriever=WordOverlapRetriever())
-    assert resumed.step == 1
-    for name, p in resumed.model.state_dict().items():
-        assert torch.equal(p, w2[name]), name
+    _resumes_in_one_process(tiny_base, two, w2)
 
 
 def test_fsdp_true_outside_torchrun_is_refused_in_one_line(tiny_base, tmp_path, monkeypatch):
