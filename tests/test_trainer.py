@@ -187,9 +187,9 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
 
     seen = []
 
-    def recording(model, ids, att, tgt, temperature=1.0):
+    def recording(model, ids, att, tgt, temperature=1.0, **options):
         seen.append(temperature)
-        return token_logprobs(model, ids, att, tgt, temperature)
+        return token_logprobs(model, ids, att, tgt, temperature, **options)
 
     monkeypatch.setattr(algos.batch, "token_logprobs", recording)
     monkeypatch.setattr(algos.trainer, "token_logprobs", recording)
