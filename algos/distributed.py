@@ -125,6 +125,15 @@ class Dist:
     def barrier(self) -> None:
         torch.distributed.barrier()
 
+    def close(self) -> None:
+        """Wait for every rank, then destroy the process group: a rank that tears gloo down
+        while another still finishes its last collective aborts that rank (``terminate
+        called without an active exception``). Only on the success path: after a failure
+        the other ranks would wait here for ever (torchrun stops them instead)."""
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+
 
 def from_env(device: str = "cpu") -> Dist | None:
     """The :class:`Dist` of a process started by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in

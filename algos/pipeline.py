@@ -54,11 +54,16 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here
     try:
         with run_threads(threads) as n:
-            return _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
-                                 retriever, n)
-    finally:
+            summary = _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
+                                    retriever, n)
+    except BaseException:
         if owned_group and torch_dist.is_initialized():
-            torch_dist.destroy_process_group()
+            torch_dist.destroy_process_group()  # no barrier: the other ranks may never come
+        raise
+    dist = from_env() if owned_group else None
+    if dist is not None:
+        dist.close()  # rank 0 may still be writing the summary: every rank waits for it
+    return summary
 
 
 def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
