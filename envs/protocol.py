@@ -24,6 +24,7 @@ A Searcher's turn is read up to its first action tag; anything else is invalid.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -370,6 +371,23 @@ class ChatFormat:
             return (self._markup("\n<|im_start|>") + self.encode(f"user\n{text}")
                     + self._markup("<|im_end|>\n<|im_start|>assistant\n"))
         return self.encode(f"\n\nUser: {text}\n\nAssistant:")
+
+
+_CHAT_FORMATS: weakref.WeakKeyDictionary[Any, ChatFormat] = weakref.WeakKeyDictionary()
+
+
+def chat_format(tokenizer: Any) -> ChatFormat:
+    """The :class:`ChatFormat` of ``tokenizer``, one per tokenizer object in a process: the
+    env copies of a rollout share its cache of encoded frames and system prompts (making an
+    env no longer encodes them again). A tokenizer that cannot be weakly referenced gets a
+    new one each time."""
+    try:
+        chat = _CHAT_FORMATS.get(tokenizer)
+        if chat is None:
+            chat = _CHAT_FORMATS[tokenizer] = ChatFormat(tokenizer)
+        return chat
+    except TypeError:  # not weakly referenceable (or unhashable)
+        return ChatFormat(tokenizer)
 
 
 class TurnEnder:

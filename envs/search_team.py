@@ -195,7 +195,7 @@ class raw_env(AECEnv):
         self.questions = list(questions) if questions is not None else list(default_questions())
         if not self.questions:
             raise ValueError("questions is empty: give at least one QA item (or None for the synthetic world)")
-        self.chat = P.ChatFormat(self.tokenizer)
+        self.chat = P.chat_format(self.tokenizer)  # shared by the env copies: its frame cache too
         self.vocab_size = len(self.tokenizer)
         self.eos_id = self.chat.end_id
         self.ender = P.TurnEnder(self.tokenizer, [self.eos_id, self.tokenizer.eos_token_id])
@@ -208,17 +208,30 @@ class raw_env(AECEnv):
         self.search_retries, self.search_backoff = search_retries, float(search_backoff)
 
         self.possible_agents = self.config.agents
-        L, V = self.config.max_context_tokens, self.vocab_size
-        self.observation_spaces = {a: self._observation_space(L, V) for a in self.possible_agents}
-        self.action_spaces = {
-            a: gymnasium.spaces.Discrete(V) if step_mode == "token"
-            else gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
-            for a in self.possible_agents
-        }
-        self._eos_only = np.zeros(V, dtype=np.int8)
+        self._spaces: tuple[dict[str, Any], dict[str, Any]] | None = None  # built when first asked for
+        self._eos_only = np.zeros(self.vocab_size, dtype=np.int8)
         self._eos_only[self.eos_id] = 1
         self.core: TeamEpisode | None = None
         self.np_random, _ = seeding.np_random(None)
+
+    @property
+    def observation_spaces(self) -> dict[str, gymnasium.spaces.Space]:
+        return self._make_spaces()[0]
+
+    @property
+    def action_spaces(self) -> dict[str, gymnasium.spaces.Space]:
+        return self._make_spaces()[1]
+
+    def _make_spaces(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each agent's spaces, built on first use: gymnasium's constructors are 60% of
+        making an env, and rollouts (which make many copies) never ask for them."""
+        if self._spaces is None:
+            L, V = self.config.max_context_tokens, self.vocab_size
+            self._spaces = ({a: self._observation_space(L, V) for a in self.possible_agents},
+                            {a: gymnasium.spaces.Discrete(V) if self.step_mode == "token"
+                             else gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
+                             for a in self.possible_agents})
+        return self._spaces
 
     def _observation_space(self, L: int, V: int) -> gymnasium.spaces.Dict:
         spaces = {"observation": gymnasium.spaces.Box(0, V - 1, (L,), np.int64),

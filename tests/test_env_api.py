@@ -42,3 +42,19 @@ def test_default_env_is_offline_and_complete():
     n = int(obs["length"][0])
     assert "Question:" in raw.tokenizer.decode(obs["observation"][:n].tolist())
     assert raw.observation_space("leader_0").contains(obs)
+
+
+def test_env_copies_share_the_chat_frames_and_each_builds_its_own_spaces_on_demand():
+    """Rollouts make many env copies: they share one ChatFormat per tokenizer (its cache of
+    encoded frames), and an env builds its gymnasium spaces only when asked, its own ones."""
+    import gymnasium
+
+    a, b = (search_team_v0.raw_env(max_turn_tokens=24, max_context_tokens=1024) for _ in range(2))
+    assert a.chat is b.chat
+    assert a._spaces is None  # not built by the constructor
+    space = a.action_space("searcher_0")
+    assert isinstance(space, gymnasium.spaces.Sequence) and space.feature_space.n == a.vocab_size
+    assert a.action_space("searcher_0") is space  # built once
+    assert a.observation_space("leader_0").spaces["observation"].shape == (1024,)
+    assert b.action_space("searcher_0") is not space  # one env's seeding never moves another's
+    assert sorted(a.observation_spaces) == sorted(a.possible_agents)
