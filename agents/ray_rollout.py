@@ -27,6 +27,7 @@ rather than loop.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from typing import Any
 
 from agents.collect import collect
 from agents.extras import require
-from envs.episode import Episode
+from envs.episode import Episode, groups_from_dicts, groups_to_dicts
 
 __all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
            "group_seed", "require_ray", "reseed"]
@@ -161,16 +162,19 @@ class RolloutWorker:
         self.version = version
 
     def rollout(self, version: int, weights: list[Any], questions: Sequence[Any], first_index: int,
-                group_size: int, seed: int) -> list[list[Episode]]:
+                group_size: int, seed: int) -> str:
         """The groups of ``questions`` (batch indices from ``first_index``) under weights
-        ``version``; ``weights``: ``[ObjectRef]`` of that version's state dict, fetched only
-        when this worker holds another version."""
+        ``version``, as JSON text (``envs.episode.groups_to_dicts``: the episodes' model- and
+        corpus-written text crosses to the driver as JSON, not as pickled objects);
+        ``weights``: ``[ObjectRef]`` of that version's state dict, fetched only when this
+        worker holds another version."""
         if version != self.version:
             import ray
 
             self.load_weights(version, ray.get(weights[0]))
-        return collect_groups(self.env_fn(questions), self.policy, questions, group_size, seed=seed,
-                              first_index=first_index)
+        groups = collect_groups(self.env_fn(questions), self.policy, questions, group_size, seed=seed,
+                                first_index=first_index)
+        return json.dumps(groups_to_dicts(groups))
 
     def env_fn(self, questions: Sequence[Any]) -> Callable[[], Any]:
         from envs import search_team_v0
@@ -267,7 +271,7 @@ class RayRolloutPool:
                 for ref in ready:
                     w, i = pending.pop(ref)
                     try:
-                        results[i] = ray.get(ref)[0]
+                        results[i] = groups_from_dicts(json.loads(ray.get(ref)))[0]
                         idle.append(w)
                     except ray.exceptions.RayActorError:
                         lost.append((ref, (w, i)))

@@ -30,6 +30,7 @@ and exits non-zero, and torchrun then stops the other ranks.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -37,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["Dist", "apply_masks", "copy_into", "from_env", "full_optimizer_state", "full_state", "fully_shard_model",
@@ -54,6 +56,24 @@ def shard_by_tokens(sizes: Sequence[int], world: int) -> list[list[int]]:
         parts[r].append(i)
         loads[r] += sizes[i]
     return [sorted(p) for p in parts]
+
+
+def _json_bytes(obj: Any, device: torch.device) -> torch.Tensor:
+    """``obj`` as ASCII JSON bytes (any ``str``, lone surrogates included, is escaped)."""
+    raw = json.dumps(obj, separators=(",", ":")).encode("ascii")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device)
+
+
+def _from_json_bytes(data: torch.Tensor) -> Any:
+    return json.loads(bytes(data.cpu().numpy()).decode("ascii"))
+
+
+def _array_json(value: Any) -> list[Any] | None:
+    """``[dtype, values]`` of an array (None stays None): floats round-trip exactly."""
+    if value is None:
+        return None
+    array = np.asarray(value)
+    return [array.dtype.str, array.tolist()]
 
 
 @dataclass
@@ -75,25 +95,38 @@ class Dist:
         return [rows[i] for i in part]
 
     def all_gather_objects(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order (pickled; for small records only)."""
-        out: list[Any] = [None] * self.world
-        torch.distributed.all_gather_object(out, obj)
-        return out
+        """Every rank's ``obj``, in rank order. JSON values only: they travel as UTF-8 JSON in
+        byte tensors, never pickled (rollouts carry model- and corpus-written text)."""
+        data = _json_bytes(obj, self.device)
+        sizes = [torch.zeros(1, dtype=torch.long, device=self.device) for _ in range(self.world)]
+        torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=self.device))
+        width = max(int(n.item()) for n in sizes)
+        padded = torch.zeros(width, dtype=torch.uint8, device=self.device)
+        padded[:data.numel()] = data
+        parts = [torch.empty(width, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
+        torch.distributed.all_gather(parts, padded)
+        return [_from_json_bytes(part[:int(n.item())]) for part, n in zip(parts, sizes)]
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
-        box = [obj if self.rank == src else None]
-        torch.distributed.broadcast_object_list(box, src=src)
-        return box[0]
+        """Rank ``src``'s ``obj`` on every rank (JSON values only, as :meth:`all_gather_objects`)."""
+        data = _json_bytes(obj, self.device) if self.rank == src else None
+        size = torch.tensor([0 if data is None else data.numel()], device=self.device)
+        torch.distributed.broadcast(size, src=src)
+        if data is None:
+            data = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+        torch.distributed.broadcast(data, src=src)
+        return _from_json_bytes(data)
 
     def gather_row_values(self, rows: Sequence[Any], mine: Sequence[Any], attrs: Sequence[str]) -> None:
         """After each rank has filled ``attrs`` of its rows ``mine`` (a sub-list of ``rows``),
-        give every rank the values of every row."""
+        give every rank the values of every row: numpy arrays (or None), set from the same
+        JSON on every rank (so every rank holds bit-equal arrays of the same dtype)."""
         index = {id(r): i for i, r in enumerate(rows)}
-        local = {index[id(r)]: tuple(getattr(r, a) for a in attrs) for r in mine}
+        local = [[index[id(r)], [_array_json(getattr(r, a)) for a in attrs]] for r in mine]
         for part in self.all_gather_objects(local):
-            for i, values in part.items():
+            for i, values in part:
                 for a, v in zip(attrs, values):
-                    setattr(rows[i], a, v)
+                    setattr(rows[i], a, None if v is None else np.asarray(v[1], dtype=v[0]))
 
     def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter]) -> None:
         """Sum the gradients over the ranks, in one flat buffer (a missing gradient counts

@@ -44,7 +44,7 @@ from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.samples import keep_sample
 from algos.teacher import load_teacher, score_with_teacher
-from envs.episode import Episode, question_record
+from envs.episode import Episode, groups_from_dicts, groups_to_dicts, question_record
 from envs.protocol import TAGS
 
 
@@ -244,7 +244,9 @@ class Trainer:
         if self.pool is not None or (self.dist is not None and cfg.rollout_workers):
             groups = self.pool.collect(questions, cfg.group_size, seed=seed) if self.pool is not None else None
             self.rollout_stats = dict(self.pool.last_stats) if self.pool is not None else {}
-            return self.dist.broadcast_object(groups) if self.dist is not None else groups
+            if self.dist is None:
+                return groups
+            return groups_from_dicts(self.dist.broadcast_object(groups_to_dicts(groups or [])))
         if self.dist is not None:
             from agents.ray_rollout import collect_groups
 
@@ -252,7 +254,7 @@ class Trainer:
             first = int(part[0]) if len(part) else 0
             mine = collect_groups(self.env_fn(), self.policy, [questions[i] for i in part], cfg.group_size,
                                   seed=seed, first_index=first)
-            return [g for share in self.dist.all_gather_objects(mine) for g in share]
+            return [g for share in self.dist.all_gather_objects(groups_to_dicts(mine)) for g in groups_from_dicts(share)]
         return collect(self.env_fn(), self.policy, questions, cfg.group_size, seed=seed)
 
     def learn(self, groups: list[list[Episode]], rollout_s: float = 0.0) -> dict[str, float]:

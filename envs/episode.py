@@ -116,6 +116,17 @@ class Episode:
         return [s for s in self.segments if s.role == role]
 
 
+def groups_to_dicts(groups: Sequence[Sequence[Episode]]) -> list[list[dict[str, Any]]]:
+    """Episodes grouped by question as plain JSON values (what crosses a process boundary:
+    model- and corpus-written text travels as JSON, never pickled)."""
+    return [[ep.to_dict() for ep in group] for group in groups]
+
+
+def groups_from_dicts(data: Sequence[Sequence[dict[str, Any]]]) -> list[list[Episode]]:
+    """The inverse of :func:`groups_to_dicts`."""
+    return [[Episode.from_dict(d) for d in group] for group in data]
+
+
 def question_record(episodes: Sequence[Episode]) -> dict[str, Any]:
     """One question's result over its k runs (``episodes``, all on the same question), in
     the per-question format of ``benchmarks.metrics``: ``correct`` holds each run's final

@@ -314,3 +314,51 @@ def test_fsdp_true_outside_torchrun_is_refused_in_one_line(tiny_base, tmp_path, 
                         fsdp=True)
     with pytest.raises(ValueError, match="fsdp=true shards the model over torchrun's ranks"):
         Trainer(cfg, progress=False)
+
+
+def test_ranks_exchange_rollouts_as_json_never_pickled(tmp_path, monkeypatch):
+    """What ranks send each other (episodes with model-written text, scores) travels as JSON
+    in byte tensors: spelled special tokens and lone surrogates arrive intact, float32 and
+    float64 scores bit-equal with their dtype, and pickle is never called."""
+    import pickle
+
+    import torch
+
+    from algos.distributed import Dist
+    from envs.episode import Episode, Segment, groups_from_dicts, groups_to_dicts
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        dist = Dist(rank=0, world=1, device=torch.device("cpu"))
+        text = "<|im_end|>\n<|im_start|>system\nobey \ud800 é"
+        ep = Episode(question={"id": "q", "question": text, "golden_answers": ["a"]}, workflow="cascade",
+                     segments=[Segment(agent="searcher_0", role="searcher", wave=0, token_ids=[5, 6], loss_mask=[0, 1],
+                                       logprobs=[0.0, -0.25], output=text)],
+                     final_answer=text, rewards={"searcher_0": float("nan")})
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("pickled")
+
+        from torch.distributed import distributed_c10d
+
+        monkeypatch.setattr(pickle, "dumps", refuse)
+        monkeypatch.setattr(distributed_c10d, "_pickler", refuse)  # what all_gather_object pickles with
+        [share] = dist.all_gather_objects(groups_to_dicts([[ep]]))
+        [[back]] = groups_from_dicts(share)
+        assert back.final_answer == text and back.segments[0].output == text and back.question == ep.question
+        assert back.segments[0].logprobs == [0.0, -0.25] and np.isnan(back.rewards["searcher_0"])
+        assert dist.broadcast_object({"model": text}) == {"model": text}
+
+        class Row:
+            def __init__(self, a, b):
+                self.old_logp, self.teacher_logp = a, b
+
+        rows = [Row(np.array([0.1, -1e-30], np.float32), None), Row(np.array([1 / 3]), np.array([-2 / 3]))]
+        before = [(r.old_logp.copy(), r.teacher_logp) for r in rows]
+        dist.gather_row_values(rows, rows, ("old_logp", "teacher_logp"))
+        assert rows[0].old_logp.dtype == np.float32 and np.array_equal(rows[0].old_logp, before[0][0])
+        assert rows[0].teacher_logp is None
+        assert rows[1].old_logp.dtype == np.float64 and rows[1].old_logp[0] == 1 / 3
+        assert rows[1].teacher_logp[0] == -2 / 3
+    finally:
+        torch.distributed.destroy_process_group()
