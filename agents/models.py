@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from envs.paths import cache_dir
+from envs.quiet import quiet_progress
 from envs.tokenizer import SMOLLM2_ALIASES, load_tokenizer, smollm2_gguf_path
 
 SMOLLM2_CACHE = ("models", "smollm2-135m-instruct")
@@ -58,9 +59,9 @@ def _convert_smollm2(target: Path) -> None:
         kwargs["quantization_config"] = GgufConfig(dequantize=True)
     except ImportError:  # transformers 4 always dequantises
         pass
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **kwargs
-    )
+    with quiet_progress():
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     **kwargs)
     # The weights are plain float tensors now; the GGUF quantizer record only blocks
     # save_pretrained ("not serializable"), so drop it.
     packed = [n for n, p in model.named_parameters() if not p.is_floating_point()]
@@ -71,7 +72,8 @@ def _convert_smollm2(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        model.save_pretrained(tmp)
+        with quiet_progress():
+            model.save_pretrained(tmp)
         if _is_saved_model(target):  # another process finished first
             return
         if target.exists():
@@ -117,10 +119,12 @@ def load_causal_lm(
         cached = cache_dir(*SMOLLM2_CACHE)
         if not _is_saved_model(cached):
             _convert_smollm2(cached)
-        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+        with quiet_progress():
+            model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
         tokenizer = load_tokenizer("smollm2")
     else:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
+        with quiet_progress():
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     _ensure_pad_token(model, tokenizer)
     model.to(device)

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from envs.quiet import quiet_progress
+
 
 def checkpoint_root(out_dir: str | Path) -> Path:
     return Path(out_dir) / "checkpoints"
@@ -38,7 +40,8 @@ def save_checkpoint(out_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    with quiet_progress():
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     torch.save({"optimizer": optimizer.state_dict(), "state": state}, tmp / "trainer_state.pt")
     (tmp / "train_config.json").write_text(json.dumps(config, indent=2, default=list))

@@ -23,6 +23,7 @@ from algos.config import RECIPES
 from algos.reproducible import DEFAULT_THREADS, run_threads
 from algos.sft import sft
 from envs.episode import load_episodes
+from envs.quiet import quiet_progress
 
 
 def load_model(name: str) -> tuple[Any, Any]:
@@ -114,7 +115,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     losses = sft(model, episodes, progress=progress, **settings)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    with quiet_progress():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     record = {"episodes": str(args.episodes), "model": args.model, **settings, "threads": args.threads,
               "steps": len(losses), "losses": losses,

@@ -364,3 +364,25 @@ def test_expected_checker_warnings_are_silenced_and_real_ones_kept():
         ]:
             warnings.warn_explicit(message, UserWarning, f"{module}.py", 1, module=module)
     assert [str(w.message) for w in caught] == ["Observation is not a NumPy array", "a real problem"]
+
+
+def test_checkpoints_and_model_loads_print_no_transformers_progress_bars(tmp_path, capfd):
+    """A trainer saves checkpoints and loads bases and Teachers: transformers' ``Writing model
+    shards`` and ``Loading weights`` bars would land in its log as unexplained noise."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from agents.models import load_causal_lm, tiny_causal_lm
+    from algos.checkpoint import save_checkpoint
+    from envs.search_team import default_tokenizer
+
+    tok = default_tokenizer()
+    model = tiny_causal_lm(len(tok), hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters())
+    capfd.readouterr()
+    path = save_checkpoint(tmp_path, 1, model, tok, optimizer, {}, {})
+    loaded, _ = load_causal_lm(str(path))
+    out = capfd.readouterr()
+    assert "Writing model shards" not in out.err + out.out and "Loading weights" not in out.err + out.out
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+    assert hf_logging.is_progress_bar_enabled()  # turned back on for the user's own code

@@ -51,6 +51,7 @@ import faiss
 import numpy as np
 
 from envs.paths import cache_dir as default_cache_dir
+from envs.quiet import quiet_progress
 from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.passage import CorpusSource, Passage, load_corpus
 
@@ -103,21 +104,6 @@ _ENCODER_LOCKS: dict[int, threading.Lock] = {}
 _ENCODERS_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _quiet_weight_loading():
-    """Silence transformers' ``Loading weights`` progress bar, which would otherwise print
-    into the middle of a transcript whenever the encoder is first used."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
 def _pooled_modules(encoder: str, pooling: str) -> list[Any]:
     """Transformer -> ``pooling`` over the attention mask -> L2 normalise: Search-R1's
     encoder (``pooling()`` then ``normalize`` in its retrieval_server.py), 256 tokens."""
@@ -152,7 +138,7 @@ def load_encoder(encoder: str, device: str = "cpu", pooling: str = "model"):
 
             start = time.perf_counter()
             try:
-                with _quiet_weight_loading():
+                with quiet_progress():  # no Loading weights bar in a transcript
                     if pooling == "model":
                         model = SentenceTransformer(encoder, device=device)
                     else:

@@ -22,6 +22,7 @@ from typing import Any
 
 from envs import protocol as P
 from envs.paths import cache_dir
+from envs.quiet import quiet_progress
 
 PAD, IM_START, IM_END = "<|pad|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, IM_START, IM_END)
@@ -170,7 +171,8 @@ class Saver:
 
     def save_pretrained(self, path: Path) -> None:
         for obj in self.objects:
-            obj.save_pretrained(path)
+            with quiet_progress():
+                obj.save_pretrained(path)
         for name, record in self.records.items():
             if callable(record):
                 record = record(Path(path))
