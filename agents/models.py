@@ -97,6 +97,20 @@ def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
 
 
+def local_model_dir(name_or_path: str) -> str:
+    """A directory an engine that reads model files itself (vLLM) can load ``name_or_path``
+    from: the SmolLM2 aliases become the converted copy in the cache (made on first use,
+    with the tokenizer beside the weights); anything else is returned as is."""
+    if name_or_path.lower() not in SMOLLM2_ALIASES:
+        return name_or_path
+    cached = cache_dir(*SMOLLM2_CACHE)
+    if not _is_saved_model(cached):
+        _convert_smollm2(cached)
+    if not (cached / "tokenizer.json").exists():
+        load_tokenizer("smollm2").save_pretrained(cached)
+    return str(cached)
+
+
 def load_causal_lm(
     name_or_path: str = "smollm2",
     *,

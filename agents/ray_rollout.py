@@ -27,6 +27,7 @@ rather than loop.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -36,6 +37,7 @@ from typing import Any
 from agents.collect import collect
 from agents.extras import require
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts
+from envs.retrieval.passage import Passage
 
 __all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
            "group_seed", "require_ray", "reseed"]
@@ -82,17 +84,19 @@ def collect_groups(env_fn: Callable[[], Any], policy: Any, questions: Sequence[A
 
 
 class RetrieverActor:
-    """Holds the one retriever every worker searches (run as a Ray actor)."""
+    """Holds the one retriever every worker searches (run as a Ray actor). Queries (model
+    text) and passages (corpus text) cross the process boundary as JSON text."""
 
-    def __init__(self, retriever: Any):
+    def __init__(self, retriever: Any, index: str | None = None):
         if isinstance(retriever, str):
             from envs.retrieval.factory import make_retriever
 
-            retriever = make_retriever(retriever)
+            retriever = make_retriever(retriever, index=index)
         self.retriever = retriever
 
-    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
-        return self.retriever.search(list(queries), top_k)
+    def search(self, queries_json: str, top_k: int = 3) -> str:
+        results = self.retriever.search(list(json.loads(queries_json)), top_k)
+        return json.dumps([[dataclasses.asdict(p) for p in hits] for hits in results])
 
 
 class ActorRetriever:
@@ -101,10 +105,11 @@ class ActorRetriever:
     def __init__(self, actor: Any, timeout_s: float = 300.0):
         self.actor, self.timeout_s = actor, timeout_s
 
-    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Any]]:
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         import ray
 
-        return ray.get(self.actor.search.remote(list(queries), top_k), timeout=self.timeout_s)
+        answer = ray.get(self.actor.search.remote(json.dumps(list(queries)), top_k), timeout=self.timeout_s)
+        return [[Passage(**p) for p in hits] for hits in json.loads(answer)]
 
 
 def make_policy(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:
@@ -197,12 +202,14 @@ class RayRolloutPool:
     ``backend``, ``policy_kwargs``: the workers' policy (:func:`make_policy`); ``address``:
     ``ray.init``'s (None: a local Ray; ``auto``: the cluster of ``ray start``);
     ``timeout_s``: how long a group may take before its worker counts as hung;
-    ``max_restarts``: restarts allowed in one :meth:`collect` before it raises."""
+    ``max_restarts``: restarts allowed in one :meth:`collect` before it raises;
+    ``retriever_index``: the index kind of a spec's local corpus (``make_retriever``), so
+    the workers search the index the trainer's own validation searches."""
 
     def __init__(self, num_workers: int, *, model: Any, tokenizer: Any, env_kwargs: dict[str, Any],
                  retriever: Any, backend: str = "hf", policy_kwargs: dict[str, Any] | None = None,
                  address: str | None = None, threads: int = 1, timeout_s: float = 900.0,
-                 max_restarts: int | None = None, num_gpus: float = 0.0):
+                 max_restarts: int | None = None, num_gpus: float = 0.0, retriever_index: str | None = None):
         ray = require_ray()
         if num_workers < 1:
             raise ValueError(f"rollout_workers must be >= 1 for a pool, got {num_workers}")
@@ -219,7 +226,7 @@ class RayRolloutPool:
         if isinstance(retriever, str) and retriever.startswith(("http://", "https://")):
             self.retriever_actor, shared = None, retriever
         else:
-            self.retriever_actor = ray.remote(num_cpus=0)(RetrieverActor).remote(retriever)
+            self.retriever_actor = ray.remote(num_cpus=0)(RetrieverActor).remote(retriever, retriever_index)
             shared = ActorRetriever(self.retriever_actor)
         self._args = (model.config, tokenizer, dict(env_kwargs), shared, backend, dict(policy_kwargs or {}),
                       threads)

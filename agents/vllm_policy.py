@@ -124,6 +124,14 @@ class VLLMPolicy:
         """Restart the per-request seeds at ``seed``."""
         self.seed, self._requests = int(seed), 0
 
+    def get_state(self) -> list[int]:
+        """Where the per-request seeds stand (a checkpoint keeps it, so a resumed run goes on
+        with the seeds an uninterrupted one would draw)."""
+        return [self.seed, self._requests]
+
+    def set_state(self, state: Sequence[int]) -> None:
+        self.seed, self._requests = int(state[0]), int(state[1])
+
     # -- weights and memory ---------------------------------------------------------------
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:

@@ -16,9 +16,8 @@ from typing import Any
 from algos.losses import AGGREGATIONS
 from algos.recipes.micro import preset as micro_recipe
 from algos.recipes.tiny import preset as tiny_recipe
-from algos.roles import SEARCHER_SIGNALS
+from algos.roles import SEARCHER_SIGNALS, SIGNAL_NEEDS_TEACHER, STAGES
 
-STAGES = ("teacher", "team")
 ROLLOUT_BACKENDS = ("hf", "vllm")
 
 
@@ -147,8 +146,9 @@ class TrainConfig:
             raise bad("searcher_signal", f"must be one of {SEARCHER_SIGNALS}")
         if self.aggregation not in AGGREGATIONS:
             raise bad("aggregation", f"must be one of {AGGREGATIONS}")
-        if self.stage == "team" and self.teacher is None and self.searcher_signal == "opd":
-            raise bad("teacher", "the opd Searcher signal needs a Teacher: a Stage-I checkpoint or 'base'")
+        if self.stage == "team" and self.teacher is None and self.searcher_signal in SIGNAL_NEEDS_TEACHER:
+            raise bad("teacher", f"the {self.searcher_signal} Searcher signal needs a Teacher: a Stage-I "
+                      "checkpoint or 'base'")
         if self.stage == "team" and self.teacher is None and self.kl_coef != 0:
             raise bad("kl_coef", "a KL toward the Teacher needs a Teacher; set kl_coef=0 or give teacher")
         if self.stage == "teacher" and self.teacher is not None:

@@ -95,7 +95,7 @@ class Dist:
         return [rows[i] for i in part]
 
     def all_gather_objects(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order. JSON values only: they travel as UTF-8 JSON in
+        """Every rank's ``obj``, in rank order. JSON values only: they travel as ASCII JSON in
         byte tensors, never pickled (rollouts carry model- and corpus-written text)."""
         data = _json_bytes(obj, self.device)
         sizes = [torch.zeros(1, dtype=torch.long, device=self.device) for _ in range(self.world)]
@@ -145,13 +145,13 @@ class Dist:
     def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
         """``values`` summed over the ranks (same keys on every rank)."""
         keys = sorted(values)
-        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
         return dict(zip(keys, t.tolist()))
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is True on any rank."""
-        t = torch.tensor([1.0 if flag else 0.0])
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return bool(t.item() > 0)
 

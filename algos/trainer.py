@@ -32,14 +32,15 @@ import torch
 
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
+from agents.models import local_model_dir
 from algos import advantages as A
 from algos import distributed as D
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
-from algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
 from algos.config import TrainConfig
-from algos.freeze import frozen, frozen_masks
+from algos.freeze import declared_frozen, frozen, frozen_masks
 from algos.losses import LossOutput, Totals, policy_loss
-from algos.models import load_model  # noqa: F401  (algos.trainer.load_model too)
+from algos.models import load_model
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.samples import keep_sample
@@ -108,6 +109,10 @@ class Trainer:
             model, tokenizer = load_model(str(checkpoint), cfg.device, cfg.dtype)
         elif model is None:
             model, tokenizer = load_model(cfg.model, cfg.device, cfg.dtype)
+        if cfg.weight_decay > 0 and declared_frozen(model):
+            raise ValueError(f"TrainConfig.weight_decay={cfg.weight_decay}: the model {cfg.model} declares frozen "
+                             f"parameters ({declared_frozen(model)[0]}, ...), and AdamW's decay would move them "
+                             "although their gradient is zero; use weight_decay=0")
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
         # FSDP2: the trained model is sharded; generation, scoring, validation and checkpoints
@@ -129,7 +134,7 @@ class Trainer:
             self.critic = PromptedCritic(base, tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
-        self.model_path = str(checkpoint) if checkpoint is not None else cfg.model
+        self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
         self.policy = self._rollout_policy()
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index)
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
@@ -142,7 +147,8 @@ class Trainer:
         if checkpoint is not None:
             state = load_checkpoint(checkpoint, _FullOptimizer(self) if self.fsdp else self.optimizer)
             self._set_state(state)
-            truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
+            if self.is_main:  # (one writer: ranks replacing the same file would race)
+                truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
         self.writer = _tensorboard(self.out / "tb") if self.is_main else None
         if self.dist is not None:
             self.dist.barrier()  # no rank starts before every rank has checked and loaded
@@ -155,7 +161,8 @@ class Trainer:
         if cfg.rollout_backend == "vllm" and not cfg.rollout_workers:
             from agents.vllm_policy import VLLMPolicy
 
-            return VLLMPolicy(self.model_path, self.tokenizer, **sampling)
+            # the engine reads model files itself: a directory, not an alias such as smollm2
+            return VLLMPolicy(local_model_dir(self.model_path), self.tokenizer, **sampling)
         return HFPolicy(self.full_model, self.tokenizer, batch_size=cfg.generation_batch_size, **sampling)
 
     def _push_weights(self) -> None:
@@ -180,18 +187,20 @@ class Trainer:
                               env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
                               backend=cfg.rollout_backend, address=cfg.ray_address,
                               num_gpus=1.0 if cfg.rollout_backend == "vllm" else 0.0,
+                              retriever_index=cfg.retriever_index,
                               policy_kwargs=dict(temperature=cfg.temperature, top_p=cfg.top_p,
                                                  max_new_tokens=cfg.max_turn_tokens,
                                                  batch_size=cfg.generation_batch_size))
 
     # ------------------------------------------------------------------ setup
 
-    def env_fn(self, workflow: str | None = None, questions: Sequence[Any] | None = None):
-        """A function that makes one env of this run (``envs.env_fn``, the one factory)."""
+    def env_fn(self, questions: Sequence[Any] | None = None):
+        """A function that makes one env of this run (``envs.env_fn``, the one factory) whose
+        question pool is ``questions`` (None: the training questions)."""
         from envs import env_fn
 
-        return env_fn(workflow=workflow or self.config.workflow, tokenizer=self.tokenizer,
-                      retriever=self.retriever, questions=questions or self.train_questions,
+        return env_fn(workflow=self.config.workflow, tokenizer=self.tokenizer, retriever=self.retriever,
+                      questions=self.train_questions if questions is None else questions,
                       **self.config.env_shape())
 
     # ------------------------------------------------------------------ the loop
@@ -304,8 +313,10 @@ class Trainer:
         the parameters and the optimizer state go back to where they were before the first
         minibatch and :class:`NonFiniteLoss` is raised. The snapshot that makes this possible
         (a copy of the parameters and of AdamW's moments) is taken only with several
-        minibatches: with one, the checks before its single step are enough, and a large
-        model does not pay a copy of itself every step.
+        minibatches: with one (the default), the checks before its single step catch a bad
+        loss or gradient, and a large model does not pay a copy of itself every step; the
+        one case they miss, finite gradients that overflow a weight in ``optimizer.step()``,
+        then raises RuntimeError naming the last good checkpoint instead.
         """
         cfg = self.config
         trained = [r for r in rows if r.trained]
@@ -397,7 +408,7 @@ class Trainer:
         stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
         chunks: list[list[Row] | None] = list(batches_by_tokens(mb, self.config.max_tokens_per_batch))
         if self.fsdp:
-            most = torch.tensor([len(chunks)])
+            most = torch.tensor([len(chunks)], device=self.dist.device)
             torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
             chunks += [None] * (int(most.item()) - len(chunks))
         for chunk in chunks:
@@ -484,21 +495,21 @@ class Trainer:
     # ------------------------------------------------------------------ validation, logging, state
 
     @torch.no_grad()
-    def validate(self, questions: Sequence[Any] | None = None, workflow: str | None = None) -> float:
+    def validate(self) -> float:
         """avg@k on the held-out questions: the team samples at the training temperature,
         ``val_runs`` workflows per question, mean EM of the final answer. The sampler is
         seeded the same way at every validation, so base and trained models are compared
         on common random numbers. Per-question results go to :func:`validation_path`
         (``benchmarks compare`` reads them)."""
         cfg = self.config
-        questions = list(questions or self.val_questions)
+        questions = list(self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
             return float("nan")
         sampler = HFPolicy(self.full_model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
                            max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
                            batch_size=cfg.generation_batch_size)
         self.full_model.eval()
-        groups = collect(self.env_fn(workflow, questions), sampler, questions, cfg.val_runs,
+        groups = collect(self.env_fn(questions), sampler, questions, cfg.val_runs,
                          seed=cfg.seed + 99_991)
         self.model.train()
         records = [question_record(g) for g in groups]
@@ -536,7 +547,14 @@ class Trainer:
         return {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
-                "policy_rng": self.policy.generator.get_state() if hasattr(self.policy, "generator") else None}
+                "policy_rng": self._sampler().get_state() if self._sampler() is not None else None}
+
+    def _sampler(self) -> Any:
+        """What holds the rollout policy's random state: HF's torch generator, or the vLLM
+        policy itself (its per-request seeds); None for a policy with neither."""
+        if hasattr(self.policy, "generator"):
+            return self.policy.generator
+        return self.policy if hasattr(self.policy, "set_state") else None
 
     def _set_state(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -544,8 +562,8 @@ class Trainer:
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        if hasattr(self.policy, "generator") and state.get("policy_rng") is not None:
-            self.policy.generator.set_state(state["policy_rng"])
+        if self._sampler() is not None and state.get("policy_rng") is not None:
+            self._sampler().set_state(state["policy_rng"])
 
 
 class _FullOptimizer:

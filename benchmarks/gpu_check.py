@@ -57,16 +57,9 @@ def main() -> int:
     parser.add_argument("--backends", default="hf,vllm")
     parser.add_argument("--out", default="runs/gpu_check")
     args = parser.parse_args()
-    from agents.models import SMOLLM2_CACHE, load_causal_lm
-    from envs.paths import cache_dir
+    from agents.models import local_model_dir
 
-    load_causal_lm("smollm2")  # the GGUF converted to safetensors once (vLLM reads the directory)
-    model_dir = str(cache_dir(*SMOLLM2_CACHE))
-    tok_dir = Path(model_dir)
-    if not (tok_dir / "tokenizer.json").exists():  # vLLM loads the tokenizer from the same directory
-        from envs.tokenizer import load_tokenizer
-
-        load_tokenizer("smollm2").save_pretrained(tok_dir)
+    model_dir = local_model_dir("smollm2")  # the GGUF converted once; vLLM reads the directory
     out = Path(args.out)
     results = [run(b, model_dir, args.steps, out) for b in args.backends.split(",")]
     by = {r["backend"]: r for r in results}

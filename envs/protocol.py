@@ -347,9 +347,6 @@ class ChatFormat:
             self._cache[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
         return self._cache[text]
 
-    # ``_cached`` was the name of the frame cache; kept for callers of the old name
-    _cached = _markup
-
     def prompt(self, system: str, user: str) -> list[int]:
         """System and first user message, ending in the assistant's header."""
         if self.chatml:

@@ -362,3 +362,26 @@ def test_ranks_exchange_rollouts_as_json_never_pickled(tmp_path, monkeypatch):
         assert rows[1].teacher_logp[0] == -2 / 3
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_the_retriever_actor_takes_the_index_kind_and_speaks_json(tmp_path, monkeypatch):
+    """The workers' shared retriever is built with the trainer's ``retriever_index`` (so
+    rollouts and validation search the same index), and queries and passages cross the Ray
+    boundary as JSON text."""
+    ray = pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from agents.ray_rollout import ActorRetriever, RetrieverActor
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f'"Town {i}"\nTown {i} lies on river {i % 3}.'})
+                              + "\n" for i in range(24)))
+    actor = RetrieverActor(str(corpus), index="hnsw")
+    assert actor.retriever.index_kind == "hnsw"
+    sent = []
+    fake = SimpleNamespace(search=SimpleNamespace(remote=lambda q, k: sent.append(q) or actor.search(q, k)))
+    monkeypatch.setattr(ray, "get", lambda value, timeout=None: value)
+    queries = ["Town 7 river", "<|im_end|> \ud800"]
+    hits = ActorRetriever(fake).search(queries, 3)
+    assert hits == actor.retriever.search(queries, 3) and len(hits[0]) == 3
+    assert isinstance(sent[0], str) and json.loads(sent[0]) == queries

@@ -161,6 +161,9 @@ def test_updates_keep_what_the_model_declares_frozen(tmp_path, tiny_dirs, tokeni
     assert not moved("model.layers.1.self_attn.k_proj.weight", slice(0, 8))
     assert moved("model.layers.1.self_attn.k_proj.weight", slice(8, 16))
     assert moved("model.layers.1.mlp.down_proj.weight")
+    # weight decay would move what a zero gradient keeps: refused, naming the setting
+    with pytest.raises(ValueError, match="weight_decay=0.01.*declares frozen"):
+        _trainer(tmp_path / "decay", {**tiny_dirs, "policy": str(tmp_path / "declared")}, weight_decay=0.01)
 
 
 def test_token_logprobs_at_a_temperature_are_the_sampling_distributions(tokenizer):

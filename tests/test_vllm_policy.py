@@ -155,3 +155,34 @@ def test_missing_vllm_names_the_install(monkeypatch, tokenizer):
         require_vllm()
     with pytest.raises(ImportError, match="rollout_backend=vllm"):
         VLLMPolicy("some/model", tokenizer)
+
+
+def test_the_engine_is_given_a_model_directory_not_an_alias(tmp_path):
+    """vLLM reads model files itself: ``smollm2`` (an alias only ``load_causal_lm`` knows)
+    becomes the converted copy in the cache, with its tokenizer beside the weights; a path
+    or hub id passes through."""
+    from pathlib import Path
+
+    from agents.models import local_model_dir
+
+    assert local_model_dir(str(tmp_path)) == str(tmp_path)
+    assert local_model_dir("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
+    model_dir = Path(local_model_dir("SmolLM2"))
+    assert (model_dir / "config.json").exists() and (model_dir / "tokenizer.json").exists()
+    assert any(model_dir.glob("*.safetensors"))
+
+
+def test_a_restored_state_goes_on_with_the_seeds_of_an_uninterrupted_run(tokenizer):
+    """The trainer checkpoints ``get_state()``: after ``--resume`` the requests draw the
+    seeds the run would have drawn, not step 1's again."""
+    obs = [_obs(tokenizer, "Q?")] * 2
+    engine = FakeLLM(tokenizer, [tokenizer.eos_token_id])
+    through = VLLMPolicy("unused", tokenizer, temperature=1.0, seed=3, engine=engine)
+    through.act(obs)
+    saved = through.get_state()
+    through.act(obs)
+    resumed = VLLMPolicy("unused", tokenizer, temperature=1.0, seed=3, engine=FakeLLM(tokenizer, [0]))
+    resumed.set_state(saved)
+    resumed.act(obs)
+    assert [p.seed for p in resumed.engine.calls[0][1]] == [p.seed for p in engine.calls[1][1]]
+    assert [p.seed for p in engine.calls[0][1]] != [p.seed for p in engine.calls[1][1]]

@@ -51,6 +51,7 @@ import faiss
 import numpy as np
 
 from envs.paths import cache_dir as default_cache_dir
+from envs.protocol import clean_text
 from envs.quiet import quiet_progress
 from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.passage import CorpusSource, Passage, load_corpus
@@ -473,7 +474,8 @@ class DenseRetriever:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if not queries:
             return []
-        q = self._encode(list(queries), self.query_prefix)  # (Q, dim)
+        # queries are untrusted text: what UTF-8 cannot hold (a lone surrogate) must not crash the encoder
+        q = self._encode([clean_text(str(x)) for x in queries], self.query_prefix)  # (Q, dim)
         k = min(top_k, len(self.passages))
         if self.index_kind == "file":
             scores, ids = self._index.search(q, k)

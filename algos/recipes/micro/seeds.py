@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-STAGES = ("teacher", "team")
+from algos.roles import STAGES
 
 
 def seed_commands(seed: int, root: str | Path, threads: int = 1) -> list[list[str]]:
