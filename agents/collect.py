@@ -30,7 +30,7 @@ def collect(
     *,
     seed: int = 0,
     max_envs: int | None = None,
-    progress: bool = False,
+    progress: bool | str = False,
     out: str | Path | None = None,
 ) -> list[list[Episode]]:
     """Roll out ``group_size`` workflows per question; Episodes grouped by question.
@@ -38,7 +38,8 @@ def collect(
     ``env_fn()`` makes one SearchTeam env (``envs.env_fn(**kwargs)``, or
     ``search_team_v0.env`` / ``raw_env`` with its arguments bound); copies share its retriever. Copy k of question i is reset with seed
     ``seed + i * group_size + k``. ``max_envs`` bounds how many copies run at once (all by
-    default). ``out`` also writes the Episodes as JSON lines, in question order.
+    default). ``progress``: a bar (a str labels it, e.g. the dataset). ``out`` also writes the
+    Episodes as JSON lines, in question order.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -79,7 +80,7 @@ def _advance(live, policy, results, bar) -> list:
     return still
 
 
-def _progress(total: int, show: bool) -> Any:
+def _progress(total: int, show: bool | str) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="episodes", unit="ep", disable=not show)
+    return tqdm(total=total, desc=show if isinstance(show, str) else "episodes", unit="ep", disable=not show)

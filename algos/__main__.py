@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(argv)
     except PreflightError as err:  # one line, no traceback: the run never started
-        print(f"python -m algos: error: {err}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds it; rank 0 says it
+            print(f"python -m algos: error: {err}", file=sys.stderr)
         return 2
 
 

@@ -125,7 +125,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
         summary["curves_png"] = str(plot_training_curves(curves, out / "curves.png"))
     summary["wall_time_s"] = round(time.perf_counter() - start, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    log(json.dumps(summary, indent=2))
+    log(f"summary (every figure above, the bases, the paired tests): {out / 'summary.json'}")
     return summary
 
 

@@ -208,7 +208,11 @@ def _dispatch(argv: list[str] | None) -> int:
                    help="the PNG to write (default: curves.png beside the runs, e.g. runs/micro/curves.png)")
     from algos.ablate import add_arguments
 
-    a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md")
+    a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md",
+                       description="Table 2 in miniature. Per seed: a Stage-I Teacher, then Stage II from the "
+                       "same base once per Searcher signal (opd, outcome, none, base Teacher, critic); then "
+                       "table2.md, table2.json and curves.png in --out. Rerun the same command to resume: "
+                       "finished runs are kept, a run with a checkpoint continues.")
     add_arguments(a)
     t = sub.add_parser("table2", help="Table 2 of an ablation's finished runs (table2.md/.json, curves.png)")
     t.add_argument("out", help="the ablation's directory")

@@ -1024,7 +1024,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes on 2 cores)")
     parser.add_argument("--tiny-for-tests", action="store_true", help="the smallest sizes (tests)")
     parser.add_argument("--reps", type=int, default=None, help="timed A/B pairs per figure")
-    parser.add_argument("--out", default="perf.json", help="where the JSON goes")
+    parser.add_argument("--out", default="results/perf.json", help="where the JSON goes (folder made)")
     parser.add_argument("--scaleout", action="store_true",
                         help="also measure collect.ray_workers_speedup (2 Ray workers / 1; skipped without ray) "
                              "and learner.ddp_step_ratio (2 gloo ranks / 1 process), issue 15")

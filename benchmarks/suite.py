@@ -145,7 +145,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
             continue
         env_fn = make_env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
                              questions=questions, **env_kwargs)
-        groups = collect(env_fn, agent, questions, runs, seed=seed, progress=progress)
+        groups = collect(env_fn, agent, questions, runs, seed=seed, progress=name if progress else False)
         records.extend({**question_record(eps), "dataset": name} for eps in groups)
     if not records:
         raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {root}")

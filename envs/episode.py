@@ -147,7 +147,8 @@ def question_record(episodes: Sequence[Episode]) -> dict[str, Any]:
 
 
 def save_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = False) -> None:
-    """Write episodes as JSON lines."""
+    """Write episodes as JSON lines (the folder is made when missing)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a" if append else "w", encoding="utf-8") as f:
         for ep in episodes:
             f.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
