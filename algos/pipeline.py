@@ -109,7 +109,11 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
                                         "rank": dist.rank}
             continue
-        trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else trainer.validate()
+        trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else None
+        if trained_em is None:  # nothing trained now (a finished run resumed): its last validation, if logged
+            trained_em = _logged_validation(cfg, trainer.step)
+        if trained_em is None:
+            trained_em = trainer.validate()
         paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
             f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
@@ -156,16 +160,26 @@ def base_line(base: dict[str, Any], seed: int, threads: int) -> str:
     return f"{name} built {' '.join(built)}; run seed {seed}, {threads_(threads)}"
 
 
+def _logged_validation(cfg: TrainConfig, step: int) -> float | None:
+    """The validation avg@1 a run logged at ``step`` when its per-question records are there
+    too (a resumed run does not validate again), else None."""
+    metrics = Path(cfg.out_dir) / "metrics.jsonl"
+    if not (metrics.exists() and validation_path(cfg.out_dir, step).exists()):
+        return None
+    for row in read_metrics(metrics):  # a bad line (a run killed mid-write) is skipped, not fatal
+        if row.get("step") == step and "val/avg@1" in row:
+            return float(row["val/avg@1"])
+    return None
+
+
 def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:
     """The base model's validation avg@1 in this stage's workflow and its per-question
     records: the step-0 validation of a fresh run, recomputed from the base weights when
     resuming a run that has none."""
     records = validation_path(cfg.out_dir, 0)
-    metrics = Path(cfg.out_dir) / "metrics.jsonl"
-    if metrics.exists() and records.exists():
-        for row in read_metrics(metrics):  # a bad line (a run killed mid-write) is skipped, not fatal
-            if row.get("step") == 0 and "val/avg@1" in row:
-                return float(row["val/avg@1"]), records
+    logged = _logged_validation(cfg, 0)
+    if logged is not None:
+        return logged, records
     if trainer.step == 0:
         em = trainer.validate()
         trainer._log({"val/avg@1": em}, step=0)

@@ -385,3 +385,22 @@ def test_the_retriever_actor_takes_the_index_kind_and_speaks_json(tmp_path, monk
     hits = ActorRetriever(fake).search(queries, 3)
     assert hits == actor.retriever.search(queries, 3) and len(hits[0]) == 3
     assert isinstance(sent[0], str) and json.loads(sent[0]) == queries
+
+
+def test_resuming_a_finished_run_reads_its_validations_instead_of_repeating_them(tiny_base, tmp_path, monkeypatch):
+    """``--resume`` on a run that already reached its last step trains nothing and validates
+    nothing: the summary comes from the logged validations, the same as the first time."""
+    from algos.pipeline import run_pipeline
+    from algos.trainer import Trainer
+    from envs.retrieval.lexical import WordOverlapRetriever
+
+    settings = {"model": str(tiny_base), "steps": 1, "save_every": 1, "val_per_dataset": 1}
+    first = run_pipeline("tiny", tmp_path, ("teacher",), settings, progress=False, log=lambda line: None,
+                         retriever=WordOverlapRetriever())
+    calls = []
+    monkeypatch.setattr(Trainer, "validate", lambda self: calls.append(self.step) or float("nan"))
+    again = run_pipeline("tiny", tmp_path, ("teacher",), settings, resume=True, progress=False,
+                         log=lambda line: None, retriever=WordOverlapRetriever())
+    assert calls == []
+    for key in ("base_em", "trained_em", "paired", "steps"):
+        assert again["stages"]["teacher"][key] == first["stages"]["teacher"][key], key
