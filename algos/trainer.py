@@ -544,10 +544,11 @@ class Trainer:
                                self._get_state(), self.config.to_dict(), keep=self.config.keep_checkpoints)
 
     def _get_state(self) -> dict[str, Any]:
+        sampler = self._sampler()
         return {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
-                "policy_rng": self._sampler().get_state() if self._sampler() is not None else None}
+                "policy_rng": sampler.get_state() if sampler is not None else None}
 
     def _sampler(self) -> Any:
         """What holds the rollout policy's random state: HF's torch generator, or the vLLM
@@ -562,8 +563,9 @@ class Trainer:
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        if self._sampler() is not None and state.get("policy_rng") is not None:
-            self._sampler().set_state(state["policy_rng"])
+        sampler = self._sampler()
+        if sampler is not None and state.get("policy_rng") is not None:
+            sampler.set_state(state["policy_rng"])
 
 
 class _FullOptimizer:
