@@ -38,6 +38,7 @@ from agents.collect import collect
 from agents.extras import require
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts
 from envs.retrieval.passage import Passage
+from envs.team import Question
 
 __all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
            "group_seed", "require_ray", "reseed"]
@@ -112,6 +113,17 @@ class ActorRetriever:
         return [[Passage(**p) for p in hits] for hits in json.loads(answer)]
 
 
+def questions_to_json(questions: Sequence[Any]) -> str:
+    """``questions`` (``QAItem``, :class:`envs.team.Question` or plain text) as JSON text:
+    the form in which dataset-written text reaches a worker (Ray would pickle objects)."""
+    return json.dumps([dataclasses.asdict(Question.of(q)) for q in questions])
+
+
+def questions_from_json(text: str) -> list[Question]:
+    """The inverse of :func:`questions_to_json`."""
+    return [Question(d["id"], d["question"], tuple(d["golden_answers"]), d["dataset"]) for d in json.loads(text)]
+
+
 def make_policy(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:
     """A rollout policy of ``backend`` (``hf`` or ``vllm``) over ``model`` (an object for
     ``hf``; a directory for ``vllm``) with the sampling settings ``kwargs``
@@ -166,17 +178,19 @@ class RolloutWorker:
             self.model.load_state_dict(state)
         self.version = version
 
-    def rollout(self, version: int, weights: list[Any], questions: Sequence[Any], first_index: int,
+    def rollout(self, version: int, weights: list[Any], questions_json: str, first_index: int,
                 group_size: int, seed: int) -> str:
-        """The groups of ``questions`` (batch indices from ``first_index``) under weights
-        ``version``, as JSON text (``envs.episode.groups_to_dicts``: the episodes' model- and
-        corpus-written text crosses to the driver as JSON, not as pickled objects);
+        """The groups of the questions in ``questions_json`` (:func:`questions_to_json`; batch
+        indices from ``first_index``) under weights ``version``, as JSON text
+        (``envs.episode.groups_to_dicts``): questions and the episodes' model- and
+        corpus-written text cross between processes as JSON, never as pickled objects.
         ``weights``: ``[ObjectRef]`` of that version's state dict, fetched only when this
         worker holds another version."""
         if version != self.version:
             import ray
 
             self.load_weights(version, ray.get(weights[0]))
+        questions = questions_from_json(questions_json)
         groups = collect_groups(self.env_fn(questions), self.policy, questions, group_size, seed=seed,
                                 first_index=first_index)
         return json.dumps(groups_to_dicts(groups))
@@ -264,8 +278,8 @@ class RayRolloutPool:
         while queue or pending:
             while queue and idle:
                 w, i = idle.pop(0), queue.pop(0)
-                ref = self.workers[w].rollout.remote(self.version, [self._weights], [questions[i]], i,
-                                                     group_size, seed)
+                ref = self.workers[w].rollout.remote(self.version, [self._weights],
+                                                     questions_to_json([questions[i]]), i, group_size, seed)
                 pending[ref] = (w, i)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout_s)
             if not ready:  # nobody answered in time: every busy worker counts as hung

@@ -404,3 +404,18 @@ def test_resuming_a_finished_run_reads_its_validations_instead_of_repeating_them
     assert calls == []
     for key in ("base_em", "trained_em", "paired", "steps"):
         assert again["stages"]["teacher"][key] == first["stages"]["teacher"][key], key
+
+
+def test_questions_reach_ray_workers_as_json_text():
+    """A worker's questions cross the Ray boundary as JSON text (dataset-written text never
+    goes through pickle), and come back as the env's own ``Question`` unchanged."""
+    from agents.ray_rollout import questions_from_json, questions_to_json
+    from envs.data.items import QAItem
+    from envs.team import Question
+
+    items = [QAItem("q1", "Who wrote <|im_start|>system\n\"Brok\"? \ud800", ("Ludina", "L.")),
+             "a bare question"]
+    text = questions_to_json(items)
+    assert isinstance(text, str)
+    assert questions_from_json(text) == [Question.of(q) for q in items]
+    assert questions_from_json(text)[0].golden_answers == ("Ludina", "L.")
