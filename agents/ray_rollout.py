@@ -36,6 +36,7 @@ from typing import Any
 
 from agents.collect import collect
 from agents.extras import require
+from agents.registry import make_rollout_policy
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts
 from envs.retrieval.passage import Passage
 from envs.team import Question
@@ -124,20 +125,7 @@ def questions_from_json(text: str) -> list[Question]:
     return [Question(d["id"], d["question"], tuple(d["golden_answers"]), d["dataset"]) for d in json.loads(text)]
 
 
-def make_policy(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    """A rollout policy of ``backend`` (``hf`` or ``vllm``) over ``model`` (an object for
-    ``hf``; a directory for ``vllm``) with the sampling settings ``kwargs``
-    (``temperature``, ``top_p``, ``max_new_tokens``, ``batch_size``, ``seed``)."""
-    if backend == "hf":
-        from agents.hf import HFPolicy
-
-        return HFPolicy(model, tokenizer, **kwargs)
-    if backend == "vllm":
-        from agents.vllm_policy import VLLMPolicy
-
-        kwargs.pop("batch_size", None)
-        return VLLMPolicy(model, tokenizer, **kwargs)
-    raise ValueError(f"rollout backend {backend!r} is not one of ('hf', 'vllm')")
+make_policy = make_rollout_policy  # the name this module gave it first
 
 
 class RolloutWorker:
@@ -164,7 +152,7 @@ class RolloutWorker:
 
             retriever = make_retriever(retriever)
         self.retriever = retriever
-        self.policy = make_policy(backend, self.model, tokenizer, **(policy_kwargs or {}))
+        self.policy = make_rollout_policy(backend, self.model, tokenizer, **(policy_kwargs or {}))
         self.version = -1
 
     def pid(self) -> int:
@@ -196,11 +184,10 @@ class RolloutWorker:
         return json.dumps(groups_to_dicts(groups))
 
     def env_fn(self, questions: Sequence[Any]) -> Callable[[], Any]:
-        from envs import search_team_v0
+        from envs import env_fn
 
-        kwargs = dict(tokenizer=self.tokenizer, retriever=self.retriever, questions=list(questions),
+        return env_fn(tokenizer=self.tokenizer, retriever=self.retriever, questions=list(questions),
                       **self.env_kwargs)
-        return lambda: search_team_v0.raw_env(**kwargs)
 
 
 # ---------------------------------------------------------------------- the pool
@@ -213,7 +200,7 @@ class RayRolloutPool:
     :meth:`push_weights` sends its weights); ``env_kwargs``: SearchTeam keyword arguments
     without tokenizer and retriever; ``retriever``: an http(s) URL (each worker is a client
     of that server), a retriever spec or object (held once, by a :class:`RetrieverActor`);
-    ``backend``, ``policy_kwargs``: the workers' policy (:func:`make_policy`); ``address``:
+    ``backend``, ``policy_kwargs``: the workers' policy (``agents.registry.make_rollout_policy``); ``address``:
     ``ray.init``'s (None: a local Ray; ``auto``: the cluster of ``ray start``);
     ``timeout_s``: how long a group may take before its worker counts as hung;
     ``max_restarts``: restarts allowed in one :meth:`collect` before it raises;

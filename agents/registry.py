@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.router import RoleRouter
-
-ROLES = ("leader", "searcher", "answerer")
+from envs.protocol import ROLES
 
 PolicyFactory = Callable[..., Any]
 """``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
@@ -208,3 +207,24 @@ def make_policy(spec: str, *, seed: int = 0, vocab_size: int | None = None, **hf
     if parts[0][0] is None:
         return built[0][1]
     return RoleRouter({role: policy for role, policy in built})
+
+
+ROLLOUT_BACKENDS = ("hf", "vllm")
+
+
+def make_rollout_policy(backend: str, model: Any, tokenizer: Any, **sampling: Any) -> Any:
+    """A learner's rollout policy on generation ``backend`` (``hf`` or ``vllm``, the
+    ``rollout_backend`` setting): ``model`` is a model object for ``hf`` and a directory for
+    ``vllm`` (the engine reads the files itself); ``sampling``: ``temperature``, ``top_p``,
+    ``max_new_tokens``, ``seed`` and ``batch_size`` (HF's generation batch; vLLM batches
+    everything it is given)."""
+    if backend == "hf":
+        from agents.hf import HFPolicy
+
+        return HFPolicy(model, tokenizer, **sampling)
+    if backend == "vllm":
+        from agents.vllm_policy import VLLMPolicy
+
+        sampling.pop("batch_size", None)
+        return VLLMPolicy(model, tokenizer, **sampling)
+    raise ValueError(f"rollout backend {backend!r} is not one of {ROLLOUT_BACKENDS}")

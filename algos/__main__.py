@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from algos.config import PRESETS, TrainConfig
+from algos.config import TrainConfig
 from algos.preflight import PreflightError
+from algos.presets import PRESETS
 from algos.roles import SEARCHER_SIGNALS
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}

@@ -112,7 +112,7 @@ def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequ
     needs one) then the variants. ``overrides``: TrainConfig settings for every run (e.g.
     ``steps``); they may not set what the ablation itself varies. Raises ValueError naming
     the bad variant, seed or setting (the configs are validated here, before any run)."""
-    from algos.config import PRESETS, preset_config
+    from algos.presets import PRESETS, preset_config
 
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
@@ -257,7 +257,7 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
 
 def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn, threads: int, jobs: int,
              progress: bool, log: Callable[[str], None], retriever: Any) -> dict[str, Any]:
-    from algos.config import prepare_model
+    from algos.presets import prepare_model
     from algos.reproducible import describe_base
 
     todo = [r for r in runs if run_state(r) != "done"]

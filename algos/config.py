@@ -1,5 +1,5 @@
-"""Training configuration: one dataclass for both stages, validated on construction, and
-the three presets (``micro`` for 2 CPU cores, ``smollm2``, ``paper`` for GPUs).
+"""Training configuration: one dataclass for both stages, validated on construction (the
+presets that fill it are in :mod:`algos.presets`).
 
 Where PAPER.md is silent we use Search-R1's published defaults (learning rate 1e-6,
 5 samples per question, temperature 1, top-3 retrieval); the ``micro`` preset departs
@@ -9,16 +9,14 @@ from them so that a 5M-parameter model trains in minutes, and says so.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.registry import ROLLOUT_BACKENDS
 from algos.losses import AGGREGATIONS
-from algos.recipes.micro import preset as micro_recipe
-from algos.recipes.tiny import preset as tiny_recipe
 from algos.roles import SEARCHER_SIGNALS, SIGNAL_NEEDS_TEACHER, STAGES
-
-ROLLOUT_BACKENDS = ("hf", "vllm")
 
 
 @dataclass
@@ -248,46 +246,13 @@ def _check_field_types(config: TrainConfig, bad: Any) -> None:
             raise bad(f.name, f"must be {kind.replace('tuple[str, ...]', 'a list of strings')}")
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
-    "micro": micro_recipe.TRAIN,
-    # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
-    "tiny": tiny_recipe.TRAIN,
-    # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
-    # takes about 6 minutes on 2 CPU cores).
-    "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
-                    max_turn_tokens=256, max_context_tokens=4096),
-    # The paper's setting (Qwen3-4B-Instruct-2507, one retriever, top-3), for GPUs.
-    "paper": dict(model="Qwen/Qwen3-4B-Instruct-2507", steps=300, questions_per_step=64, group_size=5,
-                  learning_rate=1e-6, max_turn_tokens=512, max_context_tokens=8192, device="cuda",
-                  dtype="bfloat16", generation_batch_size=256, max_tokens_per_batch=65536,
-                  max_row_tokens=8192),
-}
+_PRESET_NAMES = ("PRESETS", "RECIPES", "preset_config", "prepare_model")
 
 
-def preset_config(preset: str, **overrides: Any) -> TrainConfig:
-    """A TrainConfig from a preset and overrides (overrides win)."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
-    return TrainConfig(**{**PRESETS[preset], **overrides})
-
-
-RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe}
-"""The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
-pipeline, never the learner: ``MODEL`` (the model name its settings train),
-``prepare_model(progress=)`` (builds or reuses that model; returns its directory),
-``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
-``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer).
-A preset without a recipe trains a model that loads by name or path."""
-
-
-def prepare_model(model: str, *, progress: bool = True) -> str:
-    """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
-    directory of that recipe's base, built the first time (minutes) and reused after; any
-    other name or path is returned as is. Called by the command line and
-    :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
-    loads anything."""
-    for recipe in RECIPES.values():
-        if model == recipe.MODEL:
-            return str(recipe.prepare_model(progress=progress))
-    return model
+def __getattr__(name: str) -> Any:
+    """Compatibility aliases: the preset registry's names where they were first defined.
+    ``algos.presets`` holds them now, so that importing the learner's config loads no
+    recipe; they are looked up on first use only (``algos.presets`` imports this module)."""
+    if name in _PRESET_NAMES:
+        return getattr(importlib.import_module("algos.presets"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

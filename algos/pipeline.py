@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from algos.checkpoint import latest_checkpoint
-from algos.config import TrainConfig, prepare_model, preset_config
+from algos.config import TrainConfig
 from algos.distributed import from_env
+from algos.presets import prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
 from algos.trainer import Trainer, validation_path
@@ -34,7 +35,7 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                  log=print, retriever: Any = None, threads: int | None = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
     A preset's own model name (``micro``) is prepared (its base built or reused,
-    :func:`algos.config.prepare_model`) once the stage's settings are validated, and the
+    :func:`algos.presets.prepare_model`) once the stage's settings are validated, and the
     Trainer gets its directory. ``retriever``: an object with ``search`` used instead of the
     config's (tests).
 

@@ -6,7 +6,7 @@ or a preset's base model build.
     python -m algos sft ... --threads 2               # torch/faiss threads (default 1)
 
 The command line, not the learner, knows the recipes: ``--preset`` and a recipe's model name
-given to ``--model`` go to the recipe's hooks (``algos.config.RECIPES``).
+given to ``--model`` go to the recipe's hooks (``algos.presets.RECIPES``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from algos.config import RECIPES
+from algos.presets import RECIPES
 from algos.reproducible import DEFAULT_THREADS, run_threads
 from algos.sft import sft
 from envs.episode import load_episodes

@@ -33,6 +33,7 @@ import torch
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
 from agents.models import local_model_dir
+from agents.registry import make_rollout_policy
 from algos import advantages as A
 from algos import distributed as D
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
@@ -159,11 +160,10 @@ class Trainer:
         sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
                         seed=cfg.seed)
         if cfg.rollout_backend == "vllm" and not cfg.rollout_workers:
-            from agents.vllm_policy import VLLMPolicy
-
             # the engine reads model files itself: a directory, not an alias such as smollm2
-            return VLLMPolicy(local_model_dir(self.model_path), self.tokenizer, **sampling)
-        return HFPolicy(self.full_model, self.tokenizer, batch_size=cfg.generation_batch_size, **sampling)
+            return make_rollout_policy("vllm", local_model_dir(self.model_path), self.tokenizer, **sampling)
+        return make_rollout_policy("hf", self.full_model, self.tokenizer, batch_size=cfg.generation_batch_size,
+                                   **sampling)
 
     def _push_weights(self) -> None:
         """The updated weights into the engines that generate with their own copy: the Ray

@@ -19,7 +19,7 @@ from pathlib import Path
 def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, float]:
     import torch
 
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from algos.trainer import Trainer
 
     torch.cuda.reset_peak_memory_stats()

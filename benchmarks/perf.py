@@ -920,8 +920,8 @@ def load_model(name: str) -> tuple[Any, Any]:
 
         return load_causal_lm("smollm2")
     if name == "micro":  # the micro recipe's base: built once, then loaded by path
-        from algos.config import prepare_model
         from algos.models import load_model as load_trainer_model
+        from algos.presets import prepare_model
 
         return load_trainer_model(prepare_model("micro"))
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")

@@ -40,18 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def resolve_model(name: str) -> str:
     """The directory of ``tiny`` (built if needed), of an already built ``micro`` base (the
     newest; never built here: that takes minutes), or ``name`` itself (a directory)."""
-    if name == "tiny":
-        from algos.config import prepare_model
+    from algos.presets import prepare_model
 
-        return prepare_model("tiny")
-    if name == "micro":
-        from envs.paths import cache_dir
-
-        built = sorted(cache_dir("models").glob("micro-sft-*/config.json"), key=lambda p: p.stat().st_mtime)
-        if not built:
-            raise SystemExit("scaleout_perf: --model micro needs a built micro base (python -m algos sft "
-                             "--preset micro); none is cached. Use --model tiny")
-        return str(built[-1].parent)
+    if name in ("tiny", "micro"):
+        try:
+            return prepare_model(name, build=name == "tiny")
+        except FileNotFoundError as err:
+            raise SystemExit(f"scaleout_perf: --model micro: {err}. Or use --model tiny") from None
     if not Path(name, "config.json").is_file():
         raise SystemExit(f"scaleout_perf: --model {name!r}: not tiny, micro or a model directory")
     return name
@@ -72,7 +67,7 @@ def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: 
 
     from agents.models import load_causal_lm
     from agents.ray_rollout import RayRolloutPool, require_ray
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from envs.retrieval.lexical import WordOverlapRetriever
 
     env_shape = preset_config("tiny", stage="teacher").env_shape()
@@ -114,7 +109,7 @@ def _ddp_worker(model_dir: str, out: str, steps: int) -> int:
     torch.set_num_threads(1)
     from agents.hf import HFPolicy
     from agents.ray_rollout import collect_groups
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from algos.trainer import Trainer
 
     cfg = preset_config("tiny", stage="teacher", teacher=None, model=model_dir, out_dir=str(Path(out) / "run"),

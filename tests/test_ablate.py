@@ -113,7 +113,7 @@ def fake_train(config, *, resume, progress=True, retriever=None):
 @pytest.fixture
 def fake_ablation(tmp_path, monkeypatch):
     """An ablation of opd and outcome over seeds 0 and 1, trained by the fake."""
-    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
     TRAINED.clear()
     run_ablation("micro", tmp_path, [0, 1], ["opd", "outcome"], {"steps": 3}, progress=False,
                  log=lambda _: None, train=fake_train)
@@ -184,7 +184,7 @@ SETTINGS = {"steps": 2, "val_datasets": ("nq", "hotpotqa")}
 
 
 def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
-    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
     TRAINED.clear()
     calls = []
 
@@ -221,7 +221,7 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="give another --out"):  # other settings, same directory
         run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, train=fake_train)
     # the preset's base changed since (rebuilt elsewhere): a new variant would start from another base
-    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: str(tmp_path / "rebuilt"))
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: str(tmp_path / "rebuilt"))
     with pytest.raises(ValueError, match="seed0/teacher was trained from the base micro.*would not share a base"):
         run_ablation("micro", tmp_path, [0], ["opd", "none", "base"], SETTINGS, progress=False,
                      log=lambda _: None, train=fake_train)
@@ -229,7 +229,7 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
 
 
 def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch):
-    monkeypatch.setattr("algos.config.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
     plan = run_ablation("micro", tmp_path, [0], ["opd", "base"], {"steps": 2}, jobs=2, progress=False,
                         log=lambda _: None, train=fake_train)
     records = plan["runs"]

@@ -167,4 +167,19 @@ def test_the_learner_imports_no_recipe_and_names_none(graph):
     outside = sorted(name for name, deps in graph.items()
                      if not name.startswith("algos.recipes")
                      and any(d.startswith("algos.recipes") for d in deps))
-    assert outside == ["algos.config", "algos.micro"]
+    assert outside == ["algos.micro", "algos.presets"]
+
+
+def test_importing_the_learner_loads_no_recipe():
+    """Not even through the modules it imports (the walk above sees direct imports only)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, algos.trainer, algos.sft; "
+            "print(sorted(m for m in sys.modules if m.startswith('algos.recipes') or m == 'algos.micro'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import algos.config
+    import algos.presets
+
+    assert algos.config.PRESETS is algos.presets.PRESETS  # the old name still answers

@@ -106,7 +106,7 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
     """The preset's own settings (seed, questions per step, temperature, retriever), step 1
     of Stage I: some group's workflows earn different rewards, so the step has a gradient
     (a random or under-trained tiny model writes only invalid turns: every advantage 0)."""
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from algos.trainer import Trainer
 
     cfg = preset_config("tiny", stage="teacher", model=str(tiny_base), out_dir=str(tmp_path), sample_every=0)
@@ -208,7 +208,7 @@ def _resumes_in_one_process(tiny_base, run, weights):
     """A checkpoint written by 2 ranks continues in one process at step 1 with its weights."""
     import torch
 
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from algos.trainer import Trainer
     from envs.retrieval.lexical import WordOverlapRetriever
 
@@ -306,7 +306,7 @@ def test_fsdp_true_in_the_trainer_equals_one_process_and_resumes_in_one(tiny_bas
 
 
 def test_fsdp_true_outside_torchrun_is_refused_in_one_line(tiny_base, tmp_path, monkeypatch):
-    from algos.config import preset_config
+    from algos.presets import preset_config
     from algos.trainer import Trainer
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -93,6 +93,7 @@ def build_micro_base(
     threads: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    build: bool = True,
 ) -> Path:
     """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
     synthetic train questions per dataset, in both workflows (``settings.ENV``), imitated by
@@ -119,6 +120,7 @@ def build_micro_base(
     set (``torch.backends.cpu.get_cpu_capability()``), so that a base built otherwise is
     never reused as if it were this one. ``micro_build.json`` records them and the weights'
     :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
+    ``build=False``: only find an existing build (``FileNotFoundError`` when there is none).
     """
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
@@ -144,6 +146,9 @@ def build_micro_base(
         _declare_frozen_circuit(out_dir)
         _warn_if_other_code(out_dir)
         return out_dir
+    if not build:
+        raise FileNotFoundError(f"no micro base built at {out_dir} for these settings "
+                                "(python -m algos sft --preset micro builds it, about 13 minutes)")
     with run_threads(settings["threads"]):
         _build(out_dir, settings, retriever, progress)
     return out_dir

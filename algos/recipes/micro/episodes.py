@@ -56,14 +56,11 @@ def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any 
                  **overrides: Any) -> Any:
     """A function that makes one micro-preset SearchTeam env (``settings.ENV`` + overrides)
     over the synthetic world; for :func:`agents.collect.collect`."""
-    import functools
-
-    from envs import search_team_v0
+    from envs import env_fn
     from envs.search_team import default_retriever
 
-    return functools.partial(search_team_v0.raw_env, workflow=workflow, tokenizer=tokenizer,
-                             retriever=retriever or default_retriever(),
-                             **{**ENV, **overrides})
+    return env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever or default_retriever(),
+                  **{**ENV, **overrides})
 
 
 def questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:

@@ -39,12 +39,13 @@ BUILD_VERSION = 2
 
 
 def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None, seed: int = 0,
-                    progress: bool = False, **options: Any) -> Path:
+                    progress: bool = False, build: bool = True, **options: Any) -> Path:
     """The tiny base's directory (model, tokenizer and ``tiny_build.json``; loadable by
     path), built the first time and reused after. ``out_dir`` defaults to
     ``cache_dir("models", "tiny-sft-<key>")``, keyed by every setting. ``retriever``: what
     the scripted team searches (default: :class:`~envs.retrieval.lexical.WordOverlapRetriever`
-    over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`."""
+    over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`.
+    ``build=False``: only find an existing build (``FileNotFoundError`` when there is none)."""
     unknown = sorted(set(options) - set(BUILD_DEFAULTS))
     if unknown:
         raise ValueError(f"build_tiny_base: unknown options {unknown}; known: {sorted(BUILD_DEFAULTS)}")
@@ -57,6 +58,8 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
     out_dir = Path(out_dir)
     if (out_dir / "tiny_build.json").exists() and (out_dir / "config.json").exists():
         return out_dir
+    if not build:
+        raise FileNotFoundError(f"no tiny base built at {out_dir} for these settings")
     _build(out_dir, settings, retriever, progress)
     return out_dir
 

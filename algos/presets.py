@@ -1,0 +1,61 @@
+"""The preset registry: named settings for :class:`algos.config.TrainConfig` (``micro`` and
+``tiny`` for CPUs, ``smollm2``, ``paper`` for GPUs) and the recipes behind some of them.
+
+Only the command line, the pipeline and the benchmarks read this module; the learner
+(trainer, SFT, losses, ...) imports :mod:`algos.config` and knows no recipe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from algos.config import TrainConfig
+from algos.recipes.micro import preset as micro_recipe
+from algos.recipes.tiny import preset as tiny_recipe
+
+__all__ = ["PRESETS", "RECIPES", "prepare_model", "preset_config"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
+    "micro": micro_recipe.TRAIN,
+    # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
+    "tiny": tiny_recipe.TRAIN,
+    # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
+    # takes about 6 minutes on 2 CPU cores).
+    "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
+                    max_turn_tokens=256, max_context_tokens=4096),
+    # The paper's setting (Qwen3-4B-Instruct-2507, one retriever, top-3), for GPUs.
+    "paper": dict(model="Qwen/Qwen3-4B-Instruct-2507", steps=300, questions_per_step=64, group_size=5,
+                  learning_rate=1e-6, max_turn_tokens=512, max_context_tokens=8192, device="cuda",
+                  dtype="bfloat16", generation_batch_size=256, max_tokens_per_batch=65536,
+                  max_row_tokens=8192),
+}
+
+
+def preset_config(preset: str, **overrides: Any) -> TrainConfig:
+    """A TrainConfig from a preset and overrides (overrides win)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
+    return TrainConfig(**{**PRESETS[preset], **overrides})
+
+
+RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe}
+"""The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
+pipeline, never the learner: ``MODEL`` (the model name its settings train),
+``prepare_model(progress=, build=)`` (builds or reuses that model; returns its directory;
+``build=False`` only finds it),
+``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
+``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer).
+A preset without a recipe trains a model that loads by name or path."""
+
+
+def prepare_model(model: str, *, progress: bool = True, build: bool = True) -> str:
+    """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
+    directory of that recipe's base, built the first time (minutes) and reused after; any
+    other name or path is returned as is. Called by the command line and
+    :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
+    loads anything."""
+    for recipe in RECIPES.values():
+        if model == recipe.MODEL:
+            return str(recipe.prepare_model(progress=progress, build=build))
+    return model
