@@ -1,5 +1,7 @@
 """The runs of the paper's Table 2 (the Searcher-signal ablation): for each seed one Stage-I
-Teacher, then Stage II from the same base once per variant, each run in its own directory.
+Teacher, then Stage II once per variant, each run in its own directory; every run of a seed
+starts from that seed's base (a recipe builds one per seed, so the spread over seeds
+includes the base's).
 
 Variants (Leader and Answerer objectives fixed: GRPO with the KL toward the Teacher; only
 the Searchers' signal or the Teacher changes):
@@ -33,6 +35,7 @@ The table (per-variant figures, paired bootstrap CIs against ``opd``, curves) is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -261,13 +264,17 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     from algos.reproducible import describe_base
 
     todo = [r for r in runs if run_state(r) != "done"]
-    if todo:  # a recipe's base (micro: built once, minutes) before any run or worker needs it
-        models = {r.config.model for r in todo}
-        prepared = {m: prepare_model(m, progress=progress) for m in models}
+    if todo:  # each seed's base (micro: built once per seed, minutes) before any run or worker needs it
+        needed = {(r.config.model, r.seed) for r in todo}
+        prepared = {(m, s): prepare_model(m, seed=s, progress=progress) for m, s in sorted(needed)}
+        for m, s in {(r.config.model, r.seed) for r in runs} - needed:  # finished seeds: found, never rebuilt
+            with contextlib.suppress(FileNotFoundError):
+                prepared[m, s] = prepare_model(m, seed=s, progress=progress, build=False)
         _check_same_base([r for r in runs if r not in todo], prepared)
-        runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model]))
-                for r in runs]
-        plan["bases"].update({m: describe_base(p) for m, p in prepared.items()})  # which base: its weights' hash
+        runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model, r.seed]))
+                if (r.config.model, r.seed) in prepared else r for r in runs]
+        # which base each seed's runs start from: its weights' hash
+        plan["bases"].update({f"seed{s}": describe_base(p) for (_, s), p in prepared.items()})
     start = time.perf_counter()
     records: dict[str, dict[str, Any]] = {}
 
@@ -289,14 +296,14 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     return plan
 
 
-def _check_same_base(finished: list[Run], prepared: dict[str, str]) -> None:
+def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) -> None:
     """Refuse to add runs from another base than the finished runs trained from (a recipe's
     base rebuilt under a new cache key, say): the variants would not share a start."""
     from algos.reproducible import weight_hash
 
     for run in finished:
         before = read_run(run.out_dir).get("config", {}).get("model")
-        now = prepared.get(run.config.model)
+        now = prepared.get((run.config.model, run.seed))
         if now is None or before is None or before == now:
             continue
         if weight_hash(before) is None or weight_hash(before) != weight_hash(now):

@@ -85,7 +85,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             progress, log = False, _silent
         # the settings are valid: now a preset's own model (micro's base) may be built, by
         # rank 0 alone (two ranks building one cache folder would race); the others take its path
-        model = prepare_model(cfg.model, progress=progress) if main else None
+        model = prepare_model(cfg.model, seed=cfg.seed, progress=progress) if main else None
         cfg = dataclasses.replace(cfg, model=model if dist is None else dist.broadcast_object(model))
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "

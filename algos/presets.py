@@ -42,20 +42,20 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
 RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe}
 """The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
 pipeline, never the learner: ``MODEL`` (the model name its settings train),
-``prepare_model(progress=, build=)`` (builds or reuses that model; returns its directory;
+``prepare_model(seed=, progress=, build=)`` (builds or reuses that model; returns its directory;
 ``build=False`` only finds it),
 ``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
 ``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer).
 A preset without a recipe trains a model that loads by name or path."""
 
 
-def prepare_model(model: str, *, progress: bool = True, build: bool = True) -> str:
+def prepare_model(model: str, *, seed: int = 0, progress: bool = True, build: bool = True) -> str:
     """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
-    directory of that recipe's base, built the first time (minutes) and reused after; any
-    other name or path is returned as is. Called by the command line and
+    directory of that recipe's base for ``seed`` (a run's seed builds its own base), built
+    the first time (minutes) and reused after; any other name or path is returned as is. Called by the command line and
     :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
     loads anything."""
     for recipe in RECIPES.values():
         if model == recipe.MODEL:
-            return str(recipe.prepare_model(progress=progress, build=build))
+            return str(recipe.prepare_model(seed=seed, progress=progress, build=build))
     return model

@@ -113,7 +113,7 @@ def fake_train(config, *, resume, progress=True, retriever=None):
 @pytest.fixture
 def fake_ablation(tmp_path, monkeypatch):
     """An ablation of opd and outcome over seeds 0 and 1, trained by the fake."""
-    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
     TRAINED.clear()
     run_ablation("micro", tmp_path, [0, 1], ["opd", "outcome"], {"steps": 3}, progress=False,
                  log=lambda _: None, train=fake_train)
@@ -184,7 +184,7 @@ SETTINGS = {"steps": 2, "val_datasets": ("nq", "hotpotqa")}
 
 
 def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
-    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
     TRAINED.clear()
     calls = []
 
@@ -221,7 +221,7 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="give another --out"):  # other settings, same directory
         run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, train=fake_train)
     # the preset's base changed since (rebuilt elsewhere): a new variant would start from another base
-    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: str(tmp_path / "rebuilt"))
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: str(tmp_path / "rebuilt"))
     with pytest.raises(ValueError, match="seed0/teacher was trained from the base micro.*would not share a base"):
         run_ablation("micro", tmp_path, [0], ["opd", "none", "base"], SETTINGS, progress=False,
                      log=lambda _: None, train=fake_train)
@@ -229,7 +229,7 @@ def test_a_killed_ablation_repeats_no_finished_run(tmp_path, monkeypatch):
 
 
 def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch):
-    monkeypatch.setattr("algos.presets.prepare_model", lambda model, progress=True: model)
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
     plan = run_ablation("micro", tmp_path, [0], ["opd", "base"], {"steps": 2}, jobs=2, progress=False,
                         log=lambda _: None, train=fake_train)
     records = plan["runs"]
@@ -259,7 +259,7 @@ def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs,
     assert plan["runs"]["seed0/opd"]["config"]["teacher"] == str(tmp_path / "seed0" / "teacher")
     from algos.reproducible import weight_hash
 
-    assert plan["bases"][tiny_dirs["policy"]]["weight_hash"] == weight_hash(tiny_dirs["policy"]) is not None
+    assert plan["bases"]["seed0"]["weight_hash"] == weight_hash(tiny_dirs["policy"]) is not None
     table = build_table(tmp_path, n_resamples=100)
     assert table["rows"]["none"]["vs_opd"]["questions"] == 4
     assert "| none | none | stage-I |" in markdown(table)
@@ -291,3 +291,26 @@ def test_python_m_algos_ablate_is_the_benchmarks_ablate_command(capsys):
         algos_main(["ablate", "--help"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith("usage: python -m benchmarks ablate")
+
+
+def test_every_seed_trains_from_its_own_base_and_the_plan_records_each(tmp_path, monkeypatch):
+    """Issue 22: the ablation's seeds are the bases' seeds, so its spread includes the base's;
+    a finished seed's base is only looked up (build=False), never rebuilt."""
+    asked = []
+
+    def prepare(model, *, seed=0, progress=True, build=True):
+        asked.append((model, seed, build))
+        return f"{model}-seed{seed}"
+
+    monkeypatch.setattr("algos.presets.prepare_model", prepare)
+    plan = run_ablation("micro", tmp_path, [0, 1], ["opd", "none"], SETTINGS, progress=False,
+                        log=lambda _: None, train=fake_train)
+    assert sorted(asked) == [("micro", 0, True), ("micro", 1, True)]
+    for name, record in plan["runs"].items():
+        assert record["config"]["model"] == f"micro-seed{name[4]}", name
+    assert {k: v["model"] for k, v in plan["bases"].items()} == {"seed0": "micro-seed0", "seed1": "micro-seed1"}
+    asked.clear()  # seed 2 joins: seeds 0 and 1 are done, their bases looked up only
+    plan = run_ablation("micro", tmp_path, [0, 1, 2], ["opd", "none"], SETTINGS, progress=False,
+                        log=lambda _: None, train=fake_train)
+    assert sorted(asked) == [("micro", 0, False), ("micro", 1, False), ("micro", 2, True)]
+    assert set(plan["bases"]) == {"seed0", "seed1", "seed2"}

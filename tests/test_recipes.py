@@ -55,7 +55,7 @@ def test_only_a_recipes_model_name_is_prepared(hooks):
     assert prepare_model("smollm2") == "smollm2" and prepare_model("/some/model") == "/some/model"
     assert calls == []
     assert prepare_model("micro", progress=False) == str(base)
-    assert calls == [("prepare_model", (), {"progress": False, "build": True})]
+    assert calls == [("prepare_model", (), {"seed": 0, "progress": False, "build": True})]
 
 
 def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_a_path(
@@ -76,7 +76,7 @@ def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_
     assert calls == []
     with pytest.raises(Stop):
         algos.pipeline.run_pipeline("micro", tmp_path / "run", ("teacher",), progress=False)
-    assert calls == [("prepare_model", (), {"progress": False, "build": True})]
+    assert calls == [("prepare_model", (), {"seed": 0, "progress": False, "build": True})]
     assert seen[0].model == str(base) and seen[0].stage == "teacher"
     assert seen[0].max_waves == settings.ENV["max_waves"]
 
@@ -100,4 +100,4 @@ def test_prepare_hook_builds_the_default_base(monkeypatch, tmp_path):
     asked = []
     monkeypatch.setattr(build, "build_micro_base", lambda **kw: asked.append(kw) or Path(tmp_path))
     assert RECIPES["micro"].prepare_model is preset.prepare_model
-    assert preset.prepare_model(progress=False) == tmp_path and asked == [{"progress": False, "build": True}]
+    assert preset.prepare_model(progress=False) == tmp_path and asked == [{"seed": 0, "progress": False, "build": True}]

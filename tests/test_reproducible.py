@@ -229,10 +229,12 @@ def test_the_seed_spread_pools_paired_questions_per_seed(tmp_path):
                                       "p_value": pytest.approx(0.375)}
     assert got["seeds"]["1"]["stages"]["teacher"]["base"] == {"weight_hash": "h1"}
     sft, train = seed_commands(2, tmp_path)
-    assert sft[-6:] == ["micro", "--seed", "2", "--out", str(tmp_path / "seed2" / "base"),
-                        "--no-progress"][-6:]
+    assert sft[-8:] == ["micro", "--seed", "2", "--out", str(tmp_path / "seed2" / "base"), "--threads", "1",
+                        "--no-progress"]
     assert f"model={tmp_path / 'seed2' / 'base'}" in train and "seed=2" in train
     assert train[train.index("--threads") + 1] == "1"
+    sft, train = seed_commands(2, tmp_path, threads=2)  # the base builds on the runs' thread count
+    assert sft[sft.index("--threads") + 1] == train[train.index("--threads") + 1] == "2"
 
 
 def test_a_cached_base_made_by_other_code_is_reused_with_a_warning(tmp_path, capsys):

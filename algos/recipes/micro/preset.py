@@ -14,12 +14,12 @@ from algos.recipes.micro.settings import ENV, MODEL, TRAIN
 __all__ = ["ENV", "MODEL", "TRAIN", "build_base", "fresh_model", "prepare_model"]
 
 
-def prepare_model(*, progress: bool = True, build: bool = True) -> Path:
+def prepare_model(*, seed: int = 0, progress: bool = True, build: bool = True) -> Path:
     """The directory of the micro base (model and tokenizer, loadable by path), built with
     the build's defaults the first time (about 13 minutes) and reused from the cache after."""
     from algos.recipes.micro.build import build_micro_base
 
-    return build_micro_base(progress=progress, build=build)
+    return build_micro_base(seed=seed, progress=progress, build=build)
 
 
 def build_base(out_dir: str | Path | None = None, *, seed: int = 0, progress: bool = True,

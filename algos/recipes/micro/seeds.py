@@ -37,7 +37,7 @@ def seed_commands(seed: int, root: str | Path, threads: int = 1) -> list[list[st
     where = Path(root) / f"seed{seed}"
     return [
         [sys.executable, "-m", "algos", "sft", "--preset", "micro", "--seed", str(seed),
-         "--out", str(where / "base"), "--no-progress"],
+         "--out", str(where / "base"), "--threads", str(threads), "--no-progress"],
         [sys.executable, "-m", "algos", "train", "--preset", "micro", "--set",
          f"model={where / 'base'}", "--set", f"seed={seed}", "--out", str(where / "run"),
          "--threads", str(threads), "--no-progress"],

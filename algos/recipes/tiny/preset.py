@@ -11,11 +11,11 @@ from algos.recipes.tiny.settings import ENV, MODEL, TRAIN
 __all__ = ["ENV", "MODEL", "TRAIN", "build_base", "fresh_model", "prepare_model"]
 
 
-def prepare_model(*, progress: bool = True, build: bool = True) -> Path:
+def prepare_model(*, seed: int = 0, progress: bool = True, build: bool = True) -> Path:
     """The directory of the tiny base, built the first time (seconds) and cached after."""
     from algos.recipes.tiny.build import build_tiny_base
 
-    return build_tiny_base(progress=progress, build=build)
+    return build_tiny_base(seed=seed, progress=progress, build=build)
 
 
 def build_base(out_dir: str | Path | None = None, *, seed: int = 0, progress: bool = True,
