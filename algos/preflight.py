@@ -1,15 +1,18 @@
 """Checks that a training run can start, made before anything loads or builds.
 
-A bad path, a run folder in the wrong state or a retrieval server that does not answer
-would otherwise be found only after minutes of work (the micro preset builds its base
-model first; Stage II starts after Stage I). Each check raises :class:`PreflightError`
-with one line that names the setting and its value. The value checks that need neither
-the filesystem nor the network live in ``TrainConfig.__post_init__``.
+A bad path, a run folder in the wrong state, a retrieval server that does not answer or
+an optional engine (Ray, vLLM) that a setting needs but is not installed would otherwise
+be found only after minutes of work (the micro preset builds its base model first; Stage
+II starts after Stage I). Each check raises :class:`PreflightError` with one line that
+names the setting and its value. The value checks that need neither the filesystem nor
+the network live in ``TrainConfig.__post_init__``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,8 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
             if (d / "metrics.jsonl").exists():
                 raise PreflightError(f"--out: {d} already holds a run (metrics.jsonl); pass --resume to "
                                      "continue it, or give another --out")
+    for cfg in configs.values():
+        check_extras(cfg)
     trained_here = {Path(cfg.out_dir) for stage, cfg in configs.items() if stage == "teacher"}
     probed: set[str] = set()
     for cfg in configs.values():
@@ -61,6 +66,30 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
         if cfg.retriever not in probed:
             check_retriever(cfg.retriever, timeout=retriever_timeout)
             probed.add(cfg.retriever)
+
+
+def is_installed(module: str) -> bool:
+    """Whether the top-level package ``module`` can be imported, found without importing it
+    (``importlib.util.find_spec``: importing Ray or vLLM takes seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # already imported, by something that left it no __spec__
+        return module in sys.modules
+
+
+def check_extras(cfg: TrainConfig) -> None:
+    """The optional engine a setting asks for must be installed: Ray for
+    ``rollout_workers`` > 0, vLLM for ``rollout_backend=vllm``. Refused with the pip
+    install that brings it (``agents.extras``' wording), before the base is built."""
+    if cfg.rollout_workers and not is_installed("ray"):
+        from agents.ray_rollout import DISTRIBUTED_EXTRA
+
+        raise PreflightError(f"rollout_workers={cfg.rollout_workers} needs ray, which is not installed: "
+                             f"{DISTRIBUTED_EXTRA}")
+    if cfg.rollout_backend == "vllm" and not is_installed("vllm"):
+        from agents.vllm_policy import VLLM_EXTRA
+
+        raise PreflightError(f"rollout_backend=vllm needs vllm, which is not installed: {VLLM_EXTRA}")
 
 
 def check_questions(cfg: TrainConfig) -> None:

@@ -179,3 +179,41 @@ def test_question_files_that_do_not_load_are_refused_with_file_and_line(tmp_path
     (data / "nq" / "train.jsonl").write_text(good + "\n")
     line = refused([*argv, "--set", "val_split=test"], capsys)
     assert "no split 'test' for 'nq'" in line and "splits in" in line
+
+
+def _report_missing(monkeypatch, missing: str) -> None:
+    """``importlib.util.find_spec`` finds no ``missing`` (every other module as before)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args, **kwargs: None if name == missing else real(name, *args, **kwargs))
+
+
+@pytest.mark.parametrize("setting, missing, install", [
+    ("rollout_workers=2", "ray", "pip install -e '.[distributed]'"),
+    ("rollout_backend=vllm", "vllm", "pip install -e '.[vllm]'"),
+])
+def test_a_missing_extra_is_refused_with_its_install_before_anything_builds(setting, missing, install, tmp_path,
+                                                                            monkeypatch, capsys, nothing_builds):
+    _report_missing(monkeypatch, missing)
+    out = tmp_path / "run"
+    line = refused(["train", "--preset", "tiny", "--out", str(out), "--set", setting], capsys)
+    assert line.startswith(f"python -m algos: error: {setting} needs {missing}, which is not installed: "), line
+    assert install in line, line
+    assert not out.exists()  # no run folder, no base: the pipeline never started
+
+
+@pytest.mark.parametrize("setting, present", [("rollout_workers=2", "ray"), ("rollout_backend=vllm", "vllm")])
+def test_an_installed_extra_lets_the_run_start(setting, present, tmp_path, monkeypatch):
+    import importlib.util
+
+    import algos.pipeline
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # reported present, whether or not it is here
+                        lambda name, *args, **kwargs: object() if name == present else real(name, *args, **kwargs))
+    calls = []
+    monkeypatch.setattr(algos.pipeline, "run_pipeline", lambda *a, **kw: calls.append(a))
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--set", setting]) == 0
+    assert len(calls) == 1
