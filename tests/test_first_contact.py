@@ -250,7 +250,8 @@ def test_curves_are_written_beside_the_runs_not_in_the_current_folder(tmp_path, 
 
 
 @pytest.mark.parametrize("module, prog", [("envs", "python -m envs"), ("algos", "python -m algos"),
-                                          ("benchmarks", "python -m benchmarks")])
+                                          ("benchmarks", "python -m benchmarks"), ("agents", "python -m agents"),
+                                          ("envs.retrieval", "python -m envs.retrieval")])
 def test_version_flag(module, prog, capsys):
     from importlib import import_module
     from importlib.metadata import version
@@ -291,8 +292,9 @@ def _parsers(main, argv: list[str], monkeypatch) -> list[argparse.ArgumentParser
     return [top, *(p for s in subs for p in s.choices.values())]
 
 
-@pytest.mark.parametrize("module", ["envs.__main__", "agents.__main__", "algos.__main__", "algos.sft_cli",
-                                    "algos.sb3_leader", "benchmarks.__main__"])
+@pytest.mark.parametrize("module", ["envs.__main__", "envs.retrieval.__main__", "agents.__main__", "algos.__main__",
+                                    "algos.sft_cli", "algos.sb3_leader", "benchmarks.__main__",
+                                    "benchmarks.retrieval_load", "benchmarks.scaleout_perf", "benchmarks.gpu_check"])
 def test_every_option_has_help_text(module, monkeypatch):
     from importlib import import_module
 
@@ -302,6 +304,76 @@ def test_every_option_has_help_text(module, monkeypatch):
               for a in p._actions
               if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and not a.help]
     assert silent == []
+
+
+@pytest.mark.parametrize("module, argv, line", [
+    ("benchmarks.retrieval_load", ["--threads", "0"], "--threads 0: must be >= 1"),
+    ("benchmarks.retrieval_load", ["--time-limit", "nan"], "--time-limit nan: must be > 0"),
+    ("envs.retrieval.__main__", ["search", "--corpus", "missing.jsonl", "--topk", "0", "q"],
+     "--topk 0: must be >= 1"),
+])
+def test_bad_load_and_search_settings_are_refused_in_one_line(module, argv, line, capsys):
+    from importlib import import_module
+
+    assert import_module(module).main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.strip().endswith(f"error: {line}"), err
+
+
+# --------------------------------------------------------------------------- 15: the GPU check
+
+
+def _gpu_check_result(backend: str) -> dict:
+    return {"backend": backend, "perf/generated_tokens_per_s": 100.0, "perf/rollout_s": 1.0,
+            "perf/score_s": 0.5, "perf/update_s": 0.5, "peak_gpu_gib": 1.0, "device_used_gib": 2.0}
+
+
+@pytest.mark.parametrize("how", ["not installed", "does not import"])
+def test_gpu_check_without_vllm_keeps_the_hf_figures(how, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    import agents.models
+    from benchmarks import gpu_check
+
+    real = importlib.util.find_spec
+    if how == "not installed":
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, **k: None if name == "vllm" else real(name, *a, **k))
+    else:  # installed, but its import fails when the backend is made
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, **k: object() if name == "vllm" else real(name, *a, **k))
+    monkeypatch.setattr(agents.models, "local_model_dir", lambda name: str(tmp_path / "model"))
+    ran = []
+
+    def run(backend, model_dir, steps, out):  # no GPU here: the trainer is not built
+        ran.append(backend)
+        if backend == "vllm":
+            raise ImportError("rollout_backend=vllm needs vllm, which is not installed:\n pip install vllm")
+        return _gpu_check_result(backend)
+
+    monkeypatch.setattr(gpu_check, "run", run)
+    assert gpu_check.main(["--steps", "2", "--out", str(tmp_path / "out")]) == 0
+    assert ran == (["hf"] if how == "not installed" else ["hf", "vllm"])
+    captured = capsys.readouterr()
+    notes = captured.err.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("gpu_check: vLLM ") and "HF" in notes[0], captured.err
+    assert "hf:" in captured.out and "vllm / hf" not in captured.out
+    assert [r["backend"] for r in json.loads((tmp_path / "out" / "gpu_check.json").read_text())] == ["hf"]
+
+
+def test_gpu_check_script_falls_back_to_hf_when_vllm_does_not_import(tmp_path):
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"  # stands in for python: CUDA is there, vllm does not import, the rest is recorded
+    fake.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then case "$2" in *vllm*) exit 1;; *) exit 0;; esac; fi\n'
+                    f'echo "$@" >> {calls}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "o")},
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "gpu_check.sh: vLLM does not import (pip install -e '.[vllm]'): HF backend only" in done.stderr
+    assert calls.read_text().split() == ["benchmarks/gpu_check.py", "--steps", "3", "--backends", "hf",
+                                         "--out", str(tmp_path / "o")]
 
 
 # --------------------------------------------------------------------------- 19.6: QA loader
