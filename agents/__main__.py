@@ -191,8 +191,11 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    from envs.__main__ import add_version
+
     parser = argparse.ArgumentParser(prog="python -m agents", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("play", help="step one episode, showing each turn")
     p.add_argument("--question", help="a question of your own")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import threading
 import time
 import urllib.request
@@ -114,20 +115,55 @@ def _health(url: str) -> dict:
         return {}
 
 
+def _refuse(reason: str) -> int:
+    """One line on stderr for a bad setting, before any server starts; exit status 2."""
+    print(f"python -m benchmarks.retrieval_load: error: {reason}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default=None, help="load this server instead of starting one")
     parser.add_argument(
         "--corpus", default=None, help="JSONL corpus (default: the synthetic world)"
     )
-    parser.add_argument("--index", default="flat", choices=("flat", "hnsw", "ivf"))
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=16)
-    parser.add_argument("--topk", type=int, default=3)
-    parser.add_argument("--queries-per-request", type=int, default=1)
-    parser.add_argument("--max-batch", type=int, default=64)
-    parser.add_argument("--time-limit", type=float, default=45.0, help="seconds")
+    parser.add_argument(
+        "--index",
+        default="flat",
+        choices=("flat", "hnsw", "ivf"),
+        help="index of the server this command starts (default flat; not with --url)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="requests to send in all (default 2000)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=16,
+        help="client threads sending requests at once, each one at a time (default 16)",
+    )
+    parser.add_argument("--topk", type=int, default=3, help="passages asked for per query (default 3)")
+    parser.add_argument(
+        "--queries-per-request", type=int, default=1, help="queries in each request (default 1)"
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=64,
+        help="most queries per encoder batch of the server this command starts (default 64)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=45.0,
+        help="seconds after which no new request is sent (default 45)",
+    )
     args = parser.parse_args(argv)
+    for option in ("requests", "threads", "topk", "queries_per_request", "max_batch"):
+        if getattr(args, option) < 1:
+            return _refuse(f"--{option.replace('_', '-')} {getattr(args, option)}: must be >= 1")
+    if not args.time_limit > 0:
+        return _refuse(f"--time-limit {args.time_limit}: must be > 0")
 
     from envs.data.synthwiki import default_world
 

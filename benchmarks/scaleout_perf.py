@@ -180,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="tiny (default), micro (if built) or a model directory")
     parser.add_argument("--pairs", type=int, default=3, help="interleaved pairs per ratio")
-    parser.add_argument("--only", choices=("ray", "ddp"), default=None)
+    parser.add_argument("--only", choices=("ray", "ddp"), default=None,
+                        help="measure one ratio: ray (two rollout workers) or ddp (two learner ranks); "
+                             "default both")
     parser.add_argument("--questions", type=int, default=8, help="questions per collect")
     parser.add_argument("--steps", type=int, default=3, help="timed learner steps per run")
     parser.add_argument("--out", default=None, help="also write the JSON here")

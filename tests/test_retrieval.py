@@ -340,3 +340,67 @@ def test_e5_models_get_their_prefixes(tmp_path, monkeypatch):
     )
     assert (plain.query_prefix, plain.passage_prefix) == ("", "")
     assert plain.cache_path != r.cache_path  # the passage prefix changes the embeddings
+
+
+# -- progress while a corpus is encoded ---------------------------------------------------------
+
+
+class _FakeEncoder:
+    """Writes seeded random unit vectors at once, and records each call's ``show_progress_bar``."""
+
+    def __init__(self) -> None:
+        self.bars: list[bool] = []
+
+    def encode(self, texts, batch_size, normalize_embeddings, convert_to_numpy, show_progress_bar):
+        import numpy as np
+
+        self.bars.append(show_progress_bar)
+        v = np.random.default_rng(len(texts)).standard_normal((len(texts), 8)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def fake_encoder(monkeypatch) -> _FakeEncoder:
+    """Every retriever's encoder is a :class:`_FakeEncoder` (MiniLM takes ~35 s for 2,314)."""
+    import threading
+
+    model = _FakeEncoder()
+    monkeypatch.setattr(dense, "load_encoder", lambda *args, **kwargs: model)
+    monkeypatch.setitem(dense._ENCODER_LOCKS, id(model), threading.Lock())
+    return model
+
+
+@pytest.mark.parametrize(
+    "n, progress, loud",
+    [
+        (600, True, True),  # issue 19: the world's 2,314 passages encoded silently for ~35 s
+        (dense.PROGRESS_FROM - 1, True, False),
+        (600, False, False),
+    ],
+)
+def test_encoding_a_corpus_from_the_threshold_says_so_unless_progress_is_off(
+    n, progress, loud, tmp_path, fake_encoder, capsys
+):
+    rows = synthetic_rows(n)
+    r = DenseRetriever(rows, encoder="fake-encoder", cache_dir=tmp_path, progress=progress)
+    line = f"encoding {n} passages with fake-encoder (once; cached in {r.cache_path})"
+    assert capsys.readouterr().err.splitlines() == ([line] if loud else [])
+    assert fake_encoder.bars == [loud]  # the encoder's bar, with the line
+    again = DenseRetriever(rows, encoder="fake-encoder", cache_dir=tmp_path)
+    assert again.loaded_from_cache and capsys.readouterr().err == ""  # cached: nothing to say
+    again.search(["Town001"] * 3)
+    assert fake_encoder.bars == [loud, False]  # a few queries never get a bar
+
+
+@pytest.mark.parametrize("flags, loud", [([], True), (["--no-progress"], False)])
+def test_the_retrieval_command_line_honours_no_progress(flags, loud, tmp_path, fake_encoder, capsys):
+    from envs.retrieval.__main__ import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows(dense.PROGRESS_FROM)))
+    argv = ["search", "--corpus", str(corpus), "--encoder", "fake-encoder",
+            "--cache-dir", str(tmp_path / "cache"), *flags, "Town001"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (f"encoding {dense.PROGRESS_FROM} passages with fake-encoder" in err) is loud, err
+    assert fake_encoder.bars[0] is loud

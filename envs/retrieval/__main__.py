@@ -6,6 +6,9 @@ python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--en
                                [--host 127.0.0.1] [--port 8000] [--max-batch 64] [--topk 3]
                                [--max-body-bytes N] [--max-query-chars N] [--keep-alive S]
 python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
+
+Encoding a corpus (once: the embeddings are cached) says so on stderr with a progress bar
+from a few hundred passages on; --no-progress keeps it quiet.
 """
 
 from __future__ import annotations
@@ -57,11 +60,19 @@ def _add_retriever_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--device", default="cpu", help="torch device of the encoder, e.g. cuda:0 (default cpu)"
+    )
     p.add_argument(
         "--cache-dir", default=None, help="embedding/index cache (default: $MOPD_CACHE/retrieval)"
     )
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no line and no bar while the corpus is encoded",
+    )
 
 
 def _build(args: argparse.Namespace) -> DenseRetriever:
@@ -77,6 +88,7 @@ def _build(args: argparse.Namespace) -> DenseRetriever:
         mmap_index=args.mmap_index,
         lazy=args.lazy,
         pooling=args.pooling,
+        progress=args.progress,
     )
     if retriever.index_kind == "file":
         how = f"read from {args.index_file}"
@@ -128,15 +140,20 @@ def _server_settings(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from envs.__main__ import add_version
+
     parser = argparse.ArgumentParser(
         prog="python -m envs.retrieval", description=__doc__.split("\n")[0]
     )
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve a corpus over Search-R1's HTTP protocol")
     _add_retriever_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--port", type=int, default=8000, help="TCP port to listen on (default 8000; 0: any free one)"
+    )
     serve.add_argument("--max-batch", type=int, default=64, help="most queries per encoder batch")
     serve.add_argument(
         "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
@@ -167,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
 
     search = sub.add_parser("search", help="print the top passages for some queries")
     _add_retriever_args(search)
-    search.add_argument("--topk", type=int, default=3)
-    search.add_argument("queries", nargs="+")
+    search.add_argument(
+        "--topk", type=int, default=3, help="passages printed per query (default 3)"
+    )
+    search.add_argument("queries", nargs="+", help="one or more queries (quote each one)")
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -179,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
             flag = _FLAGS.get(setting)
             parser.error(f"{e} (set by {flag})" if flag else str(e))
+    if args.command == "search" and args.topk < 1:  # before the corpus is loaded and encoded
+        print(f"{parser.prog}: error: --topk {args.topk}: must be >= 1", file=sys.stderr)
+        return 2
     if args.index_file is not None and args.index not in ("auto", "flat"):
         parser.error("--index builds an index and --index-file reads one: give one of them")
     try:

@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -60,6 +61,11 @@ log = logging.getLogger(__name__)
 
 INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")
 AUTO_APPROXIMATE_FROM = 50_000  # passages; "auto" builds HNSW from here, flat below
+PROGRESS_FROM = 500
+"""Passages from which encoding a corpus says so (one line on stderr, then a bar): MiniLM
+encodes a few hundred a second on one CPU thread, so the synthetic world's 2,314 take half
+a minute."""
+QUERY_PROGRESS_FROM = 10_000  # queries in one search call from which their encoding shows a bar
 POOLINGS = ("auto", "model", "mean", "cls")
 SEARCH_R1_MAX_LENGTH = 256  # Search-R1's retrieval_query_max_length for its e5 encoder
 HNSW_M = 32
@@ -232,6 +238,9 @@ class DenseRetriever:
             loading every passage; None = lazily exactly when ``index_file`` is given. A
             lazy corpus is not checked for malformed rows or repeated ids up front.
         pooling: ``"auto"``, ``"model"``, ``"mean"`` or ``"cls"`` (see :func:`load_encoder`).
+        progress: when the corpus must be encoded (nothing cached) and holds at least
+            ``PROGRESS_FROM`` passages, say so on stderr in one line (how many, the encoder,
+            the cache folder) and show a bar; False: print nothing.
 
     Attributes:
         passages: the corpus, in file order (a list, or a lazy :class:`JsonlCorpus`);
@@ -257,6 +266,7 @@ class DenseRetriever:
         mmap_index: bool = True,
         lazy: bool | None = None,
         pooling: str = "auto",
+        progress: bool = True,
     ):
         if index not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {index!r}; expected one of {INDEX_KINDS}")
@@ -271,6 +281,8 @@ class DenseRetriever:
                 f"{batch_size}, {nprobe}, {ef_search}"
             )
         self.encoder_name = str(encoder) if encoder is not None else str(default_encoder_path())
+        self._encoder_label = str(encoder) if encoder is not None else "all-MiniLM-L6-v2 (bundled)"
+        self.progress = progress
         self.pooling = resolve_pooling(self.encoder_name, pooling)
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
         if lazy is None:
@@ -347,7 +359,11 @@ class DenseRetriever:
         for queries)."""
         return load_encoder(self.encoder_name, self.device, self.pooling)
 
-    def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], prefix: str, bar: bool | None = None) -> np.ndarray:
+        """Unit vectors of ``prefix + text``; ``bar``: show the encoder's progress bar (None:
+        from ``QUERY_PROGRESS_FROM`` texts, when ``progress`` is on)."""
+        if bar is None:
+            bar = self.progress and len(texts) >= QUERY_PROGRESS_FROM
         model = self.encoder
         with _ENCODER_LOCKS[id(model)]:
             emb = model.encode(
@@ -355,7 +371,7 @@ class DenseRetriever:
                 batch_size=self.batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
-                show_progress_bar=len(texts) >= 10_000,
+                show_progress_bar=bar,
             )
         return np.ascontiguousarray(emb, dtype=np.float32)  # (len(texts), dim)
 
@@ -384,7 +400,15 @@ class DenseRetriever:
             warnings.warn(
                 f"ignoring a cached embedding file of the wrong shape: {path}", stacklevel=3
             )
-        emb = self._encode([p.contents for p in self.passages], self.passage_prefix)
+        loud = self.progress and len(self.passages) >= PROGRESS_FROM
+        if loud:  # before the encoder loads: that alone takes seconds
+            print(
+                f"encoding {len(self.passages)} passages with {self._encoder_label} "
+                f"(once; cached in {self.cache_path})",
+                file=sys.stderr,
+                flush=True,
+            )
+        emb = self._encode([p.contents for p in self.passages], self.passage_prefix, bar=loud)
         self.cache_path.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, lambda tmp: _save_npy(tmp, emb))
         meta = {
