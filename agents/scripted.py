@@ -635,10 +635,10 @@ class ScriptedPolicy:
                 # Spread the hops over the waves left; the last wave takes the rest.
                 k = max(1, len(c.relations) - waves_left + 1)
                 tasks.append(render(c.entity, c.relations[:k]))
-            return "".join(f"<subtask>{t}</subtask>" for t in tasks)
+            return P.write_subtasks(tasks)
         if any(c.stuck or c.relations for c in chains) or not useful:
             useful = [n for n, _, _ in reports]
-        return f"<select>{', '.join(str(n) for n in sorted(set(useful)))}</select>"
+        return P.write_select(sorted(set(useful)))
 
     # ------------------------------------------------------------------ Searcher
 
@@ -663,10 +663,10 @@ class ScriptedPolicy:
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
         last_turn = bool(searches) and info.get("turns_left", 2) <= 1
         if not searches and self.skips(task):
-            return f"<summary>{SKIPPED_REPORT}</summary>"
+            return P.write("summary", SKIPPED_REPORT)
         if open_chains and len(searches) < self.max_searches and not last_turn:
             if not searches and len(plan.chains) == 1 and len(plan.chains[0].relations) == 1:
-                return f"<search>{task}</search>"
+                return P.write("search", task)
             # The next hop of every open chain: all in one query when there are several
             # (a comparison's options), then one by one, then by entity and keywords.
             hops_next = [(hops[-1].answer if hops else c.entity, c.relations[len(hops)])
@@ -677,8 +677,8 @@ class ScriptedPolicy:
                 for q in (ask, f"{entity} {RELATIONS[rel].keywords}".strip())]
             query = next((q for q in candidates if q not in asked), None)
             if query is not None:
-                return f"<search>{query}</search>"
-        return f"<summary>{self._summary(progress, sents, max_chars)}</summary>"
+                return P.write("search", query)
+        return P.write("summary", self._summary(progress, sents, max_chars))
 
     def _summary(self, progress: list[tuple[Chain, list[Hop]]], sents: list[Sentence],
                  max_chars: int) -> str:
@@ -703,17 +703,17 @@ class ScriptedPolicy:
         plan = parse_question(question)
         sents = [s for _, item in info.get("evidence", ()) for s in sentences_of("", item)]
         if plan.is_comparison:
-            return f"<answer>{self._compare(plan, sents, context)}</answer>"
+            return P.write("answer", self._compare(plan, sents, context))
         chain = plan.chains[0]
         hops = resolve(chain, sents, exclude=question, question=question)
         if len(hops) == len(chain.relations):
-            return f"<answer>{hops[-1].answer}</answer>"
+            return P.write("answer", hops[-1].answer)
         # The chain broke: a span of the final answer's type, from the latest evidence.
         kind = RELATIONS[chain.relations[-1]].kind
         if chain.relations[-1] == "ask":
             kind = _answer_kind(question)
         hop = _read_by_type(kind, question, sents[::-1], question)
-        return f"<answer>{hop.answer if hop else ''}</answer>"
+        return P.write("answer", hop.answer if hop else "")
 
     def _compare(self, plan: Plan, sents: list[Sentence], context: str | Callable[[], str]) -> str:
         values: list[int | None] = []

@@ -28,7 +28,7 @@ from typing import Any
 from algos.config import TrainConfig
 from algos.preflight import PreflightError
 from algos.presets import PRESETS
-from algos.roles import SEARCHER_SIGNALS
+from algos.roles import SEARCHER_SIGNALS, STAGES
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 """The words ``--set name=value`` takes for a bool field (any case); anything else is refused
@@ -155,7 +155,7 @@ def _dispatch(argv: list[str]) -> int:
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="Stage I (teacher), Stage II (team), or both in order")
-    t.add_argument("--stage", choices=["teacher", "team"], default=None, help="default: both, in order")
+    t.add_argument("--stage", choices=STAGES, default=None, help="default: both, in order")
     t.add_argument("--preset", choices=sorted(PRESETS), default="micro",
                    help="settings and model (default micro: a 5M-parameter team trained on CPU)")
     t.add_argument("--out", default=None, help="run directory (default runs/<preset>)")

@@ -12,8 +12,8 @@ variant    Searcher signal                                     Teacher
 opd        on-policy distillation from the Teacher (the method)  the seed's Stage-I run
 outcome    the team's outcome (GRPO on R_EM)                    the seed's Stage-I run
 none       no direct supervision (Searcher rows not trained)    the seed's Stage-I run
-base       on-policy distillation from the base model           ``base``
 critic     the Prompted Critic's score (M-GRPO style)           the seed's Stage-I run
+base       on-policy distillation from the base model           ``base``
 =========  ==================================================  ======================
 
 Every run of a seed has the same ``seed``: the same training questions in the same order,
@@ -49,24 +49,24 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from algos.roles import SEARCHER_SIGNALS
+
 if TYPE_CHECKING:
     from algos.config import TrainConfig
 
 # algos.config and algos.checkpoint (torch) are imported where used: the command line's
 # parser and the table (benchmarks.table2) read this module without loading torch.
 
-VARIANTS: tuple[str, ...] = ("opd", "outcome", "none", "base", "critic")
-"""Table 2's rows, the method first."""
-
 VARIANT_SETTINGS: dict[str, dict[str, str]] = {
-    "opd": {"searcher_signal": "opd"},
-    "outcome": {"searcher_signal": "outcome"},
-    "none": {"searcher_signal": "none"},
+    **{signal: {"searcher_signal": signal} for signal in SEARCHER_SIGNALS},
     "base": {"searcher_signal": "opd", "teacher": "base"},
-    "critic": {"searcher_signal": "critic"},
 }
-"""What each variant sets over the Stage-II config; ``teacher`` defaults to the seed's
-Stage-I run. Nothing else differs between variants."""
+"""What each variant sets over the Stage-II config: one per Searcher signal of the table of
+role rules (``algos.roles``), and OPD from the base model; ``teacher`` defaults to the
+seed's Stage-I run. Nothing else differs between variants."""
+
+VARIANTS: tuple[str, ...] = tuple(VARIANT_SETTINGS)
+"""Table 2's rows, the method first."""
 
 TEACHER = "teacher"
 """The name of a seed's Stage-I run (and of its directory)."""

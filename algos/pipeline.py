@@ -183,7 +183,7 @@ def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:
         return logged, records
     if trainer.step == 0:
         em = trainer.validate()
-        trainer._log({"val/avg@1": em}, step=0)
+        trainer.log_metrics({"val/avg@1": em}, step=0)
         return em, records
     base_dir = Path(cfg.out_dir) / "base_eval"
     base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(base_dir)}),

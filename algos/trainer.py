@@ -211,13 +211,13 @@ class Trainer:
         cfg = self.config
         history = []
         if self.step == 0 and validate_first:
-            self._log({"val/avg@1": self.validate()}, step=0)
+            self.log_metrics({"val/avg@1": self.validate()}, step=0)
         bar = _bar(cfg.steps, self.step, self.progress, "train " + cfg.stage)
         while self.step < cfg.steps:  # a skipped (non-finite) step does not count
             try:
                 metrics = self.train_step()
             except NonFiniteLoss as err:
-                self._log({"losses/nonfinite": 1.0, "losses/nonfinite_in_a_row": self.nonfinite_in_a_row})
+                self.log_metrics({"losses/nonfinite": 1.0, "losses/nonfinite_in_a_row": self.nonfinite_in_a_row})
                 if self.nonfinite_in_a_row >= cfg.max_nonfinite:
                     raise RuntimeError(f"{self.nonfinite_in_a_row} non-finite steps in a row (the last: {err}); "
                                        f"the last good checkpoint is {latest_checkpoint(self.out)}") from err
@@ -225,7 +225,7 @@ class Trainer:
             bar.update(1)
             if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
                 metrics["val/avg@1"] = self.validate()
-            self._log(metrics)
+            self.log_metrics(metrics)
             history.append(metrics)
             bar.set_postfix(em=f"{metrics['team/em']:.2f}", searches=f"{metrics['team/searches_per_workflow']:.1f}")
             if self.step % cfg.save_every == 0 or self.step == cfg.steps:
@@ -520,7 +520,9 @@ class Trainer:
             keep_sample(self, "validation", groups)
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
-    def _log(self, metrics: dict[str, float], step: int | None = None) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """One row of ``metrics.jsonl`` (and TensorBoard) at ``step`` (default: the current one);
+        rank 0 alone writes."""
         if not self.is_main:
             return
         step = self.step if step is None else step

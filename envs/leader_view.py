@@ -187,10 +187,10 @@ class LeaderMacro:
             raise ValueError(f"macro-action must be in 0..{self.max_searchers}, got {action}")
         if action == 0 or state.waves_left <= 0:
             numbers = proposal.selection if proposal.selection is not None else [n for n, _, _ in state.reports]
-            return f"<select>{', '.join(str(n) for n in numbers)}</select>"
+            return P.write_select(numbers)
         pool = list(dict.fromkeys([*proposal.subtasks, state.question or "the question"]))
         n = min(action, state.max_searchers)
-        return "".join(f"<subtask>{pool[i % len(pool)]}</subtask>" for i in range(n))
+        return P.write_subtasks([pool[i % len(pool)] for i in range(n)])
 
 
 def _share(wanted: set[str], found: set[str]) -> float:

@@ -107,6 +107,9 @@ LOG_QUESTION = "Question: {question}"
 LOG_TURN = "[{agent}] {text}"
 LOG_INVALID = "  (invalid: {reason})"
 LOG_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  R_EM={team_em:.0f}"
+LOG_REWARDS = "Rewards: {rewards}"
+LOG_REWARD_ITEM = "{agent}={reward:.3f}"
+LOG_ROLE_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  reward: {reward:.3f}"
 """Lines of ``render()``'s log (for people, never in a context)."""
 
 
@@ -209,6 +212,32 @@ def parse_answerer(text: str) -> ParsedTurn:
     if match is None:
         return _invalid("no <answer> tag")
     return ParsedTurn("answer", text=match.group(1).strip())
+
+
+# --------------------------------------------------------------------------- writing
+
+def write(tag: str, text: object) -> str:
+    """An action with one tag: ``write("search", "X director") == "<search>X director</search>"``
+    (scripted policies and the Leader view write their turns with these)."""
+    if tag not in TAGS:
+        raise ValueError(f"tag {tag!r} is not one of {TAGS}")
+    return f"<{tag}>{text}</{tag}>"
+
+
+def write_subtasks(tasks: Sequence[str]) -> str:
+    """A Leader's wave: one ``<subtask>`` per Searcher."""
+    return "".join(write("subtask", t) for t in tasks)
+
+
+def write_select(numbers: Sequence[int]) -> str:
+    """A Leader's choice of reports for the Answerers: ``<select>1, 3</select>``."""
+    return write("select", ", ".join(str(n) for n in numbers))
+
+
+def render_rewards(rewards: dict[str, float]) -> str:
+    """The log's last line: each agent's reward."""
+    return LOG_REWARDS.format(rewards=", ".join(LOG_REWARD_ITEM.format(agent=a, reward=r)
+                                                for a, r in rewards.items()))
 
 
 # --------------------------------------------------------------------------- rendering

@@ -477,7 +477,7 @@ class raw_env(AECEnv):
             self.infos[a] = {**self.infos[a], "episode": ep}
         self._log.append(P.LOG_OUTCOME.format(candidates=ep.candidates, final=ep.final_answer,
                                               gold=ep.question["golden_answers"], team_em=ep.team_em))
-        self._log.append("Rewards: " + ", ".join(f"{a}={r:.3f}" for a, r in self.rewards.items()))
+        self._log.append(P.render_rewards(self.rewards))
         self.agent_selection = self.agents[0]
 
     # ------------------------------------------------------------------ rendering

@@ -53,7 +53,7 @@ class Typed:
 def answer_turn(answer: str) -> str:
     """``:all ANSWER``'s turn: ANSWER inside ``<answer>`` tags unless it has them already."""
     answer = answer.strip()
-    return answer if "<answer>" in answer else f"<answer>{answer}</answer>"
+    return answer if "<answer>" in answer else P.write("answer", answer)
 
 
 def read_turn(agent: str, role: str, context: Callable[[], str], *,

@@ -161,8 +161,8 @@ class SingleRoleEnv(gymnasium.Env):
         if ep is None:
             text = "(not reset)"
         elif self.raw.done:
-            text = (f"Candidates: {ep.candidates}  final: {ep.final_answer!r}  "
-                    f"gold: {ep.question['golden_answers']}  reward: {self.role_reward():.3f}")
+            text = P.LOG_ROLE_OUTCOME.format(candidates=ep.candidates, final=ep.final_answer,
+                                             gold=ep.question["golden_answers"], reward=self.role_reward())
         else:
             text = f"[{self.agent}]\n{self.context_text()}"
         if self.render_mode == "human":

@@ -1,3 +1,5 @@
+import pytest
+
 from envs import protocol as P
 
 
@@ -86,3 +88,13 @@ def test_chat_format_without_chatml_tokens_falls_back_to_plain():
     chat = P.ChatFormat(bert)
     assert not chat.chatml and chat.end_id == bert.eos_token_id
     assert bert.decode(chat.prompt("sys", "hello")).startswith("system : sys")
+
+
+def test_the_protocol_writes_the_actions_it_parses():
+    assert P.write("search", "X director") == "<search>X director</search>"
+    assert P.write_subtasks(["a", "b"]) == "<subtask>a</subtask><subtask>b</subtask>"
+    assert P.write_select([1, 3]) == "<select>1, 3</select>"
+    assert P.parse_leader(P.write_select([1, 3]), num_reports=3, max_searchers=2).selection == (1, 3)
+    assert P.render_rewards({"leader": 0.5, "searcher_0": 1.0}) == "Rewards: leader=0.500, searcher_0=1.000"
+    with pytest.raises(ValueError, match="'sumary' is not one of"):
+        P.write("sumary", "x")

@@ -101,3 +101,24 @@ def test_prepare_hook_builds_the_default_base(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "build_micro_base", lambda **kw: asked.append(kw) or Path(tmp_path))
     assert RECIPES["micro"].prepare_model is preset.prepare_model
     assert preset.prepare_model(progress=False) == tmp_path and asked == [{"seed": 0, "progress": False, "build": True}]
+
+
+def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():
+    """The micro tokenizer's training text copies some env phrases (frozen with its
+    TOKENIZER_VERSION and the cached bases' weights); rewording a protocol template must
+    show up here rather than silently leave the tokenizer behind."""
+    from types import SimpleNamespace
+
+    from algos.recipes.micro.tokenizer import _protocol_texts
+    from envs import protocol as P
+
+    texts = set(_protocol_texts())
+    docs = [SimpleNamespace(title=t, text=t.lower()) for t in "ABC"]
+    written = [
+        P.WAVES_LEFT.format(waves_left=1), P.NO_WAVES_LEFT, P.LAST_TURN_NOTE, P.render_passages(docs),
+        P.render_reports([(1, "In which city was Ana born?", ""), (2, "x", "y")]),
+        *(P.INVALID_TURN.format(reason=r, reminder="") for r in (
+            "no <search> or <summary> tag", "no <subtask> or <select> tag", "no <answer> tag", P.NO_WAVES_REASON)),
+        P.write_subtasks(["task", "task"]) + P.write_select([1, 2]) + P.write("answer", 1976),
+    ]
+    assert [w for w in written if w not in texts] == []

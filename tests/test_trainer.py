@@ -136,7 +136,7 @@ def test_config_errors_explain():
 
 def test_a_fresh_run_refuses_a_directory_that_holds_one(tmp_path, tiny_dirs):
     trainer = _trainer(tmp_path, tiny_dirs, steps=1)
-    trainer._log({"val/avg@1": 0.5}, step=0)
+    trainer.log_metrics({"val/avg@1": 0.5}, step=0)
     with pytest.raises(FileExistsError, match="--resume"):
         _trainer(tmp_path, tiny_dirs, steps=1)
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1  # nothing lost
