@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -84,11 +83,8 @@ def test_same_world_in_another_process(world):
     assert result.stdout.strip() == hashlib.sha256(payload.encode()).hexdigest()
 
 
-def test_default_sizes_and_build_time():
-    start = time.perf_counter()
+def test_default_sizes():
     w = build_world(0)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 5.0, f"building the default world took {elapsed:.2f}s"  # ~0.2 s unloaded
     assert 1500 <= len(w.corpus) <= 3000
     for dataset in DATASETS:
         assert [len(w.questions(dataset, s)) for s in SPLITS] == [200, 50, 100]
