@@ -29,9 +29,42 @@ from agents.models import load_causal_lm
 _BOOL_LOGITS_TO_KEEP = int(transformers.__version__.split(".")[0]) >= 5
 
 
-def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counted over real tokens only, so left padding shifts nothing: (B, T)."""
+def position_ids_of(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only, so left padding shifts nothing: (B, T) long.
+    A left pad is at 0; a right pad repeats its row's last position."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def pad_batch(
+    seqs: Sequence[Sequence[int] | np.ndarray | torch.Tensor],
+    pad_id: int | bool = 0,
+    side: str = "right",
+    *,
+    dtype: torch.dtype = torch.long,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The one token padding: 1-D sequences of any lengths as one (B, T) batch, T the
+    longest, on the CPU: ``(ids, attention_mask, position_ids)``.
+
+    ``ids`` (``dtype``) holds each sequence flush at its ``side`` ("right": tokens first;
+    "left": padding first, so every row's next token is column -1) and ``pad_id``
+    elsewhere. ``attention_mask`` (long) is 1 on real tokens, 0 on padding.
+    ``position_ids`` (long) are :func:`position_ids_of` the mask. Padding per-token values
+    other than ids takes the first tensor alone, e.g. a loss mask:
+    ``pad_batch(masks, False, dtype=torch.bool)[0]``.
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    if not len(seqs):
+        raise ValueError("no sequences to pad")
+    rows = [torch.as_tensor(s, dtype=dtype).reshape(-1) for s in seqs]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=dtype)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        real = slice(0, len(r)) if side == "right" else slice(width - len(r), width)
+        ids[b, real] = r
+        attention_mask[b, real] = 1
+    return ids, attention_mask, position_ids_of(attention_mask)
 
 
 # Vocabulary-sized float32 values the log-prob path holds at once (the logits of one chunk of
@@ -153,7 +186,7 @@ def token_logprobs(
         hidden = model.get_decoder()(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=_position_ids(attention_mask),
+            position_ids=position_ids_of(attention_mask),
             use_cache=False,
         ).last_hidden_state[predictors]  # (N, H)
         chunk = max(1, chunk_elements // head.out_features)
@@ -164,7 +197,7 @@ def token_logprobs(
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        position_ids=_position_ids(attention_mask),
+        position_ids=position_ids_of(attention_mask),
         use_cache=False,
         **kwargs,
     )
@@ -204,14 +237,11 @@ def sequence_logprobs(
                 raise ValueError(
                     f"sequence {lo + i} has {len(seq)} tokens; start {start} is not in [1, {len(seq)}]"
                 )
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        targets = torch.zeros((len(seqs), width), dtype=torch.bool)
-        for b, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
-            input_ids[b, : len(seq)] = torch.from_numpy(seq)
-            attention_mask[b, : len(seq)] = 1
-            targets[b, start : len(seq)] = True
+        input_ids, attention_mask, _ = pad_batch(seqs, pad)
+        targets = pad_batch(
+            [np.arange(len(seq)) >= start for seq, start in zip(seqs, starts, strict=True)],
+            False, dtype=torch.bool,
+        )[0]
         with torch.inference_mode():
             flat = token_logprobs(
                 model, input_ids.to(device), attention_mask.to(device), targets.to(device)
@@ -485,15 +515,10 @@ class HFPolicy:
     ) -> None:
         """Fill ``generated``/``logprobs`` for the observations in ``rows``. Finished rows are
         dropped from the batch (and the KV cache), so they cost nothing afterwards."""
-        width = max(len(prompts[i]) for i in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, i in enumerate(rows):  # left padding: every row's next token is column -1
-            input_ids[b, width - len(prompts[i]) :] = torch.from_numpy(prompts[i])
-            attention_mask[b, width - len(prompts[i]) :] = 1
-        input_ids = input_ids.to(self.device)
-        attention_mask = attention_mask.to(self.device)
-        position_ids = _position_ids(attention_mask)
+        # left padding: every row's next token is column -1
+        input_ids, attention_mask, position_ids = (
+            x.to(self.device) for x in pad_batch([prompts[i] for i in rows], self.pad_token_id, "left")
+        )
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.hf import token_logprobs
+from agents.hf import pad_batch, token_logprobs
 from envs.episode import Episode, Segment
 
 
@@ -83,17 +83,11 @@ def rows_from_episodes(groups: Sequence[Sequence[Episode]], max_len: int) -> lis
 
 
 def pad_rows(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The one padding helper: right-padded ``input_ids``, ``attention_mask`` and bool
-    ``targets`` (each row's mask; False on padding and in column 0), all (B, T_max)."""
-    width = max(len(r.token_ids) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    targets = torch.zeros((len(rows), width), dtype=torch.bool)
-    for b, r in enumerate(rows):
-        n = len(r.token_ids)
-        input_ids[b, :n] = torch.from_numpy(r.token_ids)
-        attention[b, :n] = 1
-        targets[b, :n] = torch.from_numpy(r.mask)
+    """The learner's batch of rows: right-padded ``input_ids``, ``attention_mask`` and bool
+    ``targets`` (each row's mask; False on padding and in column 0), all (B, T_max)
+    (padded by :func:`agents.hf.pad_batch`)."""
+    input_ids, attention, _ = pad_batch([r.token_ids for r in rows], pad_id)
+    targets = pad_batch([r.mask for r in rows], False, dtype=torch.bool)[0]
     return input_ids, attention, targets
 
 

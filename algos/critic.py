@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from agents.hf import pad_batch
 from envs.protocol import ChatFormat
 
 JUDGE_SYSTEM = "You judge the reports of a search assistant. Reply with Yes or No."
@@ -41,13 +42,7 @@ class PromptedCritic:
         out: list[float] = []
         for lo in range(0, len(items), self.batch_size):
             prompts = [self.prompt(*item) for item in items[lo: lo + self.batch_size]]
-            width = max(len(p) for p in prompts)
-            ids = torch.zeros((len(prompts), width), dtype=torch.long)
-            att = torch.zeros_like(ids)
-            for b, p in enumerate(prompts):  # left padding: the last position is the next token
-                ids[b, width - len(p):] = torch.tensor(p)
-                att[b, width - len(p):] = 1
-            pos = (att.cumsum(-1) - 1).clamp(min=0)
+            ids, att, pos = pad_batch(prompts, 0, "left")  # the last position is the next token
             logits = self.model(input_ids=ids.to(device), attention_mask=att.to(device),
                                 position_ids=pos.to(device)).logits[:, -1].float()
             pair = torch.stack([logits[:, self.yes], logits[:, self.no]], -1).softmax(-1)

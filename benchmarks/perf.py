@@ -387,7 +387,7 @@ def minimal_decode(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]
     length-sorted, left-padded batches as ``HFPolicy``, each row stopped at its recorded
     length (so a sampled replay draws the same uniforms and gives the same tokens). No stop
     strings, no per-row bookkeeping beyond that. Returns the tokens per call, per prompt."""
-    from agents.hf import next_tokens
+    from agents.hf import next_tokens, pad_batch
 
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     cache_kw = _cache_arg(model)
@@ -400,13 +400,7 @@ def minimal_decode(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]
                 rows = [i for i in order[lo:lo + batch_size] if lengths[i] > 0]
                 if not rows:
                     continue
-                width = max(len(prompts[i]) for i in rows)
-                ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(rows), width), dtype=torch.long)
-                for b, i in enumerate(rows):
-                    ids[b, width - len(prompts[i]):] = torch.from_numpy(prompts[i])
-                    mask[b, width - len(prompts[i]):] = 1
-                position = (mask.cumsum(-1) - 1).clamp(min=0)
+                ids, mask, position = pad_batch([prompts[i] for i in rows], pad_id, "left")
                 out = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True,
                             logits_to_keep=1)
                 cache, logits, position = getattr(out, cache_kw), out.logits[:, -1], position[:, -1:] + 1
@@ -471,6 +465,8 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
     """Peer: replay recorded policy calls with ``model.generate`` (greedy, or sampled at
     ``temperature``: other draws, the same lengths): the same prompts, in the same
     length-sorted batches as ``HFPolicy``, each batch to its longest recorded turn."""
+    from agents.hf import pad_batch
+
     sampling = ({"do_sample": False} if temperature == 0 else
                 {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0})
     with torch.inference_mode():
@@ -481,12 +477,7 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
                 new = max(lengths[i] for i in chunk)
                 if new == 0:
                     continue
-                width = max(len(prompts[i]) for i in chunk)
-                ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for b, i in enumerate(chunk):  # left padding, as HFPolicy does
-                    ids[b, width - len(prompts[i]):] = torch.from_numpy(prompts[i])
-                    mask[b, width - len(prompts[i]):] = 1
+                ids, mask, _ = pad_batch([prompts[i] for i in chunk], pad_id, "left")  # as HFPolicy does
                 model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
                                pad_token_id=pad_id, eos_token_id=eos_id, **sampling)
 
@@ -494,10 +485,12 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
 def plain_fwd_bwd(model: Any, ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> None:
     """The plain way to train on these tokens: the model's own logits at the predicting
     positions, ``cross_entropy``, backward."""
+    from agents.hf import position_ids_of
+
     model.zero_grad(set_to_none=True)
     predictors = torch.zeros_like(targets)
     predictors[:, :-1] = targets[:, 1:]
-    position = (mask.cumsum(-1) - 1).clamp(min=0)
+    position = position_ids_of(mask)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position,
                    logits_to_keep=predictors).logits  # (N, V)
     torch.nn.functional.cross_entropy(logits.float(), ids[targets], reduction="sum").backward()

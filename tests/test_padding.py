@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from agents.base import Observation
-from agents.hf import HFPolicy, sequence_logprobs, token_logprobs
+from agents.hf import HFPolicy, pad_batch, sequence_logprobs, token_logprobs
 from agents.models import tiny_causal_lm
 from algos.batch import Row, pad_rows, score_rows
 from benchmarks.perf import bare_generate, minimal_decode
@@ -200,3 +200,36 @@ def test_bare_generate_left_pads(small_model, monkeypatch):
     assert_same(seen[1][0], t([[41, 42], [9, 31]]))
     assert_same(seen[1][1], t([[1, 1], [0, 1]]))
     assert seen[1][2]["max_new_tokens"] == 3
+
+
+# ---------------------------------------------------------------------- the helper
+
+
+def test_pad_batch_right():
+    batch_ids, mask, pos = pad_batch([[3, 4, 5], np.array([6]), torch.tensor([7, 8])], 9)
+    assert_same(batch_ids, t([[3, 4, 5], [6, 9, 9], [7, 8, 9]]))
+    assert_same(mask, t([[1, 1, 1], [1, 0, 0], [1, 1, 0]]))
+    assert_same(pos, t([[0, 1, 2], [0, 0, 0], [0, 1, 1]]))  # a right pad repeats the last position
+
+
+def test_pad_batch_left():
+    batch_ids, mask, pos = pad_batch([[3, 4, 5], np.array([6]), torch.tensor([7, 8])], 9, "left")
+    assert_same(batch_ids, t([[3, 4, 5], [9, 9, 6], [9, 7, 8]]))
+    assert_same(mask, t([[1, 1, 1], [0, 0, 1], [0, 1, 1]]))
+    assert_same(pos, t([[0, 1, 2], [0, 0, 0], [0, 0, 1]]))
+
+
+def test_pad_batch_of_flags_and_empty_rows():
+    flags = [np.array([False, True, True]), np.array([], dtype=bool), np.array([True])]
+    padded, mask, _ = pad_batch(flags, False, dtype=torch.bool)
+    assert_same(padded, t([[0, 1, 1], [0, 0, 0], [1, 0, 0]], torch.bool))
+    assert_same(mask, t([[1, 1, 1], [0, 0, 0], [1, 0, 0]]))
+    left, _, _ = pad_batch(flags, True, "left", dtype=torch.bool)
+    assert_same(left, t([[0, 1, 1], [1, 1, 1], [1, 1, 1]], torch.bool))
+
+
+def test_pad_batch_refuses_nothing_and_unknown_sides():
+    with pytest.raises(ValueError, match="no sequences"):
+        pad_batch([], 0)
+    with pytest.raises(ValueError, match="side"):
+        pad_batch([[1]], 0, "middle")
