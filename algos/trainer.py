@@ -137,6 +137,9 @@ class Trainer:
                                            weight_decay=cfg.weight_decay)
         self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
         self.policy = self._rollout_policy()
+        self.engine_sleeps = hasattr(self.policy, "sleep") and str(cfg.device).startswith("cuda")
+        """An in-process engine (vLLM) that shares the learner's GPU sleeps from the end of the
+        rollouts until the updated weights are pushed into it."""
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index)
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
@@ -271,6 +274,8 @@ class Trainer:
         same batch); the step's metrics."""
         cfg = self.config
         t1 = time.perf_counter()
+        if self.engine_sleeps:  # the engine's GPU memory goes to scoring and the update; the new
+            self.policy.sleep()  # weights wake it (_push_weights -> load_weights)
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
         mine = self.dist.shard(rows) if self.dist is not None else rows  # scoring split by tokens
@@ -325,7 +330,7 @@ class Trainer:
                     "losses/approx_kl": 0.0, "losses/grad_norm": 0.0, "losses/tokens": 0.0}
         order = self.rng.permutation(len(trained))
         parts = [list(p) for p in np.array_split(order, min(cfg.minibatches, len(trained)))]
-        kl_of = {id(r): self._kl_applies(r) for r in trained}
+        kl_of = {id(r): self.kl_applies(r) for r in trained}
         total = Totals.of_rows([r.num_targets for r in trained], [kl_of[id(r)] for r in trained])
         sums = dict.fromkeys(("policy", "kl", "clip", "approx_kl"), 0.0)
         grad_norms = []
@@ -401,7 +406,7 @@ class Trainer:
         chunks (each forward and backward gathers and scatters parameters collectively): a
         rank with fewer runs ``pad_row`` with a zero loss; each loss is multiplied by the world
         size (FSDP2 averages the ranks' gradients, the step needs their sum)."""
-        kl_of = kl_of if kl_of is not None else {id(r): self._kl_applies(r) for r in mb}
+        kl_of = kl_of if kl_of is not None else {id(r): self.kl_applies(r) for r in mb}
         mb = sorted(mb, key=lambda r: len(r.token_ids))  # similar lengths share a chunk: less padding
         if totals is None:  # (given: mb is one rank's share of a minibatch with these totals)
             totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
@@ -448,7 +453,7 @@ class Trainer:
         self.nonfinite_in_a_row += 1
         raise NonFiniteLoss(f"{why}: the step is skipped, nothing of it applied")
 
-    def _kl_applies(self, row: Row) -> bool:
+    def kl_applies(self, row: Row) -> bool:
         """Whether the KL toward the Teacher is on ``row``'s tokens: its role rule says so and
         ``kl_coef > 0``. Such a row must have been scored by the Teacher."""
         if not (rule_of(self.rules, row.role).kl and self.config.kl_coef > 0):
@@ -469,7 +474,7 @@ class Trainer:
             if not len(r.old_logp) == len(r.advantages) == n:
                 raise ValueError(f"a row of {r.role or 'a bare row'} has {n} target tokens but "
                                  f"{len(r.old_logp)} old log-probs and {len(r.advantages)} advantages")
-        kl_rows = [self._kl_applies(r) for r in chunk]
+        kl_rows = [self.kl_applies(r) for r in chunk]
         if totals is None:
             totals = Totals.of_rows(counts, kl_rows)
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))

@@ -106,6 +106,8 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
     """The preset's own settings (seed, questions per step, temperature, retriever), step 1
     of Stage I: some group's workflows earn different rewards, so the step has a gradient
     (a random or under-trained tiny model writes only invalid turns: every advantage 0)."""
+    import torch
+
     from algos.presets import preset_config
     from algos.trainer import Trainer
 
@@ -120,7 +122,21 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
             rewards = {round(s.reward, 6) for ep in group for s in ep.segments if s.role == role}
             mixed += len(rewards) > 1
     assert mixed >= 1
+    # an engine sharing the GPU (vLLM) sleeps through scoring and the update, and wakes
+    # only to take the updated weights
+    events, before = [], next(trainer.full_model.parameters()).detach().clone()
+
+    class Engine:
+        def sleep(self):
+            events.append("sleep")
+
+        def load_weights(self, named):
+            weights = dict(named)
+            events.append(("load", not torch.equal(weights[next(iter(weights))], before)))
+
+    trainer.policy, trainer.engine_sleeps = Engine(), True
     metrics = trainer.learn(groups)
+    assert events == ["sleep", ("load", True)]  # asleep before any scoring, woken by new weights
     assert metrics["losses/grad_norm"] > 1e-3
     assert metrics["losses/policy"] != 0.0
 
