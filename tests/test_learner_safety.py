@@ -163,7 +163,7 @@ def test_the_objective_does_not_depend_on_chunking(tmp_path, tiny_dirs, make_env
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(5)))
     rows = _scored_rows(make_env, tokenizer, trainer)
-    kl_rows = [r for r in rows if trainer._kl_applies(r)]
+    kl_rows = [r for r in rows if trainer.kl_applies(r)]
     assert kl_rows and len(kl_rows) < len(rows)  # Searcher rows carry no KL: the counts differ
     results = []
     for max_tokens in (10**6, max(len(r.token_ids) for r in rows)):
