@@ -12,6 +12,7 @@ of ``agents.viewer.records``: the Episode record plus a ``values`` block.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,19 +100,36 @@ def validation_rows(picked: Sequence[tuple[int, Episode]], model: Any, teacher: 
     return rows
 
 
+_RECORDS: weakref.WeakKeyDictionary[Any, tuple[int, dict[str, Any]]] = weakref.WeakKeyDictionary()
+"""Per tokenizer object, its vocabulary size and :func:`tokenizer_record` (hashing a 49k
+vocabulary takes a quarter of a second: once per run, not once per step)."""
+
+
+def sample_tokenizer_record(tokenizer: Any) -> dict[str, Any]:
+    """:func:`agents.viewer.records.tokenizer_record` of ``tokenizer``, computed once per
+    tokenizer object (again when its vocabulary grew)."""
+    size = len(tokenizer)
+    try:
+        cached = _RECORDS.get(tokenizer)
+    except TypeError:  # an object that cannot be weakly referenced: no cache
+        return tokenizer_record(tokenizer)
+    if cached is None or cached[0] != size:
+        cached = _RECORDS[tokenizer] = (size, tokenizer_record(tokenizer))
+    return dict(cached[1])
+
+
 def keep_sample(trainer: Any, kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[Row] | None = None) -> Path:
     """A ``algos.trainer.Trainer``'s sample of its current step: ``train`` with the rows its
     loss used; ``validation`` scores the kept episodes first (:func:`validation_rows`, at the
-    training temperature: the values the learner would see)."""
+    training temperature: the values the learner would see). Reads only the Trainer's public
+    names: ``config``, ``full_model``, ``teacher``, ``pad_id``, ``rules``, ``tokenizer``,
+    ``out``, ``step`` and ``kl_applies(row)``."""
     cfg = trainer.config
     picked = pick_episodes(groups, cfg.sample_episodes, kind)
     if rows is None:
-        rows = validation_rows(picked, getattr(trainer, "full_model", trainer.model), trainer.teacher, max_row_tokens=cfg.max_row_tokens,
+        rows = validation_rows(picked, trainer.full_model, trainer.teacher, max_row_tokens=cfg.max_row_tokens,
                                max_tokens=cfg.max_tokens_per_batch, pad_id=trainer.pad_id,
                                temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=trainer.rules)
-    record = getattr(trainer, "_sample_tokenizer", None)
-    if record is None:  # hashing a 49k vocabulary once per run, not once per step
-        record = trainer._sample_tokenizer = tokenizer_record(trainer.tokenizer)
     return write_sample(sample_path(trainer.out, trainer.step, kind), picked, rows, kind=kind, step=trainer.step,
                         stage=cfg.stage, searcher_signal=cfg.searcher_signal if cfg.stage == "team" else "",
-                        tokenizer=record, kl_of=trainer._kl_applies)
+                        tokenizer=sample_tokenizer_record(trainer.tokenizer), kl_of=trainer.kl_applies)

@@ -1,5 +1,6 @@
 """The seven-dataset evaluation suite: a policy over the datasets, k runs per question,
-per-question JSONL, a summary JSON, a Table-1 style table and plots.
+per-question JSONL, every episode (``episodes.jsonl``, for ``python -m agents view`` and
+``agents replay``), a summary JSON, a Table-1 style table and plots.
 
 Every result file records what it takes to reproduce it (PITFALLS 11): the policy, the
 workflow, the data, the retriever and corpus, top-k, k, the seed and the env settings.
@@ -8,6 +9,7 @@ workflow, the data, the retriever and corpus, top-k, k, the seed and the env set
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,10 +17,11 @@ from typing import Any
 
 from agents.collect import collect
 from agents.registry import POLICY_KINDS, check_policy, make_policy, register_policy
+from agents.viewer.records import tokenizer_record
 from algos.preflight import PreflightError, check_retriever
 from benchmarks.metrics import summarize
 from envs.data import DATASETS, load_qa
-from envs.episode import question_record
+from envs.episode import question_record, save_episodes
 from envs.retrieval.factory import make_retriever
 
 NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "HotpotQA",
@@ -108,9 +111,12 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
               env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print,
-              threads: int | None = None) -> dict[str, Any]:
+              threads: int | None = None, keep_episodes: bool = True) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
-    files into ``out_dir``. A run that cannot work raises ``PreflightError`` (one line,
+    files into ``out_dir``: ``questions.jsonl`` (one record per question; ``episode_index``
+    lists its runs' lines in ``episodes.jsonl``), ``episodes.jsonl`` (every episode, dataset
+    by dataset in question and run order; ``keep_episodes=False`` skips it), ``summary.json``,
+    ``table.md`` and the plots. A run that cannot work raises ``PreflightError`` (one line,
     see :func:`check_run`) before anything loads; ``out_dir`` is created only when there
     are results to write, so a failed run leaves no empty folder behind. ``threads``: torch's
     and faiss's intra-op threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1),
@@ -120,50 +126,85 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
     with run_threads(threads) as n:
         return _run_suite(policy, out_dir, workflow, data, datasets, split, runs, limit, corpus, retriever_url,
-                          seed, env_kwargs, progress, log, n)
+                          seed, env_kwargs, progress, log, n, keep_episodes)
+
+
+EPISODES = "episodes.jsonl"
+"""The file of a suite run's episodes, in its result folder."""
 
 
 def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datasets: Sequence[str], split: str,
                runs: int, limit: int | None, corpus: str | None, retriever_url: str | None, seed: int,
-               env_kwargs: dict[str, Any] | None, progress: bool, log: Any, threads: int) -> dict[str, Any]:
+               env_kwargs: dict[str, Any] | None, progress: bool, log: Any, threads: int,
+               keep_episodes: bool = True) -> dict[str, Any]:
     from envs import env_fn as make_env_fn
 
     out = Path(out_dir)
+    made = not out.exists()
+    # episodes go to a temporary file dataset by dataset (a full run plays thousands), which
+    # then replaces episodes.jsonl beside the other result files; a failed run removes it, so
+    # it leaves neither a mix of two runs nor a folder of its own
+    partial = out / f"{EPISODES}.partial"
     agent = build_policy(policy, seed)
     tokenizer = policy_tokenizer(agent)
     retriever, retriever_desc = build_retriever(data, corpus, retriever_url)
     root = "synthetic" if data == "synthetic" else data
     env_kwargs = dict(env_kwargs or {})
     records, skipped = [], []
+    kept = 0  # episodes written to the partial file so far
     start = time.perf_counter()
-    for name in datasets:
-        try:
-            questions = load_qa(name, split, root=root, limit=limit)
-        except FileNotFoundError as err:
-            skipped.append(name)
-            log(f"skipping {name}: {err}")
-            continue
-        env_fn = make_env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
-                             questions=questions, **env_kwargs)
-        groups = collect(env_fn, agent, questions, runs, seed=seed, progress=name if progress else False)
-        records.extend({**question_record(eps), "dataset": name} for eps in groups)
-    if not records:
-        raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {root}")
-    summary = summarize(records)
-    summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
-                       "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
-                       "seed": seed, "threads": threads, "env_kwargs": env_kwargs, "skipped": skipped,
-                       "seconds": round(time.perf_counter() - start, 1)}
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "questions.jsonl", "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    try:
+        for name in datasets:
+            try:
+                questions = load_qa(name, split, root=root, limit=limit)
+            except FileNotFoundError as err:
+                skipped.append(name)
+                log(f"skipping {name}: {err}")
+                continue
+            env_fn = make_env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever,
+                                 questions=questions, **env_kwargs)
+            groups = collect(env_fn, agent, questions, runs, seed=seed, progress=name if progress else False)
+            first = kept
+            for eps in groups:
+                record = {**question_record(eps), "dataset": name}
+                if keep_episodes:
+                    record["episode_index"] = list(range(kept, kept + len(eps)))
+                    kept += len(eps)
+                records.append(record)
+            if keep_episodes and groups:
+                save_episodes(partial, [ep for eps in groups for ep in eps], append=first > 0)
+        if not records:
+            raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {root}")
+        summary = summarize(records)
+        summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
+                           "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
+                           "seed": seed, "threads": threads, "env_kwargs": env_kwargs, "skipped": skipped,
+                           "seconds": round(time.perf_counter() - start, 1)}
+        if keep_episodes:  # what `python -m agents view` decodes the episodes with
+            summary["meta"]["tokenizer"] = tokenizer_record(tokenizer)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "questions.jsonl", "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        if keep_episodes:
+            os.replace(partial, out / EPISODES)
+        else:  # an earlier run's episodes would not match these questions
+            (out / EPISODES).unlink(missing_ok=True)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
     table = markdown_table([(label_of(summary), summary)])
     (out / "table.md").write_text(table + "\n")
     plot_results([(label_of(summary), summary)], out)
     log(table)
-    log(f"wrote {out}/questions.jsonl, summary.json, table.md, accuracy_vs_cost.png, per_dataset.png")
+    files = f"questions.jsonl, {EPISODES}, " if keep_episodes else "questions.jsonl, "
+    log(f"wrote {out}/{files}summary.json, table.md, accuracy_vs_cost.png, per_dataset.png")
+    if keep_episodes:
+        log(f"see an episode token by token: python -m agents view {out / EPISODES} --index N "
+            "(N: a question's episode_index in questions.jsonl)")
     return summary
 
 

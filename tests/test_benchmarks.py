@@ -103,3 +103,78 @@ def test_compare_refuses_a_bad_result_line_naming_file_and_line(tmp_path):
     (results / "questions.jsonl").write_bytes(json.dumps(good).encode() + b"\n\xff\n")
     with pytest.raises(SystemExit, match=r"questions.jsonl, line 2: not UTF-8"):
         bench_main(["compare", str(results), str(path)])
+
+
+@pytest.fixture
+def words_suite(monkeypatch):
+    """The suite on the word-overlap retriever: nothing to encode, for runs that only need
+    episodes to be played."""
+    import benchmarks.suite as suite
+    from envs.retrieval import make_retriever
+
+    monkeypatch.setattr(suite, "build_retriever", lambda *args: (make_retriever("words"), "words"))
+    return suite
+
+
+def test_a_runs_episodes_open_in_the_viewer(tmp_path, words_suite, capsys):
+    """``run`` keeps every episode in ``episodes.jsonl`` (dataset, question and run order;
+    each question record lists its lines), and ``python -m agents view`` opens them with
+    the tokenizer the run recorded: one token element per recorded token."""
+    import re
+
+    from agents.__main__ import main as agents_main
+    from agents.viewer import write_page
+    from envs.episode import load_episodes
+    from envs.tokenizer import load_tokenizer
+
+    out = tmp_path / "res"
+    out.mkdir()
+    (out / "episodes.jsonl.partial").write_text("left by a killed run\n")  # never mixed in
+    words_suite.run_suite("scripted", out_dir=out, datasets=("nq", "popqa"), limit=2, runs=2, progress=False,
+                          log=lambda *_: None)
+    episodes = load_episodes(out / "episodes.jsonl")
+    records = [json.loads(x) for x in (out / "questions.jsonl").read_text().splitlines()]
+    assert len(episodes) == 8 and not (out / "episodes.jsonl.partial").exists()
+    assert [r["episode_index"] for r in records] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    for r in records:
+        played = [episodes[i] for i in r["episode_index"]]
+        assert {ep.question["question"] for ep in played} == {r["question"]}
+        assert [ep.final_em for ep in played] == r["correct"] and r["dataset"] in ("nq", "popqa")
+    meta = json.loads((out / "summary.json").read_text())["meta"]
+    smollm2 = load_tokenizer()
+    assert meta["tokenizer"]["vocab_size"] == len(smollm2) == 49152
+    index = 5
+    page = write_page(out / "episodes.jsonl", index, out=tmp_path / "page.html")
+    tokens = re.findall(r'<span class="k [^"]*" data-id="(\d+)"', page.read_text(encoding="utf-8"))
+    ep = episodes[index]
+    assert len(tokens) == sum(len(s.token_ids) for s in ep.segments) > 100
+    assert [int(t) for t in tokens] == [t for s in ep.segments for t in s.token_ids]
+    assert ep.question["question"] in page.read_text(encoding="utf-8")
+    # the command a user types, with the index a question record names
+    assert agents_main(["view", str(out / "episodes.jsonl"), "--index", str(records[2]["episode_index"][1])]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "episodes.5.html")
+
+
+def test_a_failed_run_leaves_no_partial_episodes(tmp_path, words_suite, monkeypatch):
+    played = []
+
+    def collect_then_fail(*args, **kwargs):
+        if played:
+            raise RuntimeError("the policy crashed")
+        played.append(1)
+        return collect(*args, **kwargs)
+
+    from agents.collect import collect
+
+    monkeypatch.setattr(words_suite, "collect", collect_then_fail)
+    out = tmp_path / "res"
+    with pytest.raises(RuntimeError, match="the policy crashed"):
+        words_suite.run_suite("scripted", out_dir=out, datasets=("nq", "popqa"), limit=1, runs=1, progress=False,
+                              log=lambda *_: None)
+    assert not out.exists()  # the first dataset's episodes went to a partial file, removed with its folder
+    monkeypatch.setattr(words_suite, "collect", collect)
+    words_suite.run_suite("scripted", out_dir=out, datasets=("nq",), limit=1, runs=1, progress=False,
+                          log=lambda *_: None, keep_episodes=False)
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".png") == ["questions.jsonl", "summary.json",
+                                                                          "table.md"]
+    assert "episode_index" not in json.loads((out / "questions.jsonl").read_text())

@@ -202,6 +202,19 @@ def test_scripted_episode_page_carries_every_token(scripted_file, tokenizer, tmp
     assert "default-src 'none'" in html
 
 
+def test_scripted_episode_page_in_a_browser(scripted_file, tokenizer, tmp_path):
+    """The scripted-team page after its script ran in chromium: every recorded token, in
+    order, with its id, role and mask; no resource fetched; nothing to colour by."""
+    path = write_page(scripted_file, 1, out=tmp_path / "page.html", tokenizer=tokenizer)
+    ep = load_episodes(scripted_file)[1]
+    dom = Page(dump_dom(path))
+    assert dom.body["data-ready"] == "1" and dom.body["data-resources"] == "0"
+    assert int(dom.body["data-tokens"]) == len(dom.all_tokens()) == sum(len(s.token_ids) for s in ep.segments)
+    check_tokens(dom, "e0", ep, None, tokenizer)
+    assert dom.body["data-turns"] == str(len(ep.turn_spans)) and dom.body["class"].split()[0] == "mode-plain"
+    assert {t["data-adv"] for t in dom.all_tokens()} == {""}  # a played episode carries no learner values
+
+
 def test_training_sample_holds_the_values_the_loss_used(train_sample):
     """The sample's values are the rows fed to the loss, and the team's episodes carry a
     signal (mixed rewards, non-zero advantages on every role, Teacher log-ratios)."""
@@ -281,22 +294,11 @@ def test_side_by_side_in_a_browser(scripted_file, train_sample, tokenizer, tmp_p
 
 def long_episode(scripted_file, copies: int) -> tuple[Episode, EpisodeValues]:
     """A scripted episode whose contexts repeat ``copies`` times (turns too), with made-up
-    per-token values on every generated token: a big workflow for the size test."""
-    ep = load_episodes(scripted_file)[0]
-    rng = np.random.default_rng(0)
-    spans = []
-    for s, seg in enumerate(ep.segments):
-        n = len(seg.token_ids)
-        mine = [(start, end) for t, start, end in ep.turn_spans if t == s]
-        seg.token_ids, seg.loss_mask = seg.token_ids * copies, seg.loss_mask * copies
-        spans += [[s, start + c * n, end + c * n] for c in range(copies) for start, end in mine]
-    ep.turn_spans = spans
-    segments = []
-    for s, seg in enumerate(ep.segments):
-        pos = [p for p, m in enumerate(seg.loss_mask) if m and p > 0]
-        segments.append(SegmentValues(s, pos, (-rng.random(len(pos))).tolist(), (-rng.random(len(pos))).tolist(),
-                                      rng.normal(size=len(pos)).tolist(), kl=seg.role != "searcher"))
-    return ep, EpisodeValues("train", 1, segments=segments)
+    per-token values on every generated token: a big workflow for the size test (the one
+    ``benchmarks.viewer_load`` opens in a browser)."""
+    from benchmarks.viewer_load import repeat_episode
+
+    return repeat_episode(load_episodes(scripted_file)[0], copies)
 
 
 def test_a_ten_thousand_token_workflow_page(scripted_file, tokenizer, tmp_path):
@@ -314,6 +316,10 @@ def test_a_ten_thousand_token_workflow_page(scripted_file, tokenizer, tmp_path):
     dom = Page(dump_dom(path))
     assert dom.body["data-ready"] == "1" and int(dom.body["data-tokens"]) == total
     assert dom.body["data-turns"] == str(len(ep.turn_spans))
+    # the page measures how long it took to open (benchmarks/viewer_load.py prints it; no
+    # time limit here): whole milliseconds since navigation start, layout after the script
+    script_ms, ready_ms = dom.body["data-script-ms"], dom.body["data-ready-ms"]
+    assert script_ms.isdigit() and ready_ms.isdigit() and 0 < int(script_ms) <= int(ready_ms)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -411,6 +417,96 @@ def test_episode_recorded_with_another_tokenizer(scripted_file, small_tokenizer,
                       encoding="utf-8")
     with pytest.raises(ViewError, match=rf"recorded with another tokenizer .*{len(small_tokenizer)} tokens"):
         write_page(sample, tokenizer=tokenizer)
+
+
+def test_a_resumed_runs_tokenizer_folder_is_recorded_absolute(small_tokenizer, tokenizer, tmp_path, monkeypatch):
+    """After ``--resume`` the tokenizer comes from a checkpoint folder named relative to the
+    working folder; a sample records it as an absolute path (a hub id stays as it is)."""
+    from transformers import AutoTokenizer
+
+    from agents.viewer.records import recorded_name
+    from algos.samples import sample_tokenizer_record
+
+    small_tokenizer.save_pretrained(tmp_path / "run" / "checkpoints" / "step_000002")
+    monkeypatch.chdir(tmp_path)
+    resumed = AutoTokenizer.from_pretrained("run/checkpoints/step_000002")  # as Trainer(resume=True) loads it
+    assert resumed.name_or_path == "run/checkpoints/step_000002"
+    record = tokenizer_record(resumed)
+    assert record["name"] == str(tmp_path.resolve() / "run" / "checkpoints" / "step_000002")
+    assert record["vocab_size"] == len(small_tokenizer) and record["fingerprint"] == tokenizer_record(
+        small_tokenizer)["fingerprint"]
+    assert sample_tokenizer_record(resumed) == record == sample_tokenizer_record(resumed)  # cached per object
+    assert recorded_name("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert recorded_name("run/checkpoints/step_000009") == "run/checkpoints/step_000009"  # not a folder
+    assert recorded_name(None) == "" and tokenizer_record(tokenizer)["name"] == tokenizer.name_or_path
+
+
+def test_the_recorded_tokenizer_is_found_or_asked_for(scripted_file, small_tokenizer, tokenizer, tmp_path, monkeypatch,
+                                                      capsys):
+    """A sample opens with the tokenizer it records, from any working folder (an old
+    sample's relative name is looked up under the folders above the file); a recorded
+    tokenizer that is gone is one line asking for --tokenizer, never "another tokenizer";
+    a benchmark run's episodes open with the tokenizer its summary.json records."""
+    from transformers import AutoTokenizer
+
+    from agents.__main__ import main
+    from agents.collect import collect
+    from agents.scripted import ScriptedPolicy
+    from envs import env_fn
+
+    [[ep]] = collect(env_fn(tokenizer=small_tokenizer, retriever=KeywordRetriever(WORLD), questions=[QUESTION]),
+                     ScriptedPolicy(), [QUESTION])
+    tokens = sum(len(seg.token_ids) for seg in ep.segments)
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000002"
+    small_tokenizer.save_pretrained(ckpt)
+    record = tokenizer_record(AutoTokenizer.from_pretrained(ckpt))
+    sample = tmp_path / "run" / "samples" / "val_step_000002.jsonl"
+    sample.parent.mkdir(parents=True)
+    sample.write_text(sample_line(ep, EpisodeValues("validation", 2, tokenizer=record)), encoding="utf-8")
+    old = tmp_path / "run" / "samples" / "val_step_000001.jsonl"
+    old.write_text(sample_line(ep, EpisodeValues("validation", 1, tokenizer={
+        **record, "name": "run/checkpoints/step_000002"})), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for path in (sample, old):
+        page = Page(write_page(path, out=elsewhere / f"{path.stem}.html").read_text(encoding="utf-8"))
+        check_tokens(page, "e0", ep, None, small_tokenizer)
+        assert len(page.all_tokens()) == tokens
+    # the checkpoint is gone: SmolLM2 is not the recorded tokenizer, and the page says what is missing
+    copy = tmp_path / "copy"
+    small_tokenizer.save_pretrained(copy)
+    for name in (ckpt, tmp_path / "run" / "checkpoints"):
+        shutil.rmtree(name)
+    with pytest.raises(ViewError) as err:
+        write_page(sample)
+    assert one_line(err) == (f"{sample}: cannot load the recorded tokenizer {ckpt}; pass --tokenizer "
+                             f"(no such folder: {ckpt})")
+    with pytest.raises(ViewError, match="cannot load the recorded tokenizer run/checkpoints/step_000002; pass"):
+        write_page(old)
+    assert main(["view", str(sample)]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1 and "another tokenizer" not in stderr and "pass --tokenizer" in stderr
+    assert main(["view", str(sample), "--tokenizer", str(copy), "--out", str(elsewhere / "given.html")]) == 0
+    assert capsys.readouterr().out.strip() == str(elsewhere / "given.html")
+    # a recorded tokenizer that is gone but is SmolLM2's: the default stands in
+    smol = load_episodes(scripted_file)[0]
+    gone = tmp_path / "smol.jsonl"
+    gone.write_text(sample_line(smol, EpisodeValues("validation", 0, tokenizer={
+        **tokenizer_record(tokenizer), "name": str(tmp_path / "gone")})), encoding="utf-8")
+    assert write_page(gone, out=elsewhere / "smol.html").exists()
+    # a benchmark run's episodes (no values): the tokenizer its summary.json records
+    bench = tmp_path / "bench"
+    save_episodes(bench / "episodes.jsonl", [ep])
+    with pytest.raises(ViewError, match="does not open with"):  # nothing recorded: SmolLM2 is tried, and refused
+        write_page(bench / "episodes.jsonl")
+    (bench / "summary.json").write_text(json.dumps({"meta": {"tokenizer": tokenizer_record(
+        AutoTokenizer.from_pretrained(copy))}}), encoding="utf-8")
+    page = Page(write_page(bench / "episodes.jsonl").read_text(encoding="utf-8"))
+    assert len(page.all_tokens()) == tokens
+    (bench / "summary.json").write_text("[not a summary", encoding="utf-8")
+    with pytest.raises(ViewError, match="does not open with"):
+        write_page(bench / "episodes.jsonl")
 
 
 def test_command_line(scripted_file, tmp_path, capsys):

@@ -3,7 +3,8 @@
     python -m agents view FILE [--index N] [--compare FILE2 [--compare-index M]]
                                [--out page.html] [--tokenizer NAME] [--serve]
 
-``FILE``: episodes (``play --save``, ``collect(out=...)``) or the learner's samples
+``FILE``: episodes (``play --save``, ``collect(out=...)``, a benchmark run's
+``episodes.jsonl``) or the learner's samples
 (``<run>/samples/step_NNNNNN.jsonl``, ``val_step_NNNNNN.jsonl``), whose per-token values
 (advantage, Teacher log-ratio, old log-prob, loss and KL masks) colour the tokens. The
 format: :mod:`agents.viewer.records`; the page: :mod:`agents.viewer.page`.

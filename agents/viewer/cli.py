@@ -4,6 +4,7 @@ path, and optionally serve it on 127.0.0.1 for a browser on the same machine."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,15 +34,47 @@ def add_view_parser(sub: Any) -> argparse.ArgumentParser:
                    help="its index in FILE2 (default: the first other episode on the same question)")
     v.add_argument("--out", default=None, help="where to write the page (default: next to FILE, FILE.N.html)")
     v.add_argument("--tokenizer", default=None,
-                   help="the tokenizer the episodes were played with (default: the one a sample names, else smollm2)")
+                   help="the tokenizer the episodes were played with (default: the one a sample, or a benchmark "
+                        "run's summary.json, records; else smollm2)")
     v.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 until Ctrl-C")
     v.add_argument("--port", type=int, default=0, help="port for --serve (default: any free one)")
     return v
 
 
-def _load_tokenizer(name: str | None, values: EpisodeValues | None, file: str | Path) -> Any:
-    """``--tokenizer`` when given; else the tokenizer a sample names when it loads and is the
-    one recorded (same fingerprint), else SmolLM2's (``check_tokenizer`` then judges it)."""
+RUN_SUMMARY = "summary.json"
+"""A benchmark run's summary, beside its ``episodes.jsonl``: ``meta.tokenizer`` is the
+record (:func:`agents.viewer.records.tokenizer_record`) of the tokenizer it played with."""
+
+
+def recorded_tokenizer(values: EpisodeValues | None, file: str | Path) -> dict[str, Any]:
+    """The tokenizer record an episode of ``file`` names: a sample's own, else the one in the
+    ``summary.json`` of the benchmark run ``file`` belongs to, else {} (nothing recorded)."""
+    if values is not None and values.tokenizer:
+        return dict(values.tokenizer)
+    summary = Path(file).with_name(RUN_SUMMARY)
+    try:
+        meta = json.loads(summary.read_text(encoding="utf-8")).get("meta", {})
+        record = meta.get("tokenizer") if isinstance(meta, dict) else None
+    except (OSError, ValueError, AttributeError):  # no run summary there, or not one: nothing recorded
+        return {}
+    ok = isinstance(record, dict) and all(isinstance(record.get(k), str) for k in ("name", "fingerprint"))
+    return dict(record) if ok else {}
+
+
+def _candidates(name: str, file: str | Path) -> list[str]:
+    """Where a recorded tokenizer name may be: itself, and for a relative folder (recorded
+    before names were made absolute) that folder under each folder above ``file``."""
+    out = [name]
+    if not Path(name).is_absolute() and not Path(name).exists():
+        out += [str(parent / name) for parent in Path(file).resolve().parents if (parent / name).is_dir()]
+    return out
+
+
+def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path) -> Any:
+    """``--tokenizer`` when given; else the recorded tokenizer (:func:`recorded_tokenizer`)
+    when it loads and is the one recorded (same fingerprint), else SmolLM2's when nothing is
+    recorded or it is the recorded one (``check_tokenizer`` then judges it). A recorded
+    tokenizer that cannot be loaded is a one-line :class:`ViewError` asking for ``--tokenizer``."""
     from envs.tokenizer import load_tokenizer
 
     if name is not None:
@@ -49,19 +82,39 @@ def _load_tokenizer(name: str | None, values: EpisodeValues | None, file: str | 
             return load_tokenizer(name)
         except Exception as err:  # noqa: BLE001  (any loader failure is one line for the user)
             raise ViewError(f"cannot load --tokenizer {name}: {_first_line(err)}") from None
-    recorded = (values.tokenizer if values is not None else {}) or {}
-    if recorded.get("name"):
-        try:
-            tokenizer = load_tokenizer(recorded["name"])
-        except Exception:  # noqa: BLE001  (moved or deleted since: try the default)
-            tokenizer = None
-        if tokenizer is not None and tokenizer_fingerprint(tokenizer) == recorded.get("fingerprint"):
-            return tokenizer
+    wanted, fingerprint = recorded.get("name") or "", recorded.get("fingerprint")
+    loaded, failure = None, None
+    if wanted:
+        for candidate in _candidates(wanted, file):
+            try:
+                tokenizer = load_tokenizer(candidate)
+            except Exception as err:  # noqa: BLE001  (moved or deleted since: the default may be it)
+                failure = failure or _load_failure(candidate, err)
+                continue
+            if not fingerprint or tokenizer_fingerprint(tokenizer) == fingerprint:
+                return tokenizer
+            loaded = loaded or tokenizer
     try:
-        return load_tokenizer(None)
+        default = load_tokenizer(None)
     except Exception as err:  # noqa: BLE001
-        raise ViewError(f"cannot load a tokenizer for {file} ({_first_line(err)}); pass the one the "
-                        "episode was played with as --tokenizer") from None
+        default, failure = None, failure or _first_line(err)
+    if default is not None and (not fingerprint or tokenizer_fingerprint(default) == fingerprint):
+        return default
+    if loaded is not None:  # the recorded name loads another vocabulary now: check_tokenizer says so
+        return loaded
+    if wanted:
+        raise ViewError(f"{file}: cannot load the recorded tokenizer {wanted}; pass --tokenizer ({failure})")
+    if default is None:
+        raise ViewError(f"cannot load a tokenizer for {file} ({failure}); pass the one the "
+                        "episode was played with as --tokenizer")
+    return default
+
+
+def _load_failure(name: str, err: BaseException) -> str:
+    looks_local = Path(name).is_absolute() or name.startswith(".") or name.count("/") > 1
+    if looks_local and not Path(name).exists():
+        return f"no such folder: {name}"
+    return _first_line(err)
 
 
 def _first_line(err: BaseException) -> str:
@@ -87,8 +140,9 @@ def write_page(file: str | Path, index: int = 0, *, out: str | Path | None = Non
                compare_index: int | None = None, tokenizer: Any = None) -> Path:
     """Write the page of episode ``index`` of ``file`` (with ``compare``: beside an episode of
     the same question from that file) and return its path. ``tokenizer``: a tokenizer object,
-    a name or path for ``envs.tokenizer.load_tokenizer``, or None (the one a sample names,
-    else SmolLM2's). Bad input raises :class:`ViewError` with a one-line message."""
+    a name or path for ``envs.tokenizer.load_tokenizer``, or None (the one a sample or the
+    benchmark run's ``summary.json`` names, else SmolLM2's). Bad input raises
+    :class:`ViewError` with a one-line message."""
     records = read_records(file)
     ep, values = pick(records, index, file)
     index = index % len(records)
@@ -103,11 +157,14 @@ def write_page(file: str | Path, index: int = 0, *, out: str | Path | None = Non
             raise ViewError(f"{compare} #{compare_index} is on another question ({ep2.question.get('question')!r}) "
                             f"than {file} #{index} ({ep.question.get('question')!r}): side by side needs the same one")
         shown.append((ep2, values2, f"{Path(compare).name} #{compare_index % len(others)}"))
+    records_of = [recorded_tokenizer(values, file)]
+    if compare is not None:
+        records_of.append(recorded_tokenizer(shown[1][1], compare))
     if tokenizer is None or isinstance(tokenizer, str):
-        tokenizer = _load_tokenizer(tokenizer, values, file)
+        tokenizer = _load_tokenizer(tokenizer, records_of[0], file)
     places = [f"{file} #{index}", f"{compare} #{compare_index}"]
-    for (e, v, _), where in zip(shown, places):
-        check_tokenizer(e, v, tokenizer, where)
+    for (e, v, _), where, recorded in zip(shown, places, records_of):
+        check_tokenizer(e, v, tokenizer, where, recorded)
     page = render_page(shown, tokenizer)
     path = Path(out) if out is not None else Path(file).with_name(f"{Path(file).stem}.{index}.html")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,9 +98,20 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
-    """What a sample records of its tokenizer (see :attr:`EpisodeValues.tokenizer`)."""
-    return {"name": str(getattr(tokenizer, "name_or_path", "") or ""), "vocab_size": len(tokenizer),
+    """What a sample records of its tokenizer (see :attr:`EpisodeValues.tokenizer`). A name
+    that is a local folder (a checkpoint after ``--resume``: ``runs/x/checkpoints/step_N``)
+    is recorded as an absolute path, so the viewer finds it from any working folder."""
+    return {"name": recorded_name(getattr(tokenizer, "name_or_path", "")), "vocab_size": len(tokenizer),
             "fingerprint": tokenizer_fingerprint(tokenizer)}
+
+
+def recorded_name(name: Any) -> str:
+    """A tokenizer's ``name_or_path`` as a record keeps it: an existing local folder as its
+    absolute path, anything else (a hub id, '') as it is."""
+    name = str(name or "")
+    if name and Path(name).is_dir():
+        return str(Path(name).resolve())
+    return name
 
 
 def sample_line(episode: Episode, values: EpisodeValues) -> str:
@@ -184,13 +195,18 @@ def pick(records: Sequence[tuple[Episode, EpisodeValues | None]], index: int,
     return records[index]
 
 
-def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, where: str) -> None:
+def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, where: str,
+                    recorded: dict[str, Any] | None = None) -> None:
     """Refuse to show an episode with a tokenizer other than the one it was played with:
-    the decoded text would be another text. A sample names its tokenizer's fingerprint; a
-    plain episode must have every id inside the vocabulary and, when the tokenizer frames
-    chat in ChatML, every context must open with that tokenizer's ``<|im_start|>system``."""
+    the decoded text would be another text. A sample names its tokenizer's fingerprint
+    (``recorded``, when given, stands for the record of a file without values, e.g. a
+    benchmark run's); a plain episode must have every id inside the vocabulary and, when the
+    tokenizer frames chat in ChatML, every context must open with that tokenizer's
+    ``<|im_start|>system``."""
     name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
-    recorded = (values.tokenizer if values is not None else {}) or {}
+    if recorded is None:
+        recorded = values.tokenizer if values is not None else {}
+    recorded = recorded or {}
     if recorded.get("fingerprint") and recorded["fingerprint"] != tokenizer_fingerprint(tokenizer):
         raise ViewError(f"{where}: recorded with another tokenizer ({recorded.get('name') or '?'}, "
                         f"{recorded.get('vocab_size', '?')} tokens) than {name} ({len(tokenizer)} tokens); "
