@@ -404,3 +404,26 @@ def test_the_retrieval_command_line_honours_no_progress(flags, loud, tmp_path, f
     err = capsys.readouterr().err
     assert (f"encoding {dense.PROGRESS_FROM} passages with fake-encoder" in err) is loud, err
     assert fake_encoder.bars[0] is loud
+
+
+def test_corpus_files_that_do_not_decode_are_refused_with_file_and_line(tmp_path):
+    """Issue 17.15: a truncated .gz corpus and bytes that are not UTF-8 name the file and the
+    line, in the in-memory loader and in the server's document store alike."""
+    import gzip
+
+    from envs.retrieval.passage import load_corpus
+    from envs.retrieval.server import CorpusDocuments
+
+    rows = "".join(json.dumps({"id": str(i), "contents": f'"T{i}"\ntext {i} ' * 40}) + "\n" for i in range(400))
+    whole = gzip.compress(rows.encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "1", "contents": "\\"A\\"\\nok"}\n{"id": "2", "contents": "caf\xe9"}\n')
+    for load in (load_corpus, CorpusDocuments.from_file):
+        with pytest.raises(ValueError, match=r"cut\.jsonl\.gz, line \d+: the gzip data is truncated"):
+            load(cut)
+    with pytest.raises(ValueError, match=r"latin\.jsonl:2: malformed corpus line: .*utf-8"):
+        load_corpus(latin)
+    with pytest.raises(ValueError, match=r"latin\.jsonl:2: malformed corpus line"):
+        CorpusDocuments.from_file(latin)

@@ -136,7 +136,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> P
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(1-based line, row)`` for each non-blank line of ``path`` (``.gz``: decompressed
     as it is read); errors as :func:`read_jsonl`."""
-    for lineno, raw in _iter_lines(path):
+    for lineno, raw in iter_lines(path):
         try:
             # A byte-order mark may open a file written on Windows; it is not part of the row.
             line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
@@ -159,9 +159,10 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield lineno, row
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Raw lines, so that a bad byte is reported with its line rather than as a decode
-    error somewhere in the file."""
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """``(1-based line, raw bytes)`` of a file, ``.gz`` decompressed as it is read: a bad
+    byte is then reported with its line rather than as a decode error somewhere in the
+    file, and a truncated or corrupt ``.gz`` is a ``ValueError`` naming the file and line."""
     if path.suffix != ".gz":
         with path.open("rb") as f:
             yield from enumerate(f, start=1)

@@ -10,13 +10,14 @@ gzip-compressed file (``.jsonl.gz``, the form wiki-18 ships in).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from envs.data.items import iter_lines
 
 
 @dataclass(frozen=True)
@@ -139,15 +140,13 @@ def load_corpus(path_or_rows: CorpusSource) -> list[Passage]:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, Passage]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, Passage.from_row(json.loads(line))
-            except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
-                raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
+    for lineno, line in iter_lines(path):  # a truncated .gz: ValueError naming file and line
+        if not line.strip():
+            continue
+        try:
+            yield lineno, Passage.from_row(json.loads(line))
+        except (ValueError, TypeError, RecursionError) as e:  # bad JSON or UTF-8 are ValueErrors
+            raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
 
 
 def _read_rows(rows: Iterable[Mapping[str, Any] | Passage]) -> Iterator[tuple[int, Passage]]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import json
 import logging
 import os
@@ -58,6 +57,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from envs.data.items import iter_lines
 from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.passage import Passage, Retriever
 
@@ -138,12 +138,11 @@ class CorpusDocuments:
         docs = cls()
         if path.suffix == ".gz":
             docs._rows = []
-            with gzip.open(path, "rb") as f:
-                for lineno, line in enumerate(f, start=1):
-                    if line.strip():
-                        row = _row(line, path, lineno)
-                        docs._add(row, len(docs._rows), f"{path}:{lineno}")
-                        docs._rows.append(row)
+            for lineno, line in iter_lines(path):  # a truncated .gz: ValueError naming file and line
+                if line.strip():
+                    row = _row(line, path, lineno)
+                    docs._add(row, len(docs._rows), f"{path}:{lineno}")
+                    docs._rows.append(row)
             return docs
         docs._corpus = JsonlCorpus(path)
         for n in range(len(docs._corpus)):
