@@ -220,7 +220,9 @@ class Trainer:
             try:
                 metrics = self.train_step()
             except NonFiniteLoss as err:
-                self.log_metrics({"losses/nonfinite": 1.0, "losses/nonfinite_in_a_row": self.nonfinite_in_a_row})
+                # logged at the step it attempted: a resume from before it drops the row with the step's
+                self.log_metrics({"losses/nonfinite": 1.0, "losses/nonfinite_in_a_row": self.nonfinite_in_a_row},
+                                 step=self.step + 1)
                 if self.nonfinite_in_a_row >= cfg.max_nonfinite:
                     raise RuntimeError(f"{self.nonfinite_in_a_row} non-finite steps in a row (the last: {err}); "
                                        f"the last good checkpoint is {latest_checkpoint(self.out)}") from err

@@ -2,6 +2,7 @@
 hold non-finite weights; a step with a NaN or an infinity anywhere changes nothing and does
 not count; the sampler refuses non-finite logits; chunking never changes the objective."""
 
+import json
 import pickle
 
 import numpy as np
@@ -15,6 +16,7 @@ from agents.hf import HFPolicy
 from agents.models import tiny_causal_lm
 from algos.batch import rows_from_episodes, score_rows
 from algos.checkpoint import latest_checkpoint, load_checkpoint
+from algos.report import truncate_metrics
 from algos.roles import assign_advantages
 from algos.trainer import NonFiniteLoss
 
@@ -125,8 +127,10 @@ def test_skipped_steps_do_not_count(tmp_path, tiny_dirs):
     result = trainer.train(validate_first=False)
     assert failed == [1] and result["steps"] == 4 and len(result["history"]) == 4
     assert latest_checkpoint(tmp_path / "run").name == "step_000004"
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().count('"losses/nonfinite"')
-    assert lines == 1
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "losses/nonfinite" in r] == [2]  # the step it attempted
+    truncate_metrics(tmp_path / "run" / "metrics.jsonl", 1)  # a resume from step 1 drops it
+    assert "losses/nonfinite" not in (tmp_path / "run" / "metrics.jsonl").read_text()
 
 
 def test_the_sampler_refuses_non_finite_logits(tokenizer):
