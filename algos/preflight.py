@@ -57,6 +57,7 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
                                      "continue it, or give another --out")
     for cfg in configs.values():
         check_extras(cfg)
+        check_env_shape(cfg)
     trained_here = {Path(cfg.out_dir) for stage, cfg in configs.items() if stage == "teacher"}
     probed: set[str] = set()
     for cfg in configs.values():
@@ -90,6 +91,28 @@ def check_extras(cfg: TrainConfig) -> None:
         from agents.vllm_policy import VLLM_EXTRA
 
         raise PreflightError(f"rollout_backend=vllm needs vllm, which is not installed: {VLLM_EXTRA}")
+
+
+def check_env_shape(cfg: TrainConfig) -> None:
+    """The env's budgets must hold each role's real prompt (with the run's tokenizer) and a
+    whole turn (``envs.team.check_room``): ``max_context_tokens=128`` with
+    ``max_turn_tokens=64`` would otherwise fail at the first validation, after the build.
+    Skipped when the tokenizer is not on this machine yet (a hub id)."""
+    import dataclasses
+
+    from algos.presets import model_tokenizer
+    from envs.protocol import chat_format
+    from envs.team import TeamConfig, check_room
+
+    tokenizer = model_tokenizer(cfg.model)
+    if tokenizer is None:
+        return
+    fields = {f.name for f in dataclasses.fields(TeamConfig)} - {"workflow", "rewards"}
+    shape = {k: v for k, v in cfg.env_shape().items() if k in fields}
+    try:
+        check_room(TeamConfig(workflow=cfg.workflow, **shape), chat_format(tokenizer))
+    except ValueError as err:
+        raise PreflightError(f"{cfg.stage} stage: {err}") from None
 
 
 def check_questions(cfg: TrainConfig) -> None:

@@ -7,13 +7,14 @@ Only the command line, the pipeline and the benchmarks read this module; the lea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from algos.config import TrainConfig
 from algos.recipes.micro import preset as micro_recipe
 from algos.recipes.tiny import preset as tiny_recipe
 
-__all__ = ["PRESETS", "RECIPES", "prepare_model", "preset_config"]
+__all__ = ["PRESETS", "RECIPES", "model_tokenizer", "prepare_model", "preset_config"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
@@ -45,7 +46,8 @@ pipeline, never the learner: ``MODEL`` (the model name its settings train),
 ``prepare_model(seed=, progress=, build=)`` (builds or reuses that model; returns its directory;
 ``build=False`` only finds it),
 ``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
-``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer).
+``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer) and
+``tokenizer()`` (the base's tokenizer, without building the base).
 A preset without a recipe trains a model that loads by name or path."""
 
 
@@ -59,3 +61,19 @@ def prepare_model(model: str, *, seed: int = 0, progress: bool = True, build: bo
         if model == recipe.MODEL:
             return str(recipe.prepare_model(seed=seed, progress=progress, build=build))
     return model
+
+
+def model_tokenizer(model: str) -> Any | None:
+    """The tokenizer ``model`` will train with, found without loading or building the
+    model: a recipe's (``tokenizer()``), a local model folder's or run's (its latest
+    checkpoint's), SmolLM2's for ``smollm2``; None for a hub id (nothing local to read)."""
+    from algos.checkpoint import resolve_model_path
+    from envs.tokenizer import SMOLLM2_ALIASES, load_tokenizer
+
+    for recipe in RECIPES.values():
+        if model == recipe.MODEL:
+            return recipe.tokenizer()
+    path = Path(resolve_model_path(model))
+    if model.lower() in SMOLLM2_ALIASES or (path / "tokenizer_config.json").is_file():
+        return load_tokenizer(model if model.lower() in SMOLLM2_ALIASES else str(path))
+    return None

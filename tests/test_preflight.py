@@ -52,6 +52,7 @@ def refused(argv: list[str], capsys) -> str:
     (["--set", "val_per_dataset=-1"], "val_per_dataset=-1"),
     (["--steps", "0"], "steps=0"),
     (["--set", "env_kwargs=[1]"], "env_kwargs=[1]"),
+    (["--set", "max_context_tokens=128", "--set", "max_turn_tokens=64"], "max_context_tokens=128 cannot hold"),
 ])
 def test_bad_settings_are_refused_in_one_line_before_anything_builds(argv, named, tmp_path, capsys,
                                                                        nothing_builds):

@@ -44,3 +44,11 @@ def fresh_model() -> tuple[Any, Any]:
     model = micro_model(tokenizer, induction=BUILD_DEFAULTS["induction"],
                         lookup=BUILD_DEFAULTS["lookup"])
     return model, tokenizer
+
+
+def tokenizer() -> Any:
+    """The base's tokenizer without building the base (the micro tokenizer: trained once in
+    seconds, then cached), so that budgets are checked before minutes of building."""
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    return micro_tokenizer()

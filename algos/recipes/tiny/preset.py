@@ -40,3 +40,11 @@ def fresh_model() -> tuple[Any, Any]:
                         BUILD_DEFAULTS["num_heads"], max_position_embeddings=ENV["max_context_tokens"] + 64,
                         induction=True)
     return model, tokenizer
+
+
+def tokenizer() -> Any:
+    """The base's tokenizer without building the base (the micro tokenizer: trained once in
+    seconds, then cached), so that budgets are checked before minutes of building."""
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    return micro_tokenizer()
