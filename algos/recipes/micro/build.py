@@ -236,7 +236,7 @@ def _warn_if_other_code(path: Path) -> None:
     changed = sorted(name for name in now if built.get(name) != now[name])
     if changed:
         print(f"micro base {path}: built by other code ({', '.join(changed)} changed since); "
-              "reused as it is, but a fresh build would differ: remove the folder to rebuild",
+              "reused as it is; a fresh build may differ (the weights' hash tells): remove the folder to rebuild",
               file=sys.stderr, flush=True)
 
 
