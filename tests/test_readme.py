@@ -104,3 +104,12 @@ def test_user_policy_plugs_into_play_replay_and_collect(tmp_path, monkeypatch, c
     groups = namespace["groups"]
     assert len(groups) == 8 and all(len(g) == 4 for g in groups)
     assert all(ep.num_searches >= 1 for g in groups for ep in g)
+
+
+def test_the_readme_reports_the_scale_out_ratios_and_the_guarantees():
+    """Issues 15 and 17: the two scale-out ratios that `perf --scaleout` measures, the cluster
+    command, and what the reliability section guarantees."""
+    text = README.read_text()
+    for name in ("collect.ray_workers_speedup", "learner.ddp_step_ratio", "ray start --head", "ray_address=auto",
+                 "docs/retrieval_server.md", "weights_only", "non-finite", "never raises on model output"):
+        assert name in text, name
