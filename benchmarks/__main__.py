@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
               seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress,
-              threads=args.threads)
+              threads=args.threads, keep_episodes=not args.no_episodes)
     return 0
 
 
@@ -196,6 +196,8 @@ def _dispatch(argv: list[str] | None) -> int:
                    help="torch/faiss intra-op threads (default 1: the same numbers on any machine, and the "
                         "faster choice on a busy one; summary.json records it)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--no-episodes", action="store_true",
+                   help="do not keep the episodes (episodes.jsonl, for python -m agents view; ~2,800 in a full run)")
     c = sub.add_parser("compare", help="systems side by side; CI of each against the last")
     c.add_argument("results", nargs="+",
                    help="result folders of `run` (or a learner's validation/step_*.jsonl); the last is the baseline")

@@ -34,8 +34,9 @@ def test_flashrag_directory_with_its_own_corpus(tmp_path, capsys):
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code = bench_main(["run", "--policy", "scripted", "--data", str(tmp_path / "data"), "--datasets", "hotpotqa,nq",
                        "--split", "dev", "--runs", "1", "--corpus", str(corpus), "--out", str(tmp_path / "r"),
-                       "--no-progress"])
+                       "--no-progress", "--no-episodes"])
     assert code == 0
+    assert not (tmp_path / "r" / "episodes.jsonl").exists()
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["meta"]["skipped"] == ["nq"] and summary["meta"]["retriever"] == str(corpus)
     assert summary["datasets"]["hotpotqa"]["avg@k"] == 1.0
