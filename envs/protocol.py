@@ -381,7 +381,7 @@ class ChatFormat:
         if self.chatml:
             return (self._markup(f"<|im_start|>system\n{system}<|im_end|>\n") + self._markup("<|im_start|>")
                     + self.encode(f"user\n{user}") + self._markup("<|im_end|>\n<|im_start|>assistant\n"))
-        return self._markup(f"System: {system}\n\n") + self.encode(f"User: {user}\n\nAssistant:")
+        return self._markup(f"System: {system}\n\n") + self.encode(f"User: {plain_quote(user)}\n\nAssistant:")
 
     def closing(self, turn: Sequence[int]) -> list[int]:
         """What closes an assistant turn that the agent itself did not close."""
@@ -396,7 +396,17 @@ class ChatFormat:
         if self.chatml:
             return (self._markup("\n<|im_start|>") + self.encode(f"user\n{text}")
                     + self._markup("<|im_end|>\n<|im_start|>assistant\n"))
-        return self.encode(f"\n\nUser: {text}\n\nAssistant:")
+        return self.encode(f"\n\nUser: {plain_quote(text)}\n\nAssistant:")
+
+
+_PLAIN_HEADER = re.compile(r"(?m)^([ \t]*)(System|User|Assistant):")
+
+
+def plain_quote(text: str) -> str:
+    """Quoted text for the plain ``User:``/``Assistant:`` layout (tokenizers without ChatML):
+    a line that starts with a header word gets a fullwidth colon (``User\uff1a``), so a
+    report or passage cannot open a turn there either."""
+    return _PLAIN_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}\uff1a", text)
 
 
 _CHAT_FORMATS: weakref.WeakKeyDictionary[Any, ChatFormat] = weakref.WeakKeyDictionary()
