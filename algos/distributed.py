@@ -30,6 +30,7 @@ and exits non-zero, and torchrun then stops the other ranks.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -162,8 +163,14 @@ class Dist:
         """Wait for every rank, then destroy the process group: a rank that tears gloo down
         while another still finishes its last collective aborts that rank (``terminate
         called without an active exception``). Only on the success path: after a failure
-        the other ranks would wait here for ever (torchrun stops them instead)."""
+        the other ranks would wait here for ever (torchrun stops them instead).
+
+        Drop every model sharded over the group (FSDP2) before: one still alive holds the
+        group until the interpreter's own teardown, where gloo aborts the process about one
+        run in three (measured: 4 of 12 runs of a forward/backward then close; 0 of 22 with
+        the model dropped first). Unreachable ones are collected here."""
         if torch.distributed.is_initialized():
+            gc.collect()
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
 

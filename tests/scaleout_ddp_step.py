@@ -46,8 +46,10 @@ def main() -> int:
     if trainer.is_main:  # (the gathered replica: under FSDP2 the trained model is sharded)
         torch.save(trainer.full_model.state_dict(), out / "weights.pt")
         (out / "step.json").write_text(json.dumps({**metrics, "world": int(os.environ.get("WORLD_SIZE", 1))}))
-    if trainer.dist is not None:
-        trainer.dist.close()
+    dist = trainer.dist
+    del trainer, sampler  # a sharded model must not outlive the group (Dist.close)
+    if dist is not None:
+        dist.close()
     return 0
 
 

@@ -53,6 +53,7 @@ def main() -> int:
         torch.save({k: v.detach().clone() for k, v in state.items()}, out / "weights.pt")
         (out / "step.json").write_text(json.dumps({"grad_norm": norm, "world": int(os.environ.get("WORLD_SIZE", 1))}))
     if dist is not None:
+        del model, optimizer  # the sharded model holds the group (Dist.close)
         dist.close()
     return 0
 

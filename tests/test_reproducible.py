@@ -156,7 +156,7 @@ def test_the_pipeline_runs_on_its_thread_count_and_its_lines_name_the_base(monke
             path.write_text("".join(json.dumps(r) + "\n" for r in records))
             return sum(r["correct"][0] for r in records) / 2
 
-        def _log(self, metrics, step=None):
+        def log_metrics(self, metrics, step=None):
             pass
 
         def train(self, validate_first=True):

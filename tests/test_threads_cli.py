@@ -65,13 +65,15 @@ def test_sft_refuses_zero_threads():
 
 
 def test_benchmarks_run_passes_threads_to_the_suite(tmp_path, monkeypatch, capsys):
+    import inspect
+
     import benchmarks.suite as suite
     from benchmarks.__main__ import main
 
-    seen = {}
+    seen, signature = {}, inspect.signature(suite._run_suite)
 
     def fake_run_suite(*args, **kwargs):  # the part of run_suite after its checks
-        seen["threads"] = args[-1]
+        seen["threads"] = signature.bind(*args, **kwargs).arguments["threads"]
         seen["inside"] = current_threads()
         return {}
 
