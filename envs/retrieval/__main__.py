@@ -23,7 +23,9 @@ from envs.retrieval.server import RetrievalServer
 
 
 def _add_retriever_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", required=True, help="JSONL(.gz) corpus, rows {id, contents}")
+    p.add_argument("--corpus", required=True,
+                   help="JSONL(.gz) corpus, rows {id, contents} (the synthetic world's: python -m envs data "
+                        "synth --out data/synth writes data/synth/corpus.jsonl)")
     p.add_argument(
         "--index",
         default="flat",
