@@ -65,12 +65,12 @@ def validation_path(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / "validation" / f"step_{step:06d}.jsonl"
 
 
-def make_retriever(spec: str, index: str | None = None) -> Any:
+def make_retriever(spec: str, index: str | None = None, progress: bool = True) -> Any:
     """The retriever a ``retriever`` setting names, with the ``retriever_index`` kind:
     ``envs.retrieval.make_retriever``."""
     from envs.retrieval.factory import make_retriever as from_spec
 
-    return from_spec(spec, index=index)
+    return from_spec(spec, index=index, progress=progress)
 
 
 def load_questions(data: str, datasets: Sequence[str], split: str, limit: int | None = None) -> list[Any]:
@@ -140,7 +140,8 @@ class Trainer:
         self.engine_sleeps = hasattr(self.policy, "sleep") and str(cfg.device).startswith("cuda")
         """An in-process engine (vLLM) that shares the learner's GPU sleeps from the end of the
         rollouts until the updated weights are pushed into it."""
-        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index)
+        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index,
+                                                                               progress=self.progress)
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)

@@ -75,7 +75,7 @@ def test_trainer_env_and_suite_retrievers_come_from_the_one_factory(tmp_path, mo
     from benchmarks.suite import build_retriever
     from envs.retrieval import RemoteRetriever, make_retriever
 
-    monkeypatch.setattr(factory, "default_retriever", lambda: "the default")
+    monkeypatch.setattr(factory, "default_retriever", lambda index="auto", progress=True: "the default")
     assert make_retriever("default") == trainer_retriever("default") == envs.search_team.default_retriever()
     assert build_retriever("synthetic", None, None) == ("the default", "synthetic world corpus (MiniLM, flat)")
     remote, desc = build_retriever("synthetic", None, "http://127.0.0.1:1")

@@ -427,3 +427,21 @@ def test_corpus_files_that_do_not_decode_are_refused_with_file_and_line(tmp_path
         load_corpus(latin)
     with pytest.raises(ValueError, match=r"latin\.jsonl:2: malformed corpus line"):
         CorpusDocuments.from_file(latin)
+
+
+def test_the_trainers_retriever_takes_its_progress_setting(tmp_path, monkeypatch):
+    """`train --no-progress` reaches the retriever it builds: a corpus spec and the default
+    world's retriever are made with progress off (their encoding line and bar stay quiet)."""
+    from algos.trainer import make_retriever as trainer_retriever
+    from envs.retrieval import factory
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows(8)))
+    made = []
+    monkeypatch.setattr(dense, "DenseRetriever", lambda *a, **kw: made.append(kw) or kw)
+    monkeypatch.setattr(factory, "_DEFAULTS", {})
+    trainer_retriever(str(corpus), "flat", progress=False)
+    trainer_retriever("default", None, progress=False)
+    assert [(kw["index"], kw["progress"]) for kw in made] == [("flat", False), ("auto", False)]
+    assert factory.default_retriever() is factory.default_retriever("auto")  # built once per index
+    assert len(made) == 2

@@ -21,7 +21,6 @@ below ``envs.retrieval.dense.AUTO_APPROXIMATE_FROM`` passages, HNSW from there),
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -42,11 +41,13 @@ def spec_kind(spec: str | os.PathLike) -> str:
     return "url" if spec.startswith(("http://", "https://")) else "corpus"
 
 
-def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = None, **kwargs: Any) -> Any:
+def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = None, progress: bool = True,
+                   **kwargs: Any) -> Any:
     """The retriever ``spec`` names (table above). ``index``: the index kind of a local
     corpus (``auto``, ``flat``, ``hnsw`` or ``ivf``; None = ``auto``); a URL accepts only
     None or ``auto`` (its server has chosen). ``kwargs`` go to the retriever's class (e.g.
-    ``timeout=`` for a URL, ``nprobe=`` for a corpus); ``default`` takes none. Raises
+    ``timeout=`` for a URL, ``nprobe=`` for a corpus); ``default`` takes none. ``progress``:
+    say so (a line and a bar) when a corpus must be encoded first. Raises
     ``ValueError`` for an empty spec or an unknown index kind, ``FileNotFoundError`` for a
     corpus that does not exist (from ``DenseRetriever``)."""
     from envs.retrieval.dense import INDEX_KINDS
@@ -58,7 +59,7 @@ def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = Non
     if kind == "default":
         if kwargs:
             raise ValueError(f"the default retriever takes no settings, got {sorted(kwargs)}")
-        return default_retriever() if index in (None, "auto") else default_retriever(index)
+        return default_retriever(index or "auto", progress=progress)
     if kind == "words":
         if kwargs or index not in (None, "auto"):
             raise ValueError(f"the words retriever takes no settings and no index, got "
@@ -75,19 +76,20 @@ def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = Non
         return RemoteRetriever(spec, **kwargs)
     from envs.retrieval.dense import DenseRetriever
 
-    return DenseRetriever(spec, index=index or "auto", **kwargs)
+    return DenseRetriever(spec, index=index or "auto", progress=progress, **kwargs)
 
 
-def default_retriever(index: str = "auto") -> Any:
+_DEFAULTS: dict[str, Any] = {}
+
+
+def default_retriever(index: str = "auto", *, progress: bool = True) -> Any:
     """MiniLM over the synthetic world's corpus, built once per process and index kind (the
     embeddings and index are cached under ``envs.paths.cache_dir``, so a later process
-    loads them). ``auto`` is flat at the world's size."""
-    return _default_retriever(index)
+    loads them). ``auto`` is flat at the world's size. ``progress``: whether the first build
+    in a process says that it encodes the corpus (when nothing is cached yet)."""
+    if index not in _DEFAULTS:
+        from envs.data.synthwiki import default_world
+        from envs.retrieval.dense import DenseRetriever
 
-
-@functools.lru_cache(maxsize=4)
-def _default_retriever(index: str) -> Any:
-    from envs.data.synthwiki import default_world
-    from envs.retrieval.dense import DenseRetriever
-
-    return DenseRetriever(default_world().corpus, index=index)
+        _DEFAULTS[index] = DenseRetriever(default_world().corpus, index=index, progress=progress)
+    return _DEFAULTS[index]

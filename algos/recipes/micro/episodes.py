@@ -83,14 +83,14 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
     searching (``agents.scripted.ScriptedPolicy``)."""
     from agents.collect import collect
     from envs.retrieval import DenseRetriever
-    from envs.search_team import default_retriever
+    from envs.retrieval.factory import default_retriever
 
     episodes = []
     for world_seed in worlds:
         if world_seed == 0:
-            searched = retriever or default_retriever()
+            searched = retriever or default_retriever(progress=progress)
         else:
-            searched = DenseRetriever(synthetic_world(world_seed).corpus)
+            searched = DenseRetriever(synthetic_world(world_seed).corpus, progress=progress)
         memo = MemoRetriever(searched)
         asked = questions(split, per_dataset, world_seed)
         for workflow in workflows:
