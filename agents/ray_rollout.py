@@ -125,9 +125,6 @@ def questions_from_json(text: str) -> list[Question]:
     return [Question(d["id"], d["question"], tuple(d["golden_answers"]), d["dataset"]) for d in json.loads(text)]
 
 
-make_policy = make_rollout_policy  # the name this module gave it first
-
-
 class RolloutWorker:
     """One rollout worker (run as a Ray actor; plain Python, so tests can call it directly).
 

@@ -110,9 +110,8 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
                                         "rank": dist.rank}
             continue
-        trained_em = history[-1]["val/avg@1"] if history and "val/avg@1" in history[-1] else None
-        if trained_em is None:  # nothing trained now (a finished run resumed): its last validation, if logged
-            trained_em = _logged_validation(cfg, trainer.step)
+        # nothing trained now (a finished run resumed): its last validation, if logged
+        trained_em = history[-1].get("val/avg@1") if history else _logged_validation(cfg, trainer.step)
         if trained_em is None:
             trained_em = trainer.validate()
         paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
