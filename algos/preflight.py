@@ -22,7 +22,8 @@ from algos.config import TrainConfig
 
 RETRIEVER_TIMEOUT_S = 3.0
 """How long the retriever probe waits for an answer: a live server answers one query in
-well under a second; a dead host should not hold the command line for long."""
+well under a second; a dead host should not hold the command line for long. A deadline for
+the whole exchange (``envs.http.post_json``), so a server that trickles bytes is cut off too."""
 
 
 class PreflightError(SystemExit):

@@ -5,12 +5,20 @@ OpenAI-compatible policy (on the ``openai`` SDK) shares with it.
 Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff (a
 server's ``Retry-After`` is honoured, up to 30 s); other 4xx answers and malformed JSON
 raise at once. Every error message names the URL.
+
+``timeout`` is a deadline for the whole attempt (connect, send, and read the complete
+answer), not a socket timeout: a socket timeout bounds each read, so a server that
+trickles one byte a second would hold the caller for as long as it likes. At the deadline
+the attempt's socket is shut down from a timer thread, which wakes the blocked read.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,18 +44,118 @@ def server_message(body: bytes) -> str:
     return excerpt(body)
 
 
+class _Deadline:
+    """The sockets of one attempt, shut down when ``seconds`` have passed since it began.
+
+    Each socket is registered as a duplicate (``sock.dup()``), so the shutdown reaches the
+    connection even after urllib or ``ssl`` has closed or detached the original object, and
+    never a later socket that reuses a closed descriptor number."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> None:
+        dup = sock.dup()
+        with self._lock:
+            if not self.expired:
+                self._socks.append(dup)
+                return
+        dup.close()
+        sock.close()
+        raise TimeoutError(f"no complete answer within the {self.seconds:g} s deadline")
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes a read blocked on this connection
+                except OSError:  # already closed by the peer
+                    pass
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
+
+
+@functools.cache
+def _watched(connection_class: type) -> type:
+    """``connection_class`` (an ``http.client`` connection) connecting within a deadline's
+    time left and handing its socket to the deadline."""
+
+    class Watched(connection_class):
+        def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            create = self._create_connection
+
+            def connect(address, timeout=None, source_address=None):
+                left = deadline.left()
+                if left <= 0:
+                    raise TimeoutError(f"no complete answer within the {deadline.seconds:g} s deadline")
+                if isinstance(timeout, (int, float)):  # not socket's "global default" sentinel
+                    left = min(timeout, left)
+                sock = create(address, left, source_address)
+                deadline.watch(sock)
+                return sock
+
+            self._create_connection = connect
+
+    Watched.__name__ = f"Watched{connection_class.__name__}"
+    return Watched
+
+
+class _DeadlineHandlerMixin:
+    def __init__(self, deadline: _Deadline, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._deadline = deadline
+
+    def do_open(self, http_class, req, **http_conn_args):
+        watched = functools.partial(_watched(http_class), deadline=self._deadline)
+        return super().do_open(watched, req, **http_conn_args)
+
+
+class _DeadlineHTTPHandler(_DeadlineHandlerMixin, urllib.request.HTTPHandler):
+    pass
+
+
+class _DeadlineHTTPSHandler(_DeadlineHandlerMixin, urllib.request.HTTPSHandler):
+    pass
+
+
 def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0,
               retries: int = 3, backoff: float = 0.5, error: type[Exception] = RuntimeError) -> Any:
-    """POST ``body`` as JSON and return the decoded JSON answer, retrying transient failures."""
+    """POST ``body`` as JSON and return the decoded JSON answer, retrying transient failures.
+
+    ``timeout``: seconds each attempt may take in all, from connecting to the last byte of
+    the answer; a call takes at most about ``(retries + 1) * timeout`` plus the backoff."""
     data = json.dumps(body).encode()
     head = {"Content-Type": "application/json", **(headers or {})}
     last = ""
     for attempt in range(retries + 1):
         wait = backoff * 2**attempt
         request = urllib.request.Request(url, data=data, headers=head, method="POST")
+        deadline = _Deadline(timeout)
+        opener = urllib.request.build_opener(
+            _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)
+        )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with opener.open(request, timeout=timeout) as response:
                 raw = response.read()
+            if deadline.expired:  # a body without a length can end early at the shutdown
+                raise TimeoutError("deadline")
         except urllib.error.HTTPError as err:
             try:
                 message = server_message(err.read())
@@ -60,12 +168,18 @@ def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, 
             if retry_after.strip().isdigit():
                 wait = max(wait, min(float(retry_after), 30.0))
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:  # refused, reset, timed out
-            last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+            if deadline.expired:
+                last = f"no complete answer within the {timeout:g} s deadline"
+            else:
+                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
         else:
             try:
                 return json.loads(raw)
             except (UnicodeDecodeError, ValueError):
                 raise error(f"POST {url}: the response is not JSON: {excerpt(raw)}") from None
+        finally:
+            deadline.close()
         if attempt < retries:
             time.sleep(wait)
-    raise error(f"POST {url} failed after {retries + 1} attempts; last error: {last}")
+    tries = f"{retries + 1} attempt{'s' if retries else ''}"
+    raise error(f"POST {url} failed after {tries}; last error: {last}")

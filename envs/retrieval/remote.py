@@ -21,7 +21,9 @@ class RemoteRetriever:
     Args:
         url: the endpoint, e.g. ``http://127.0.0.1:8000/retrieve``; a bare
             ``http://host:port`` gets ``/retrieve`` appended.
-        timeout: seconds per HTTP attempt.
+        timeout: seconds each HTTP attempt may take in all (connect, send and read the
+            whole answer): a deadline, not a per-read timeout, so a server that trickles
+            its answer cannot hold the caller longer.
         retries: further attempts after the first on connection errors, timeouts and 5xx
             answers, waiting ``backoff * 2**i`` seconds before retry ``i``; 4xx answers are
             not retried.
