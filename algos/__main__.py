@@ -11,7 +11,10 @@
 Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated;
 booleans: true/false/1/0/yes/no; ``env_kwargs``: a JSON object). Bad settings, a missing
 Teacher, ``--resume`` with no run and a retrieval server that does not answer are refused
-before anything loads or builds (``algos.preflight``): one line, exit status 2.
+before anything loads or builds (``algos.preflight``): one line, exit status 2. So are a
+checkpoint or Teacher that does not load whole (``--resume`` first falls back to the newest
+complete checkpoint, saying which it skipped and why) and a second run into an ``--out`` that
+a live run holds (``algos.runlock``).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.models import ModelFileError
 from algos.config import TrainConfig
 from algos.preflight import PreflightError
 from algos.presets import PRESETS
 from algos.roles import SEARCHER_SIGNALS, STAGES
+from algos.runlock import RunLockedError
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 """The words ``--set name=value`` takes for a bool field (any case); anything else is refused
@@ -131,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _dispatch(argv)
-    except PreflightError as err:  # one line, no traceback: the run never started
+    except (PreflightError, ModelFileError, RunLockedError) as err:
+        # one line, no traceback: the run never started (a bad setting, a damaged checkpoint or
+        # Teacher with no complete one to fall back to, another live run in --out)
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds it; rank 0 says it
             print(f"python -m algos: error: {err}", file=sys.stderr)
         return 2

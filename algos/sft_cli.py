@@ -21,6 +21,7 @@ from typing import Any
 
 from algos.presets import RECIPES
 from algos.reproducible import DEFAULT_THREADS, run_threads
+from algos.runlock import run_lock
 from algos.sft import sft
 from envs.episode import load_episodes
 from envs.quiet import quiet_progress
@@ -101,6 +102,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.preset is not None:
         if args.skip_search is not None:
             given["skip_search"] = args.skip_search
+        # (not locked here: the build saves atomically into a new folder and refuses a non-empty one)
         print(RECIPES[args.preset].build_base(args.out, seed=args.seed, progress=progress, **given))
         return 0
     if args.episodes is None:
@@ -108,13 +110,17 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.episodes.exists():
         parser.error(f"--episodes {args.episodes} does not exist")
     episodes = load_episodes(args.episodes)
+    out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
+    with run_lock(out):  # one run per --out: a second is refused naming the first (algos.runlock)
+        return _fine_tune(args, given, episodes, out, progress)
+
+
+def _fine_tune(args: argparse.Namespace, given: dict[str, Any], episodes: Any, out: Path, progress: bool) -> int:
     model, tokenizer = load_model(args.model)
     settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
                 "max_len": args.max_len, "seed": args.seed}
     started = time.perf_counter()
     losses = sft(model, episodes, progress=progress, **settings)
-    out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
-    out.mkdir(parents=True, exist_ok=True)
     with quiet_progress():
         model.save_pretrained(out)
     tokenizer.save_pretrained(out)

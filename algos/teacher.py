@@ -23,7 +23,11 @@ from algos.roles import RoleRule, rule_of, rules_for
 
 def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str = "float32") -> Any:
     """The frozen Teacher model. ``teacher``: ``"base"`` (then ``base_model``, the policy's
-    own starting point), a Stage-I run directory (its latest checkpoint) or a model path."""
+    own starting point), a Stage-I run directory (its latest checkpoint) or a model path.
+
+    A saved Teacher must load whole: a tensor missing (transformers would initialise it at
+    random), unexpected or mis-shaped, a non-finite weight or an unreadable file raises
+    :class:`agents.models.ModelFileError` naming it (:func:`agents.models.check_loaded`)."""
     from algos.models import load_model
 
     model, _ = load_model(base_model if teacher == "base" else teacher, device, dtype)
