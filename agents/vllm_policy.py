@@ -11,11 +11,21 @@ log-probs of the distribution it sampled from (``logprobs_mode="processed_logpro
 temperature and top-p applied) where the installed vLLM has that option. The learner does
 not trust them anyway: it recomputes the old log-probs with the trained model.
 
-Weights: :meth:`VLLMPolicy.load_weights` pushes the trainer's ``(name, tensor)`` pairs into
-the engine's model through vLLM's own loader (``model.load_weights``, run on the engine's
-worker with ``collective_rpc``); :meth:`sleep` and :meth:`wake_up` release and retake the
-engine's GPU memory around an update when learner and engine share the GPU
-(``enable_sleep_mode``).
+Weights: the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here
+before ``vllm.LLM`` is built, as verl does): :meth:`VLLMPolicy.load_weights` hands the
+trainer's ``(name, tensor)`` pairs to the engine's model through vLLM's own loader
+(``model.load_weights``, called on the worker by ``collective_rpc`` with a function of ours).
+vLLM's default engine lives in another process, where ``collective_rpc``'s arguments cross a
+msgpack boundary that does not carry tensors (a CUDA tensor fails to encode; a CPU one
+arrives as a list of bytes), so the default is refused, not used.
+
+Memory: when the learner shares the GPU, :meth:`sleep` releases the engine's memory for the
+update (level 2, the weights discarded, where ``wake_up`` takes ``tags``: the new weights
+replace them anyway; level 1 otherwise), torch's cache is emptied after the sleep and
+before each wake (vLLM's pool is not torch's allocator), and :meth:`load_weights` wakes the
+weights alone, loads, and only then allocates the KV cache. :meth:`act` on a sleeping
+engine wakes it (level 1) or refuses (level 2: no weights until they are loaded).
+:meth:`close` shuts the engine down: vLLM allows one sleep-mode engine per process.
 
 Sampling: each request gets its own seed, drawn from the policy's seed and a counter, so
 the same seed and the same calls give the same tokens; :meth:`reseed` restarts it (a Ray
@@ -24,6 +34,9 @@ rollout worker reseeds per question group).
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import inspect
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,6 +47,9 @@ from agents.base import Action, Observation
 from agents.extras import require
 
 VLLM_EXTRA = "pip install -e '.[vllm]'  (or: pip install vllm; it needs a CUDA GPU)"
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""vLLM's switch between an engine in another process (its default, "1") and one in this
+process ("0"); the weight push needs the latter."""
 
 
 def require_vllm() -> Any:
@@ -52,15 +68,57 @@ def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
     return len(weights)
 
 
+def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, bool]:
+    """A ``vllm.LLM`` for ``model`` in this process, and whether it returns processed
+    log-probs. Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
+    engine is built), and refuses another value that is already set: the weight push hands
+    tensors to the engine's model, which only an in-process engine can take. Settings are
+    checked against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2)
+    rather than retried on a TypeError, which would hide an error raised inside the build."""
+    mode = os.environ.get(MULTIPROCESSING)
+    if mode not in (None, "0"):
+        raise ValueError(f"{MULTIPROCESSING}={mode}: rollout_backend=vllm runs the engine in the trainer's "
+                         "process (the weight push hands it tensors, which cannot cross vLLM's process "
+                         f"boundary); unset it or set {MULTIPROCESSING}=0")
+    os.environ[MULTIPROCESSING] = "0"
+    fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    # the learner usually shares the GPU: the engine takes a third of it unless told
+    kwargs = {"enable_sleep_mode": True, "gpu_memory_utilization": 0.3, **engine_kwargs}
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise ValueError(f"vllm {getattr(vllm, '__version__', '?')} has no engine setting {unknown} "
+                         "(not a field of vllm.EngineArgs)")
+    processed = "logprobs_mode" in fields
+    if processed:  # log-probs of the distribution sampled from, not the raw ones
+        kwargs["logprobs_mode"] = "processed_logprobs"
+    return vllm.LLM(model=str(model), seed=seed, **kwargs), processed
+
+
+def _empty_cache() -> None:
+    """Hand torch's cached blocks back to the driver (vLLM's sleep-mode pool is not torch's
+    allocator: memory torch still caches cannot be re-mapped by ``wake_up``); nothing
+    without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class VLLMPolicy:
     """``model``: a model directory (or hub id) that ``vllm.LLM`` loads; ``tokenizer``: the
     env's tokenizer (decodes ``Action.text``; its EOS ends a turn). ``engine``: an object with
     vLLM's ``LLM`` interface to use instead of building one (tests pass a fake);
-    ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``).
-    ``temperature`` 0 is greedy."""
+    ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``,
+    ``max_model_len``), each checked against ``vllm.EngineArgs``' fields.
+    ``temperature`` 0 is greedy. ``batch_size`` is taken and ignored (vLLM batches
+    everything it is given), so every backend takes the same settings."""
+
+    can_sleep = True
+    """The engine releases its GPU memory while asleep (``enable_sleep_mode``)."""
 
     def __init__(self, model: str, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 256, seed: int = 0, engine: Any = None, **engine_kwargs: Any):
+                 max_new_tokens: int = 256, seed: int = 0, engine: Any = None, batch_size: int | None = None,
+                 **engine_kwargs: Any):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
         if not 0 < top_p <= 1:
@@ -72,25 +130,32 @@ class VLLMPolicy:
         self.max_new_tokens = int(max_new_tokens)
         self.seed = int(seed)
         self._requests = 0
+        self.processed_logprobs = True
+        """Whether the engine returns the log-probs of the distribution it sampled from
+        (``logprobs_mode``, vLLM >= 0.10.2); without it ``Action.logprobs`` is None rather
+        than the raw (temperature-1) values."""
+        self._built = engine is None
         if engine is None:
-            vllm = require_vllm()
-            # collective_rpc sends _load_weights_on_worker, a function of ours, to the engine's
-            # worker; vLLM V1 refuses to pickle callables to an engine process without this
-            # (an in-process engine, VLLM_ENABLE_V1_MULTIPROCESSING=0, does not need it)
-            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-            # the learner usually shares the GPU: the engine takes a third of it unless told
-            kwargs = dict(seed=seed, enable_sleep_mode=True, **{"gpu_memory_utilization": 0.3, **engine_kwargs})
-            try:  # log-probs of the distribution sampled from (vLLM >= 0.10.2)
-                engine = vllm.LLM(model=str(model), logprobs_mode="processed_logprobs", **kwargs)
-            except TypeError:
-                engine = vllm.LLM(model=str(model), **kwargs)
+            engine, self.processed_logprobs = build_engine(require_vllm(), model, seed=seed, **engine_kwargs)
         self.engine = engine
         self.sleeping = False
+        self._slept_at = 0  # the level of the current sleep (0: awake)
+        # waking the weights alone (then loading, then the KV cache) needs wake_up(tags=...);
+        # only then may sleep discard the weights (level 2): the loaded ones replace them
+        self.wakes_by_tag = "tags" in inspect.signature(engine.wake_up).parameters
+        self.sleep_level = 2 if self.wakes_by_tag else 1
 
     # -- the policy interface -------------------------------------------------------------
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
-        """One :class:`Action` per observation, in order, from one ``generate`` call."""
+        """One :class:`Action` per observation, in order, from one ``generate`` call. A
+        sleeping engine is woken first (level 1); after a level-2 sleep it has no weights
+        until :meth:`load_weights`, so that is refused."""
+        if self.sleeping:
+            if self._slept_at >= 2:
+                raise RuntimeError("the vLLM engine slept at level 2 (its weights discarded): load_weights() "
+                                   "must wake it before it generates")
+            self.wake_up()
         sampling, tokens_prompt = self._vllm_types()
         prompts, params, live = [], [], []
         for i, obs in enumerate(observations):
@@ -115,7 +180,7 @@ class VLLMPolicy:
         for i, out in zip(live, outputs):
             completion = out.outputs[0]
             ids = [int(t) for t in completion.token_ids]
-            logprobs = self._sampled_logprobs(ids, completion.logprobs)
+            logprobs = self._sampled_logprobs(ids, completion.logprobs) if self.processed_logprobs else None
             actions[i] = Action(token_ids=ids, logprobs=logprobs,
                                 text=self.tokenizer.decode(ids, skip_special_tokens=False))
         return actions
@@ -136,26 +201,71 @@ class VLLMPolicy:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Push ``(name, tensor)`` pairs (Hugging Face names, e.g. ``model.named_parameters()``)
-        into the engine through vLLM's loader; wakes the engine first if it sleeps."""
-        if self.sleeping:
-            self.wake_up()
+        into the engine through vLLM's loader, and wake it. Asleep, with ``wake_up(tags=...)``:
+        the weights are woken alone, loaded, torch's cache emptied, then the KV cache woken
+        (its memory is not taken before the load is done)."""
         weights = [(name, t.detach()) for name, t in named_tensors]
-        self.engine.collective_rpc(_load_weights_on_worker, args=(weights,))
+        if self.sleeping and self.wakes_by_tag:
+            _empty_cache()
+            self.engine.wake_up(tags=["weights"])
+            self._load(weights)
+            _empty_cache()
+            self.engine.wake_up(tags=["kv_cache"])
+            self.sleeping, self._slept_at = False, 0
+        else:
+            if self.sleeping:
+                self.wake_up()
+            self._load(weights)
         reset = getattr(self.engine, "reset_prefix_cache", None)
         if reset is not None:  # cached prefixes were computed with the old weights
             reset()
 
-    def sleep(self, level: int = 1) -> None:
-        """Release the engine's GPU memory (level 1: weights to CPU, KV cache dropped), e.g.
-        while the learner updates on the same GPU. Level 2 discards the weights: only call it
-        when :meth:`load_weights` follows every :meth:`wake_up` (vLLM then has no weights of
-        its own to restore; generating before that gives garbage, vLLM issue #29341)."""
+    def _load(self, weights: list[tuple[str, Any]]) -> None:
+        # in-process: collective_rpc calls the function on the worker with these very tensors
+        self.engine.collective_rpc(_load_weights_on_worker, args=(weights,))
+
+    def sleep(self, level: int | None = None) -> None:
+        """Release the engine's GPU memory, e.g. while the learner updates on the same GPU.
+        Level 1 keeps a CPU copy of the weights and drops the KV cache; level 2 (the default
+        where ``wake_up`` takes tags) discards the weights too: only when
+        :meth:`load_weights` follows (vLLM then has no weights of its own to restore;
+        generating before that gives garbage, vLLM issue #29341)."""
+        level = self.sleep_level if level is None else int(level)
         self.engine.sleep(level=level)
-        self.sleeping = True
+        self.sleeping, self._slept_at = True, level
+        _empty_cache()  # torch's cached blocks go back too: the update and the next wake find them free
 
     def wake_up(self) -> None:
+        """Retake all the engine's memory (after a level-2 sleep its weights are garbage
+        until :meth:`load_weights`)."""
+        _empty_cache()
         self.engine.wake_up()
-        self.sleeping = False
+        self.sleeping, self._slept_at = False, 0
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (vLLM allows one sleep-mode engine per
+        process: Stage II's needs Stage I's gone). The policy cannot act after it."""
+        engine, self.engine = self.engine, None
+        if engine is None:
+            return
+        core = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        del engine, core, shutdown
+        if self._built:  # the in-process engine's own one-process torch.distributed group
+            try:
+                from vllm.distributed.parallel_state import (
+                    destroy_distributed_environment,
+                    destroy_model_parallel,
+                )
+            except ImportError:
+                pass
+            else:
+                destroy_model_parallel()
+                destroy_distributed_environment()
+        gc.collect()
+        _empty_cache()
 
     # -- helpers ----------------------------------------------------------------------------
 

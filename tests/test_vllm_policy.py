@@ -186,3 +186,162 @@ def test_a_restored_state_goes_on_with_the_seeds_of_an_uninterrupted_run(tokeniz
     resumed.act(obs)
     assert [p.seed for p in resumed.engine.calls[0][1]] == [p.seed for p in engine.calls[1][1]]
     assert [p.seed for p in engine.calls[0][1]] != [p.seed for p in engine.calls[1][1]]
+
+
+# ---------------------------------------------------------------------- across vLLM's real boundary
+# (tests/fake_vllm.py: a fake ``vllm`` module whose default engine lives in another process
+# behind a msgpack-like encoder that refuses tensors, as vLLM V1's does)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    import sys
+
+    import fake_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)  # whatever the code under test sets is undone afterwards
+    fake_vllm.BUILT.clear()
+    yield fake_vllm
+    fake_vllm.shutdown_all()
+
+
+@pytest.fixture
+def model_dir(tmp_path, tokenizer):
+    """What the engine loads: here only a config naming the EOS the fake answers with."""
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": tokenizer.eos_token_id}))
+    return str(tmp_path)
+
+
+def test_the_weight_push_reaches_the_engine_although_vllm_defaults_to_another_process(
+        fake_vllm, model_dir, tokenizer):
+    """B1: vLLM's default engine is another process, and tensors do not cross its msgpack
+    boundary; the policy builds the in-process engine and its weights arrive, values and all."""
+    import os
+
+    import torch
+
+    policy = VLLMPolicy(model_dir, tokenizer)
+    layer = torch.nn.Linear(3, 2)
+    policy.load_weights(layer.named_parameters())
+    loaded = policy.engine.collective_rpc(fake_vllm.loaded_weights)[0]
+    assert loaded == {"weight": layer.weight.reshape(-1).tolist(), "bias": layer.bias.tolist()}
+    assert policy.engine.engine_state()["pid"] == os.getpid()
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_the_fake_engine_keeps_vllms_process_boundary_and_the_policy_refuses_it(
+        fake_vllm, model_dir, tokenizer, monkeypatch):
+    import os
+
+    import torch
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    llm = fake_vllm.LLM(model=model_dir)
+    assert llm.engine_state()["pid"] != os.getpid()  # a real other process
+    with pytest.raises(TypeError, match="not serializable"):  # a callable, without the insecure switch
+        llm.collective_rpc(fake_vllm.worker_pid)
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    assert llm.collective_rpc(fake_vllm.worker_pid) == [llm.engine_state()["pid"]]
+    with pytest.raises(TypeError, match="torch.Tensor cannot cross"):
+        llm.collective_rpc(_load_weights_on_worker, args=([("w", torch.ones(2))],))
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1: rollout_backend=vllm runs"):
+        VLLMPolicy(model_dir, tokenizer)
+
+
+def _core_events(policy):
+    return policy.engine.llm_engine.engine_core.core.events
+
+
+def test_sleep_empties_torchs_cache_and_weights_wake_before_the_kv_cache(fake_vllm, model_dir, tokenizer,
+                                                                         monkeypatch):
+    """B7 + S2: where wake_up takes tags, sleep discards the weights (level 2), torch's
+    cache is emptied after the sleep and before each wake, and the KV cache is woken only
+    after the new weights are in."""
+    import torch
+
+    import agents.vllm_policy as vp
+
+    policy = VLLMPolicy(model_dir, tokenizer)
+    monkeypatch.setattr(vp, "_empty_cache", lambda: _core_events(policy).append("empty_cache"))
+    policy.sleep()
+    policy.load_weights(torch.nn.Linear(2, 2).named_parameters())
+    policy.act([_obs(tokenizer, "Q?")])
+    assert _core_events(policy) == [("sleep", 2), "empty_cache", "empty_cache", ("wake_up", ["weights"]), "load",
+                                    "empty_cache", ("wake_up", ["kv_cache"]), "reset_prefix_cache", ("generate", 1)]
+
+
+def test_without_wake_tags_sleep_keeps_the_weights_and_wakes_whole(fake_vllm, model_dir, tokenizer, monkeypatch):
+    import torch
+
+    import agents.vllm_policy as vp
+
+    monkeypatch.setattr(fake_vllm, "LLM", fake_vllm.LLMWithoutTags)  # a vLLM whose wake_up takes no tags
+    policy = VLLMPolicy(model_dir, tokenizer)
+    monkeypatch.setattr(vp, "_empty_cache", lambda: _core_events(policy).append("empty_cache"))
+    policy.sleep()
+    policy.load_weights(torch.nn.Linear(2, 2).named_parameters())
+    assert _core_events(policy) == [("sleep", 1), "empty_cache", "empty_cache", ("wake_up", None), "load",
+                                    "reset_prefix_cache"]
+
+
+def test_act_on_a_sleeping_engine_wakes_it_or_refuses_without_weights(fake_vllm, model_dir, tokenizer,
+                                                                      monkeypatch):
+    """B2: level 1 keeps the weights, so act wakes the engine and generates; after level 2
+    the engine has none until load_weights, and act says so instead of generating garbage."""
+    policy = VLLMPolicy(model_dir, tokenizer)
+    policy.sleep()
+    with pytest.raises(RuntimeError, match="level 2"):
+        policy.act([_obs(tokenizer, "Q?")])
+    policy.close()
+    monkeypatch.setattr(fake_vllm, "LLM", fake_vllm.LLMWithoutTags)
+    policy = VLLMPolicy(model_dir, tokenizer)
+    policy.sleep()
+    [action] = policy.act([_obs(tokenizer, "Q?")])
+    assert action.token_ids == [tokenizer.eos_token_id] and not policy.sleeping
+
+
+def test_engine_settings_are_read_off_engine_args_and_raw_logprobs_are_not_passed_off(
+        fake_vllm, model_dir, tokenizer, monkeypatch):
+    """C1 + W3: ``logprobs_mode`` is asked for where ``vllm.EngineArgs`` has it (not found by
+    retrying on any TypeError); without it the behaviour log-probs are None, not raw ones."""
+    policy = VLLMPolicy(model_dir, tokenizer, temperature=0.7, max_model_len=320)
+    assert fake_vllm.BUILT[-1]["logprobs_mode"] == "processed_logprobs"
+    assert fake_vllm.BUILT[-1]["max_model_len"] == 320 and fake_vllm.BUILT[-1]["enable_sleep_mode"] is True
+    assert policy.act([_obs(tokenizer, "Q?")])[0].logprobs == [-0.25]
+    policy.close()
+    monkeypatch.setattr(fake_vllm, "EngineArgs", fake_vllm.EngineArgsBefore0102)
+    old = VLLMPolicy(model_dir, tokenizer, temperature=0.7)
+    assert "logprobs_mode" not in fake_vllm.BUILT[-1]
+    [action] = old.act([_obs(tokenizer, "Q?")])
+    assert action.token_ids == [tokenizer.eos_token_id] and action.logprobs is None
+    old.close()
+    built = len(fake_vllm.BUILT)
+    with pytest.raises(ValueError, match=r"no engine setting \['max_num_seqz'\]"):
+        VLLMPolicy(model_dir, tokenizer, max_num_seqz=8)
+    calls = []
+
+    def failing_build(self, model, **kwargs):
+        calls.append(kwargs)
+        raise TypeError("raised deep inside the engine's build")
+
+    monkeypatch.setattr(fake_vllm.LLM, "__init__", failing_build)
+    with pytest.raises(TypeError, match="deep inside"):
+        VLLMPolicy(model_dir, tokenizer)
+    assert len(calls) == 1 and len(fake_vllm.BUILT) == built  # not retried without logprobs_mode
+
+
+def test_close_shuts_the_engine_down_so_the_next_one_can_be_built(fake_vllm, model_dir, tokenizer):
+    """B3: vLLM allows one sleep-mode engine per process (the fake asserts as vLLM does)."""
+    first = VLLMPolicy(model_dir, tokenizer)
+    with pytest.raises(AssertionError, match="one instance per process"):
+        VLLMPolicy(model_dir, tokenizer)
+    first.close()
+    assert first.engine is None
+    second = VLLMPolicy(model_dir, tokenizer)
+    assert second.act([_obs(tokenizer, "Q?")])[0].token_ids == [tokenizer.eos_token_id]
+    second.close()
