@@ -7,14 +7,21 @@ macro-action, and writes the protocol text: ``<subtask>...</subtask>`` x n on th
 decomposition policy's sub-tasks, or ``<select>...</select>``. It plays the Leader only;
 route the other roles elsewhere (``leader=sb3:runs/sb3_leader,searcher=scripted,...``).
 
-A saved Leader is two files side by side: ``leader.zip`` (the SB3 model) and
-``leader.json`` (the algorithm, the feature names and scales, the decomposition policy).
+A saved Leader is two files side by side, both data: ``leader.safetensors`` (the SB3
+policy's ``state_dict``) and ``leader.json`` (the algorithm, one of :data:`ALGOS`; the
+network's settings as plain JSON; the env sizes that fix the observation and action
+spaces; the feature names; the decomposition policy, one of :data:`DECOMPOSERS`). The
+policy is rebuilt from the settings and the weights are copied in: nothing in a Leader
+folder is unpickled. SB3's own zip (``leader.zip``, as saved before) cloudpickles part of
+its settings, so loading it could run code: it is refused, and ``python -m algos
+train-leader-sb3 --resave DIR`` rewrites it in this form reading only its weights
+(``torch.load(weights_only=True)``) and its plain JSON settings.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +31,22 @@ from agents.base import Observation
 from envs import protocol as P
 from envs.leader_view import FEATURES, LeaderMacro, Proposal, turn_text
 
-MODEL_FILE, META_FILE = "leader.zip", "leader.json"
+MODEL_FILE, META_FILE = "leader.safetensors", "leader.json"
+SB3_ZIP = "leader.zip"
+"""What ``train-leader-sb3`` saved before: SB3's zip, refused on load (see the module doc)."""
+FORMAT = "sb3-leader-safetensors-1"
 ALGOS = ("ppo", "a2c", "dqn")
+DECOMPOSERS = ("scripted", "random", "hf:smollm2")
+"""The decomposition policies a Leader may name: built-in specs only, never a ``python:``
+class or a path (a ``leader.json`` is data, and data does not choose code to run)."""
+ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU", "gelu": "GELU",
+               "silu": "SiLU"}
+"""``activation_fn`` by name in ``leader.json`` -> its ``torch.nn`` class."""
+NETWORK_KWARGS = ("net_arch", "activation_fn", "share_features_extractor", "normalize_images")
+"""The ``policy_kwargs`` a Leader keeps: those that shape the network. The optimizer's
+(``optimizer_class``, ``optimizer_kwargs``) and initialisation's (``ortho_init``) only
+matter in training and are dropped; any other key is refused before training."""
+_TRAINING_ONLY_KWARGS = ("optimizer_class", "optimizer_kwargs", "ortho_init")
 
 
 def algo_class(name: str) -> Any:
@@ -38,17 +59,210 @@ def algo_class(name: str) -> Any:
 
 
 def leader_files(path: str | Path) -> tuple[Path, Path]:
-    """``(model zip, metadata json)`` of a saved Leader: its directory or its zip."""
+    """``(weights, settings json)`` of a saved Leader: its directory or its weights file."""
     path = Path(path)
     if path.is_dir():
         return path / MODEL_FILE, path / META_FILE
     return path, path.with_suffix(".json")
 
 
+def network_settings(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``policy_kwargs`` as the plain JSON ``leader.json`` keeps (:data:`NETWORK_KWARGS`;
+    an activation class by its :data:`ACTIVATIONS` name). Raises ``ValueError`` naming
+    a key that cannot be kept, so the trainer refuses it before training."""
+    import torch
+
+    names = {getattr(torch.nn, cls): name for name, cls in ACTIVATIONS.items()}
+    out: dict[str, Any] = {}
+    for key, value in (policy_kwargs or {}).items():
+        if key in _TRAINING_ONLY_KWARGS or (key == "use_sde" and value is False):
+            continue
+        if key not in NETWORK_KWARGS:
+            raise ValueError(f"policy_kwargs {key!r} cannot be saved with an SB3 Leader: use only "
+                             f"{', '.join(NETWORK_KWARGS)} (and the optimizer's, which are not saved)")
+        if key == "activation_fn" and not isinstance(value, str):
+            if value not in names:
+                raise ValueError(f"policy_kwargs activation_fn {value!r} cannot be saved: use one of "
+                                 f"torch.nn.{', torch.nn.'.join(ACTIVATIONS.values())}")
+            value = names[value]
+        if not _plain(value):
+            raise ValueError(f"policy_kwargs {key}={value!r} is not plain JSON (numbers, strings, "
+                             "booleans, lists, objects), so a saved Leader cannot keep it")
+        out[key] = value
+    return out
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def build_policy(algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -> Any:
+    """A fresh SB3 ``MlpPolicy`` of ``algo`` on ``macro``'s spaces, shaped by ``network``
+    (:func:`network_settings`' output); its weights are random until loaded."""
+    import torch
+
+    kwargs = dict(network)
+    if "activation_fn" in kwargs:
+        if kwargs["activation_fn"] not in ACTIVATIONS:
+            raise ValueError(f"activation_fn {kwargs['activation_fn']!r} is not one of {sorted(ACTIVATIONS)}")
+        kwargs["activation_fn"] = getattr(torch.nn, ACTIVATIONS[kwargs["activation_fn"]])
+    cls = algo_class(algo).policy_aliases["MlpPolicy"]
+    # lr_schedule only sets up an optimizer that a Leader in use never steps
+    policy = cls(macro.observation_space, macro.action_space, lambda _: 0.0, **kwargs)
+    policy.set_training_mode(False)
+    return policy
+
+
+def save_leader(model: Any, out: str | Path, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Write a trained SB3 ``model`` to ``out``: ``leader.safetensors`` (its policy's
+    weights) and ``leader.json`` (``meta`` -- which must name ``algo``, ``max_waves``,
+    ``max_searchers``, ``max_context_tokens`` and ``decompose`` -- plus the format, the
+    feature names and the network settings). Returns what ``leader.json`` holds."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {**meta, "format": FORMAT, "features": list(FEATURES),
+                "policy_kwargs": network_settings(model.policy_kwargs)}
+    _check_settings(settings, out / META_FILE)
+    # clone: tensors that share storage (a shared extractor) each get their own copy
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.policy.state_dict().items()},
+              str(out / MODEL_FILE), metadata={"format": FORMAT, "algo": settings["algo"]})
+    (out / META_FILE).write_text(json.dumps(settings, indent=2))
+    return settings
+
+
+def _check_settings(meta: Any, where: Path) -> None:
+    """Raise a one-line ``ValueError`` naming ``where`` when ``meta`` is not a Leader's settings."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: expected a JSON object of Leader settings, got {type(meta).__name__}")
+    if meta.get("decompose", "scripted") not in DECOMPOSERS:
+        raise ValueError(f"{where}: decomposer {meta.get('decompose')!r} is not a built-in one "
+                         f"({', '.join(DECOMPOSERS)}); retrain the Leader with --decompose one of them")
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{where}: not a Leader saved as safetensors + JSON (format "
+                         f"{meta.get('format')!r}, expected {FORMAT!r}): {_RESAVE}")
+    if meta.get("algo") not in ALGOS:
+        raise ValueError(f"{where}: algo {meta.get('algo')!r} is not one of {', '.join(ALGOS)}")
+    for key in ("max_waves", "max_searchers", "max_context_tokens"):
+        if type(meta.get(key)) is not int or meta[key] < 1:
+            raise ValueError(f"{where}: {key} must be a positive integer, got {meta.get(key)!r}")
+    if tuple(meta.get("features", ())) != FEATURES:
+        raise ValueError(f"{where}: trained on features {meta.get('features')}, this code computes "
+                         f"{list(FEATURES)}: retrain the Leader")
+    network = meta.get("policy_kwargs", {})
+    if not isinstance(network, dict) or set(network) - set(NETWORK_KWARGS) or not _plain(network):
+        raise ValueError(f"{where}: policy_kwargs must be a JSON object with keys among "
+                         f"{', '.join(NETWORK_KWARGS)}, got {network!r}")
+
+
+_RESAVE = ("re-save it with `python -m algos train-leader-sb3 --resave DIR` (reads only its weights and "
+           "plain settings), or retrain with `python -m algos train-leader-sb3 --out DIR`")
+
+
+def read_settings(path: str | Path) -> dict[str, Any]:
+    """A Leader's ``leader.json``, checked: one-line ``ValueError`` naming the file when it
+    is not JSON or not a Leader's settings (a decomposer outside :data:`DECOMPOSERS`, an
+    algorithm outside :data:`ALGOS`, ...)."""
+    path = Path(path)
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not JSON ({_first_line(err)})") from None
+    _check_settings(meta, path)
+    return meta
+
+
+def load_weights(path: str | Path, policy: Any) -> None:
+    """Copy the tensors of the safetensors file ``path`` into ``policy`` (names and shapes
+    must match exactly); one-line ``ValueError`` naming the file otherwise."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    try:
+        state = load_file(str(path), device="cpu")
+    except Exception as err:  # safetensors raises its own errors for a bad header or a short file
+        raise ValueError(f"{path}: not a readable safetensors file ({_first_line(err)}); "
+                         "retrain the Leader with `python -m algos train-leader-sb3 --out DIR`") from None
+    wanted = {k: tuple(v.shape) for k, v in policy.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    wrong = ([f"missing {k!r}" for k in wanted if k not in found]
+             + [f"unexpected {k!r}" for k in found if k not in wanted]
+             + [f"{k!r} has shape {found[k]}, expected {wanted[k]}" for k in wanted
+                if k in found and found[k] != wanted[k]])
+    if wrong:
+        raise ValueError(f"{path}: its tensors do not fit the policy its leader.json describes "
+                         f"({wrong[0]}{f' and {len(wrong) - 1} more' if len(wrong) > 1 else ''}); retrain the Leader")
+    policy.load_state_dict(state, strict=True)
+
+
+def resave_leader(path: str | Path) -> Path:
+    """Rewrite a Leader saved as SB3's zip (``DIR/leader.zip`` + ``DIR/leader.json``) as
+    ``leader.safetensors`` + ``leader.json``, reading only the zip's ``policy.pth``
+    (``torch.load(weights_only=True)``) and the plain-JSON ``policy_kwargs`` of its
+    ``data``: nothing is unpickled. Returns the weights file; the zip is left in place and
+    is no longer read (delete it)."""
+    import io
+    import pickle
+    import zipfile
+
+    import torch
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    zip_path, meta_path = folder / SB3_ZIP, folder / META_FILE
+    for needed in (zip_path, meta_path):
+        if not needed.exists():
+            raise FileNotFoundError(f"no {needed.name} to re-save in {folder}")
+    try:
+        meta = json.loads(meta_path.read_text())
+        with zipfile.ZipFile(zip_path) as z:
+            data = json.loads(z.read("data"))
+            state = torch.load(io.BytesIO(z.read("policy.pth")), weights_only=True, map_location="cpu")
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, pickle.UnpicklingError, RuntimeError) as err:
+        raise ValueError(f"{zip_path}: cannot re-save ({_first_line(err)}); retrain the Leader") from None
+    if not isinstance(meta, dict) or not isinstance(data, dict) or not isinstance(state, dict):
+        raise ValueError(f"{zip_path}: not an SB3 Leader's zip and settings; retrain the Leader")
+    # SB3 pickles policy_kwargs whole when one value is a class (A2C adds its optimizer's):
+    # then the copy the trainer wrote into leader.json, as text, is the one to read
+    network = data.get("policy_kwargs", {})
+    if not isinstance(network, dict) or ":serialized:" in network:
+        network = (meta.get("hyperparams") or {}).get("policy_kwargs", {})
+    if not isinstance(network, dict) or ":serialized:" in network or not _plain(network):
+        raise ValueError(f"{zip_path}: its policy_kwargs are pickled, not plain JSON; retrain the Leader")
+    meta = {**meta, "format": FORMAT, "policy_kwargs": network_settings(network)}
+    _check_settings(meta, meta_path)
+    policy = build_policy(meta["algo"], _macro(meta), meta["policy_kwargs"])
+    try:
+        policy.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise ValueError(f"{zip_path}: its policy.pth does not fit {meta_path} ({_first_line(err)})") from None
+    model = type("Saved", (), {"policy": policy, "policy_kwargs": meta["policy_kwargs"]})()
+    save_leader(model, folder, meta)
+    return folder / MODEL_FILE
+
+
+def _macro(meta: Mapping[str, Any]) -> LeaderMacro:
+    return LeaderMacro(meta["max_waves"], meta["max_searchers"], meta["max_context_tokens"])
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def make_decomposer(spec: str, seed: int = 0, make_policy: Callable[..., Any] | None = None) -> Any:
-    """The decomposition policy a Leader was trained with: ``scripted``, or any registry
-    spec built by ``make_policy`` (``agents.registry.make_policy``, passed in so that this
-    module does not import the registry that imports it)."""
+    """The decomposition policy a Leader was trained with: one of :data:`DECOMPOSERS`,
+    ``scripted`` here and the others by ``make_policy`` (``agents.registry.make_policy``,
+    passed in so that this module does not import the registry that imports it)."""
+    if spec not in DECOMPOSERS:
+        raise ValueError(f"decomposer {spec!r} is not a built-in one: use one of {', '.join(DECOMPOSERS)}")
     if spec == "scripted":
         from agents.scripted import ScriptedPolicy
 
@@ -63,8 +277,9 @@ class SB3LeaderPolicy:
     """A stable-baselines3 Leader; ``act`` takes Leader observations only.
 
     Args:
-        path: the run directory (``leader.zip`` + ``leader.json``) or the model zip.
-        deterministic: take the model's most likely macro-action (else sample).
+        path: the run directory (``leader.safetensors`` + ``leader.json``) or the weights file.
+        deterministic: take the model's most likely macro-action (else sample; a DQN
+            Leader's Q-values have nothing to sample from, so it is greedy either way).
         seed: the decomposition policy's seed.
         make_policy: builds a decomposition policy that is not ``scripted`` from its spec
             (``agents.registry.make_policy``; the registry passes itself).
@@ -73,16 +288,18 @@ class SB3LeaderPolicy:
     def __init__(self, path: str | Path, *, deterministic: bool = True, seed: int = 0,
                  make_policy: Callable[..., Any] | None = None):
         model_path, meta_path = leader_files(path)
+        sb3_zip = model_path if model_path.suffix == ".zip" else model_path.parent / SB3_ZIP
+        if sb3_zip.exists() and (model_path == sb3_zip or not model_path.exists()):
+            raise ValueError(f"{sb3_zip}: an SB3 zip, whose settings are pickled (loading them could run "
+                             f"code), is not loaded; {_RESAVE}")
         if not model_path.exists() or not meta_path.exists():
             raise FileNotFoundError(f"no SB3 Leader at {path}: need {model_path} and {meta_path} "
                                     "(train one with python -m algos train-leader-sb3)")
-        self.meta = json.loads(meta_path.read_text())
-        if tuple(self.meta.get("features", ())) != FEATURES:
-            raise ValueError(f"{meta_path} was trained on features {self.meta.get('features')}, "
-                             f"this code computes {list(FEATURES)}: retrain the Leader")
-        self.model = algo_class(self.meta["algo"]).load(str(model_path), device="cpu")
-        self.macro = LeaderMacro(self.meta["max_waves"], self.meta["max_searchers"],
-                                 self.meta["max_context_tokens"])
+        self.meta = read_settings(meta_path)
+        self.macro = _macro(self.meta)
+        self.model = build_policy(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
+        """The SB3 policy (``predict(obs, deterministic)``), its weights from ``leader.safetensors``."""
+        load_weights(model_path, self.model)
         self.decomposer = make_decomposer(self.meta.get("decompose", "scripted"), seed, make_policy)
         self.deterministic = deterministic
 

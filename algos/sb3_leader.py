@@ -6,8 +6,11 @@
 The Leader chooses how much to search (``envs.leader_view.LeaderMacroEnv``: dispatch n
 Searchers on the decomposition policy's sub-tasks, or stop); fixed policies play the
 Searchers and the Answerers (scripted by default; any policy spec, an LLM included). The
-run directory gets ``leader.zip`` (the model), ``leader.json`` (what ``sb3:<path>`` needs
-to rebuild the Leader, plus the config and the held-out numbers) and ``monitor.csv``.
+run directory gets ``leader.safetensors`` (the policy's weights), ``leader.json`` (what
+``sb3:<path>`` needs to rebuild the policy, as plain JSON, plus the config and the held-out
+numbers) and ``monitor.csv``; see ``agents.sb3_leader`` for why it is not SB3's zip.
+``--resave DIR`` rewrites a Leader saved as SB3's zip (``leader.zip``) in that form, reading
+only its weights, then exits.
 After training, the Leader and a uniformly random macro-action Leader are scored on
 held-out questions (the synthetic world's dev split) and both numbers are printed.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from agents.sb3_leader import ALGOS, META_FILE, MODEL_FILE, algo_class, make_decomposer
+from agents.sb3_leader import (
+    ALGOS,
+    DECOMPOSERS,
+    MODEL_FILE,
+    algo_class,
+    make_decomposer,
+    network_settings,
+    resave_leader,
+    save_leader,
+)
 from envs.leader_view import FEATURES, LeaderMacroEnv
 from envs.retrieval.passage import MemoRetriever
 
@@ -121,7 +134,14 @@ def train_leader_sb3(algo: str = "ppo", timesteps: int = 8192, others: str | Any
 
     if timesteps < 1:
         raise ValueError(f"timesteps must be >= 1, got {timesteps}")
+    if decompose not in DECOMPOSERS:
+        raise ValueError(f"decompose must be one of {', '.join(DECOMPOSERS)} (a saved Leader names only "
+                         f"built-in decomposers), got {decompose!r}")
     cls = algo_class(algo)
+    kwargs = {**DEFAULT_HYPERPARAMS[algo], **(algo_kwargs or {})}
+    # a copy: SB3 writes into policy_kwargs (A2C adds its optimizer), which must not reach the defaults
+    kwargs["policy_kwargs"] = dict(kwargs.get("policy_kwargs") or {})
+    hyperparams = {**kwargs, "policy_kwargs": network_settings(kwargs["policy_kwargs"])}  # refused here if unsaveable
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     train_questions = list(train_questions) if train_questions is not None else synthetic_questions("train", 40)
@@ -129,12 +149,10 @@ def train_leader_sb3(algo: str = "ppo", timesteps: int = 8192, others: str | Any
     others_spec = others if isinstance(others, str) else type(others).__name__
     env = make_leader_env(train_questions, others=others, decompose=decompose, retriever=retriever,
                           tokenizer=tokenizer, search_cost=search_cost, seed=seed, env_kwargs=env_kwargs)
-    kwargs = {**DEFAULT_HYPERPARAMS[algo], **(algo_kwargs or {})}
     model = cls("MlpPolicy", Monitor(env, str(out / "monitor.csv")), seed=seed, device="cpu", verbose=0, **kwargs)
     start = time.perf_counter()
     model.learn(total_timesteps=timesteps, progress_bar=progress)
     seconds = time.perf_counter() - start
-    model.save(str(out / MODEL_FILE))
 
     trained = evaluate_leader(env, model_leader(model), eval_questions, seed=seed)
     floor = evaluate_leader(env, random_leader(env, seed), eval_questions, seed=seed)
@@ -142,12 +160,12 @@ def train_leader_sb3(algo: str = "ppo", timesteps: int = 8192, others: str | Any
     meta = {
         "algo": algo, "features": list(FEATURES), "max_waves": cfg.max_waves, "max_searchers": cfg.max_searchers,
         "max_context_tokens": cfg.max_context_tokens, "decompose": decompose, "others": others_spec,
-        "search_cost": search_cost, "timesteps": timesteps, "seed": seed, "hyperparams": kwargs,
+        "search_cost": search_cost, "timesteps": timesteps, "seed": seed, "hyperparams": hyperparams,
         "env_kwargs": env_kwargs or {}, "train_questions": len(train_questions),
         "eval_questions": len(eval_questions), "train_seconds": round(seconds, 1),
         "eval": {"trained": trained, "random": floor},
     }
-    (out / META_FILE).write_text(json.dumps(meta, indent=2, default=str))
+    meta = save_leader(model, out, json.loads(json.dumps(meta, default=str)))
     log(f"{algo} Leader, {timesteps} steps in {seconds:.0f}s -> {out / MODEL_FILE}")
     log(f"held-out ({len(eval_questions)} questions) mean reward: trained {trained['mean_reward']:.3f} "
         f"(EM {trained['team_em']:.3f}, {trained['searches']:.1f} searches) vs random "
@@ -174,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algo", choices=ALGOS, default="ppo", help="stable-baselines3 algorithm (default ppo)")
     parser.add_argument("--timesteps", type=int, default=8192, help="Leader decisions to train on")
     parser.add_argument("--others", default="scripted", help="policy spec of the Searchers and Answerers")
-    parser.add_argument("--decompose", default="scripted", help="policy spec that proposes the sub-tasks")
+    parser.add_argument("--decompose", default="scripted", choices=DECOMPOSERS,
+                        help="built-in policy that proposes the sub-tasks (default scripted)")
     parser.add_argument("--out", default="runs/sb3_leader", help="where the Leader is saved (default runs/sb3_leader)")
     parser.add_argument("--seed", type=int, default=0, help="seeds SB3, the env and the questions (default 0)")
     parser.add_argument("--search-cost", type=float, default=0.0, help="subtracted from the reward per search")
@@ -183,7 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="SearchTeam setting, e.g. --env num_candidates=1 --env max_waves=2")
     parser.add_argument("--progress", action="store_true", help="show SB3's progress bar")
+    parser.add_argument("--resave", metavar="DIR", help="rewrite DIR's SB3 zip Leader (leader.zip + leader.json) "
+                        "as leader.safetensors + leader.json, reading only its weights, and exit")
     args = parser.parse_args(argv)
+    if args.resave:
+        try:
+            written = resave_leader(args.resave)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            return 2
+        print(f"re-saved {written}; {Path(args.resave) / 'leader.zip'} is no longer read and may be deleted")
+        return 0
     import torch
 
     torch.set_num_threads(1)  # a 64x64 MLP: threads only cost

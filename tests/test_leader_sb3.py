@@ -4,7 +4,9 @@ stable-baselines3 that beats a random Leader on held-out questions and plays in 
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,7 +288,184 @@ def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, c
     rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path),
                "--train-per-dataset", "1", "--eval-per-dataset", "1", "--env", "num_candidates=1",
                "--search-cost", "0.01"])
-    assert rc == 0 and (tmp_path / "leader.zip").exists()
+    assert rc == 0 and (tmp_path / "leader.safetensors").exists() and not (tmp_path / "leader.zip").exists()
     meta = json.loads((tmp_path / "leader.json").read_text())
     assert meta["algo"] == "a2c" and meta["search_cost"] == 0.01 and meta["env_kwargs"] == {"num_candidates": 1}
     assert meta["eval_questions"] == 7 and "held-out (7 questions)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- the saved Leader is data
+
+
+class _WritesMarker:
+    """Unpickled, writes ``marker``: the stand-in for code hidden in a pickle."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.write_text, (Path(self.marker), "unpickled"))
+
+
+def tiny_model(tokenizer, algo):
+    """An SB3 model of the Leader trained for 32 decisions on the one-question env."""
+    from agents.sb3_leader import algo_class
+
+    scripted = ScriptedPolicy()
+    env = LeaderMacroEnv(small_env(tokenizer), scripted, scripted)
+    extra = {"ppo": {"n_steps": 16, "batch_size": 16, "n_epochs": 2}, "a2c": {"n_steps": 4},
+             "dqn": {"learning_starts": 8, "train_freq": 1, "target_update_interval": 8}}[algo]
+    model = algo_class(algo)("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [16, 16]}, **extra)
+    model.learn(total_timesteps=32)
+    return model
+
+
+def tiny_leader(tokenizer, algo, out, model=None):
+    """``model`` (else a :func:`tiny_model`) saved to ``out``; returns the model."""
+    from agents.sb3_leader import save_leader
+
+    model = model or tiny_model(tokenizer, algo)
+    cfg = model.get_env().get_attr("raw")[0].config
+    save_leader(model, out, {"algo": algo, "max_waves": cfg.max_waves, "max_searchers": cfg.max_searchers,
+                             "max_context_tokens": cfg.max_context_tokens, "decompose": "scripted"})
+    return model
+
+
+def outputs(policy, obs):
+    """The network's raw outputs on ``obs``: action logits, or a DQN's Q-values."""
+    with torch.no_grad():
+        t = torch.as_tensor(obs)
+        if hasattr(policy, "q_net"):
+            return policy.q_net(t)
+        return policy.get_distribution(t).distribution.logits
+
+
+@pytest.fixture(scope="module")
+def tiny_ppo(tokenizer):
+    return tiny_model(tokenizer, "ppo")
+
+
+@pytest.fixture(scope="module")
+def saved_ppo(tmp_path_factory, tokenizer, tiny_ppo):
+    out = tmp_path_factory.mktemp("tiny_ppo")
+    return tiny_leader(tokenizer, "ppo", out, tiny_ppo), out
+
+
+def copy_of(folder, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / "leader"))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn"])
+def test_a_saved_leader_is_weights_and_json_and_picks_the_trained_actions(tmp_path, tokenizer, algo):
+    from agents.sb3_leader import SB3LeaderPolicy, build_policy
+
+    model = tiny_leader(tokenizer, algo, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leader.json", "leader.safetensors"]
+    meta = json.loads((tmp_path / "leader.json").read_text())
+    assert meta["algo"] == algo and meta["policy_kwargs"] == {"net_arch": [16, 16]}  # A2C's optimizer dropped
+    loaded = SB3LeaderPolicy(tmp_path)
+    obs = np.random.default_rng(0).random((256, len(FEATURES)), dtype=np.float32)
+    expected, _ = model.predict(obs, deterministic=True)
+    got, _ = loaded.model.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(got, expected)
+    assert torch.equal(outputs(loaded.model, obs), outputs(model.policy, obs))
+    torch.manual_seed(1)  # a policy built from the same settings without the weights differs
+    fresh = build_policy(algo, loaded.macro, meta["policy_kwargs"])
+    assert not torch.equal(outputs(fresh, obs), outputs(model.policy, obs))
+
+
+def sb3_zip_leader(model, folder, marker):
+    """``folder`` as train-leader-sb3 left it before: SB3's zip + leader.json, the zip's
+    pickled ``policy_class`` swapped for a payload that writes ``marker``."""
+    import base64
+    import zipfile
+
+    folder.mkdir()
+    model.save(str(folder / "plain.zip"))
+    payload = base64.b64encode(pickle.dumps(_WritesMarker(marker))).decode()
+    with zipfile.ZipFile(folder / "plain.zip") as src, zipfile.ZipFile(folder / "leader.zip", "w") as dst:
+        for name in src.namelist():
+            blob = src.read(name)
+            if name == "data":
+                data = json.loads(blob)
+                data["policy_class"] = {":type:": "<class 'abc.ABCMeta'>", ":serialized:": payload}
+                blob = json.dumps(data).encode()
+            dst.writestr(name, blob)
+    (folder / "plain.zip").unlink()
+    cfg = {"algo": "ppo", "features": list(FEATURES), "max_waves": 3, "max_searchers": 3,
+           "max_context_tokens": 4096, "decompose": "scripted", "hyperparams": {"policy_kwargs": {"net_arch": [16, 16]}}}
+    (folder / "leader.json").write_text(json.dumps(cfg))
+    return folder / "leader.zip"
+
+
+def test_an_sb3_zip_leader_is_refused_and_never_unpickled(tmp_path, tiny_ppo):
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    live = tmp_path / "live"
+    pickle.loads(pickle.dumps(_WritesMarker(live)))
+    assert live.read_text() == "unpickled"  # the payload is real: unpickling it runs code
+    marker = tmp_path / "marker"
+    zip_path = sb3_zip_leader(tiny_ppo, tmp_path / "old", marker)
+    for path in (zip_path.parent, zip_path):
+        with pytest.raises(ValueError) as err:
+            SB3LeaderPolicy(path)
+        message = str(err.value)
+        assert "\n" not in message and message.startswith(f"{zip_path}: ") and "--resave" in message
+    assert not marker.exists()
+
+
+def test_resave_rewrites_an_sb3_zip_leader_from_its_weights_only(tmp_path, tiny_ppo):
+    from agents.sb3_leader import SB3LeaderPolicy
+    from algos.sb3_leader import main
+
+    model = tiny_ppo
+    marker = tmp_path / "marker"
+    zip_path = sb3_zip_leader(model, tmp_path / "old", marker)
+    assert main(["--resave", str(zip_path.parent)]) == 0
+    assert not marker.exists() and (zip_path.parent / "leader.safetensors").exists()
+    obs = np.random.default_rng(1).random((64, len(FEATURES)), dtype=np.float32)
+    assert torch.equal(outputs(SB3LeaderPolicy(zip_path.parent).model, obs), outputs(model.policy, obs))
+    assert main(["--resave", str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.parametrize("spec", ["python:os:system", "python:agents.scripted:ScriptedPolicy", "hf:./elsewhere"])
+def test_a_leader_naming_a_decomposer_outside_the_table_is_refused(tmp_path, saved_ppo, spec):
+    from agents.sb3_leader import SB3LeaderPolicy
+    from algos.sb3_leader import train_leader_sb3
+
+    folder = copy_of(saved_ppo[1], tmp_path)
+    meta = json.loads((folder / "leader.json").read_text())
+    (folder / "leader.json").write_text(json.dumps({**meta, "decompose": spec}))
+    with pytest.raises(ValueError) as err:
+        SB3LeaderPolicy(folder)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{folder / 'leader.json'}: decomposer {spec!r}")
+    with pytest.raises(ValueError, match="decompose must be one of scripted"):
+        train_leader_sb3("ppo", 8, decompose=spec, out=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "pickle", "other shapes"])
+def test_a_damaged_weights_file_gives_one_line_naming_it(tmp_path, saved_ppo, damage):
+    from safetensors.torch import save_file
+
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    folder = copy_of(saved_ppo[1], tmp_path)
+    weights = folder / "leader.safetensors"
+    marker = tmp_path / "marker"
+    if damage == "garbage":
+        weights.write_bytes(b"\x00\x01 not safetensors at all")
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-100])
+    elif damage == "pickle":
+        torch.save({"w": _WritesMarker(marker)}, weights)
+    else:
+        save_file({"action_net.weight": torch.zeros(2, 2)}, str(weights))
+    with pytest.raises(ValueError) as err:
+        SB3LeaderPolicy(folder)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{weights}: ")
+    assert not marker.exists()
