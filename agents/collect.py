@@ -10,11 +10,13 @@ PettingZoo env with the same turns would give.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agents.base import Policy
+from agents.sampling import team_settings
 from envs.episode import Episode, save_episodes
 from envs.observation import apply_turns, observe_awaiting
 
@@ -38,8 +40,10 @@ def collect(
     ``env_fn()`` makes one SearchTeam env (``envs.env_fn(**kwargs)``, or
     ``search_team_v0.env`` / ``raw_env`` with its arguments bound); copies share its retriever. Copy k of question i is reset with seed
     ``seed + i * group_size + k``. ``max_envs`` bounds how many copies run at once (all by
-    default). ``progress``: a bar (a str labels it, e.g. the dataset). ``out`` also writes the
-    Episodes as JSON lines, in question order.
+    default). ``progress``: a bar on stderr (a str labels it, e.g. the dataset), counting
+    episodes with the turns played so far beside it. ``out`` also writes the Episodes as
+    JSON lines, in question order. Every Episode records the policy's sampling settings
+    (``agents.sampling.team_settings``).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -47,6 +51,8 @@ def collect(
     results: list[list[Episode | None]] = [[None] * group_size for _ in questions]
     width = max_envs or len(jobs) or 1
     bar = _progress(len(jobs), progress)
+    turns, shown = 0, time.monotonic()
+    settings = team_settings(policy)
     envs = [env_fn() for _ in range(min(width, len(jobs)))]
     for start in range(0, len(jobs), width):
         live = []
@@ -54,7 +60,13 @@ def collect(
             env.reset(seed=seed + i * group_size + k, options={"question": questions[i]})
             live.append((env, i, k))
         while live:
-            live = _advance(live, policy, results, bar)
+            live, played = _advance(live, policy, results, bar, settings)
+            turns += played
+            if bar.disable or time.monotonic() - shown < 1:
+                continue
+            # a batch of long episodes finishes late: the turn count shows the bar is alive
+            bar.set_postfix_str(f"{turns} turns")
+            shown = time.monotonic()
     bar.close()
     grouped: list[list[Episode]] = results  # type: ignore[assignment]
     if out is not None:
@@ -62,8 +74,9 @@ def collect(
     return grouped
 
 
-def _advance(live, policy, results, bar) -> list:
-    """One batched step over the live copies; returns the copies still running."""
+def _advance(live, policy, results, bar, settings=None) -> tuple[list, int]:
+    """One batched step over the live copies; returns the copies still running and the
+    number of turns played."""
     observations = [obs for n, (env, _, _) in enumerate(live) for obs in observations_of(env, n)]
     actions = policy.act(observations)
     if len(actions) != len(observations):
@@ -74,10 +87,11 @@ def _advance(live, policy, results, bar) -> list:
         raw = env.unwrapped
         if raw.done:
             results[i][k] = raw.episode
+            results[i][k].sampling = settings
             bar.update(1)
         else:
             still.append((env, i, k))
-    return still
+    return still, len(observations)
 
 
 def _progress(total: int, show: bool | str) -> Any:

@@ -100,6 +100,9 @@ class Episode:
     """``[segment index, start, end]`` of every turn in play order: the turn's tokens are
     ``segments[i].token_ids[start:end]`` (replay, per-turn analysis)."""
     seed: int | None = None
+    sampling: dict[str, Any] | None = None
+    """What each role's policy sampled with, ``{role: {"temperature", "top_p",
+    "max_new_tokens"} or None}`` (``agents.sampling.team_settings``; None: not recorded)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,253 @@
+"""Sampling settings of the policies a spec builds: what a spec's query string and the
+command lines' ``--temperature``, ``--top-p`` and ``--max-new-tokens`` set, the default a
+model's own generation config gives, and how result files record and compare them.
+
+=================================================  ======================================
+spec                                               sampling
+=================================================  ======================================
+``hf:smollm2``                                     the model's generation config; greedy
+                                                   when it does not sample (SmolLM2's does
+                                                   not: greedy)
+``hf:smollm2?temperature=0.7&top_p=0.9``           as written (quote the ``&`` in a shell)
+``leader=hf:smollm2?temperature=0,searcher=...``   per role
+=================================================  ======================================
+
+A spec's own settings win over the command line's, and those over the model's defaults.
+The keys are :data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line
+naming the spec. Kinds that do not sample (``scripted``, ``random``, ...) refuse a query
+and ignore the command line's settings.
+
+>>> parse_sampling("temperature=0.7&top_p=0.9", "hf:smollm2?temperature=0.7&top_p=0.9")
+Sampling(temperature=0.7, top_p=0.9, max_new_tokens=None)
+>>> describe_team({"leader": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 256}})
+'temperature 0 (greedy), max_new_tokens 256'
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from envs.protocol import ROLES
+
+SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens")
+"""The settings a spec's query string and the command lines may give."""
+
+DEFAULT_MAX_NEW_TOKENS = 256
+"""An LM policy's cap on a turn when none is set (the env's own turn budget still applies)."""
+
+
+def _value(key: str, text: str) -> float | int:
+    """``text`` as the value of ``key``; ``ValueError`` saying what a good value is."""
+    if key == "max_new_tokens":
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {text!r}")
+        return value
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if key == "temperature" and not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {text!r}")
+    if key == "top_p" and not (math.isfinite(number) and 0 < number <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1], got {text!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Settings of an LM policy; None leaves one to the next source (the command line, then
+    the model's generation config)."""
+
+    temperature: float | None = None
+    """0 is greedy."""
+    top_p: float | None = None
+    """The nucleus kept (1: all of it); ignored when greedy."""
+    max_new_tokens: int | None = None
+    """A cap on every turn, on top of the env's own turn budget."""
+
+    def __post_init__(self) -> None:
+        for key in SAMPLING_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                _value(key, str(value))
+
+    def over(self, fallback: Sampling | None) -> Sampling:
+        """These settings, each unset one taken from ``fallback``."""
+        if fallback is None:
+            return self
+        return Sampling(**{k: getattr(fallback, k) if getattr(self, k) is None else getattr(self, k)
+                           for k in SAMPLING_KEYS})
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, k) is None for k in SAMPLING_KEYS)
+
+
+def split_query(sub: str) -> tuple[str, str | None]:
+    """``("kind:arg", query or None)`` of one policy spec ``kind:arg?query``."""
+    head, sep, query = sub.partition("?")
+    return head, (query if sep else None)
+
+
+def parse_sampling(query: str | None, spec: str) -> Sampling:
+    """The :class:`Sampling` of a spec's query string ``key=value&key=value``;
+    ``ValueError`` naming ``spec`` on an unknown or repeated key or a bad value."""
+    if query is None:
+        return Sampling()
+    found: dict[str, float | int] = {}
+    for pair in query.split("&"):
+        key, sep, text = pair.partition("=")
+        if key not in SAMPLING_KEYS:
+            raise ValueError(f"{spec}: unknown sampling setting {key!r} (use {', '.join(SAMPLING_KEYS)}, "
+                             "e.g. hf:smollm2?temperature=0.7&top_p=0.9)")
+        if not sep:
+            raise ValueError(f"{spec}: {key} needs a value, {key}=VALUE")
+        if key in found:
+            raise ValueError(f"{spec}: {key} is given twice")
+        try:
+            found[key] = _value(key, text)
+        except ValueError as err:
+            raise ValueError(f"{spec}: {err}") from None
+    return Sampling(**found)
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--temperature``, ``--top-p`` and ``--max-new-tokens``, for every LM policy of the
+    spec(s) whose own query does not set them."""
+    def typed(key: str):
+        def convert(text: str) -> float | int:
+            try:
+                return _value(key, text)
+            except ValueError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        convert.__name__ = key  # argparse names the type in some messages
+        return convert
+
+    parser.add_argument("--temperature", type=typed("temperature"), default=None,
+                        help="LM policies' temperature, 0 greedy (default: the model's generation config, "
+                             "greedy when it does not sample; a spec's ?temperature= wins)")
+    parser.add_argument("--top-p", type=typed("top_p"), default=None,
+                        help="LM policies' nucleus top-p (default: the model's generation config, else 1)")
+    parser.add_argument("--max-new-tokens", type=typed("max_new_tokens"), default=None,
+                        help=f"LM policies' cap on a turn (default {DEFAULT_MAX_NEW_TOKENS}; the env's turn "
+                             "budget still applies)")
+
+
+def sampling_of_args(args: argparse.Namespace) -> Sampling:
+    """The command line's :class:`Sampling` (:func:`add_sampling_arguments`)."""
+    return Sampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+
+
+def generation_defaults(model: Any) -> tuple[float, float, str]:
+    """``(temperature, top_p, source)`` of a transformers model's own generation config:
+    its temperature and top-p when it samples (``do_sample``), else greedy (0, 1). Other
+    fields (``top_k``, repetition penalties) are not applied by the policies here."""
+    config = getattr(model, "generation_config", None)
+    if config is not None and getattr(config, "do_sample", False):
+        temperature = getattr(config, "temperature", None)
+        top_p = getattr(config, "top_p", None)
+        return (1.0 if temperature is None else float(temperature), 1.0 if top_p is None else float(top_p),
+                "generation_config")
+    return 0.0, 1.0, "greedy (the generation config does not sample)"
+
+
+def hf_policy(model: Any, *, sampling: Sampling | None = None, seed: int = 0, tokenizer: Any = None,
+              device: Any = "cpu", dtype: Any = "float32", **kwargs: Any) -> Any:
+    """An :class:`agents.hf.HFPolicy` of ``model`` (a name or path, loaded here, or a model
+    object with its ``tokenizer``) whose unset settings come from the model's generation
+    config (:func:`generation_defaults`). ``policy.sampling_source`` says where they came
+    from."""
+    from agents.hf import HFPolicy
+    from agents.models import load_causal_lm
+
+    if isinstance(model, str):
+        model, loaded = load_causal_lm(model, dtype=dtype, device=device)
+        tokenizer = tokenizer if tokenizer is not None else loaded
+    sampling = sampling or Sampling()
+    temperature, top_p, source = generation_defaults(model)
+    if sampling.temperature is not None and sampling.top_p is not None:
+        source = "set"
+    elif sampling.temperature is not None or sampling.top_p is not None:
+        source = f"set, the rest from {source}"
+    policy = HFPolicy(model, tokenizer,
+                      temperature=temperature if sampling.temperature is None else sampling.temperature,
+                      top_p=top_p if sampling.top_p is None else sampling.top_p,
+                      max_new_tokens=sampling.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, seed=seed, **kwargs)
+    policy.sampling_source = source
+    return policy
+
+
+def policy_settings(policy: Any) -> dict[str, Any] | None:
+    """What one policy samples with: ``{"temperature", "top_p", "max_new_tokens"}`` (and
+    ``"from"`` where known), or None for a policy that does not sample (scripted, ...)."""
+    if policy is None or not (hasattr(policy, "temperature") and hasattr(policy, "top_p")):
+        return None
+    cap = getattr(policy, "max_new_tokens", getattr(policy, "max_tokens", None))
+    record: dict[str, Any] = {"temperature": float(policy.temperature), "top_p": float(policy.top_p),
+                              "max_new_tokens": None if cap is None else int(cap)}
+    source = getattr(policy, "sampling_source", None)
+    if source:
+        record["from"] = source
+    return record
+
+
+def team_settings(policy: Any) -> dict[str, dict[str, Any] | None]:
+    """:func:`policy_settings` of the policy each role plays with (a
+    :class:`agents.router.RoleRouter` routes roles to different ones): what
+    ``summary.json`` and every episode record."""
+    routed = getattr(policy, "policy_for", None)
+    out: dict[str, dict[str, Any] | None] = {}
+    for role in ROLES:
+        try:
+            out[role] = policy_settings(routed(role) if routed is not None else policy)
+        except KeyError:  # a router without this role
+            out[role] = None
+    return out
+
+
+def _key(record: dict[str, Any] | None) -> tuple | None:
+    """What decides the tokens drawn: top-p means nothing when greedy."""
+    if record is None:
+        return None
+    temperature = float(record.get("temperature", 1.0))
+    return (temperature, 1.0 if temperature == 0 else float(record.get("top_p", 1.0)), record.get("max_new_tokens"))
+
+
+def same_settings(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """True when two :func:`team_settings` records sample alike, or either is unknown (None:
+    a result written before runs recorded them)."""
+    if a is None or b is None:
+        return True
+    return all(_key(a.get(role)) == _key(b.get(role)) for role in set(a) | set(b))
+
+
+def _describe_one(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "not sampled"
+    temperature = float(record.get("temperature", 1.0))
+    parts = ["temperature 0 (greedy)" if temperature == 0 else
+             f"temperature {temperature:g}, top_p {float(record.get('top_p', 1.0)):g}"]
+    if record.get("max_new_tokens") is not None:
+        parts.append(f"max_new_tokens {record['max_new_tokens']}")
+    return ", ".join(parts)
+
+
+def describe_team(team: dict[str, Any] | None) -> str:
+    """One line for a :func:`team_settings` record: the settings once when every role
+    that samples shares them, else per role."""
+    if team is None:
+        return "settings not recorded"
+    sampled = {role: r for role, r in team.items() if r is not None}
+    if not sampled:
+        return "no role samples"
+    keys = {_key(r) for r in sampled.values()}
+    if len(keys) == 1:
+        return _describe_one(next(iter(sampled.values())))
+    return "; ".join(f"{role} {_describe_one(r)}" for role, r in team.items())
+
