@@ -101,7 +101,11 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
     the (N, V) logits never held at once: forward and backward go over chunks of rows and
     recompute each chunk's logits from the saved hidden states. The gradient is the
     analytic one of the unchunked expression, ``grad * (onehot(target) - softmax) / T``
-    per row (summation order aside, the same numbers)."""
+    per row (summation order aside, the same numbers).
+
+    The logits are computed in the output layer's own dtype, also under ``torch.autocast``
+    (``algos.precision``): the backward, which autocast does not reach, recomputes them, and
+    both must see the same numbers."""
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -109,12 +113,14 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         n = hidden.shape[0]
         out = torch.empty(n, dtype=torch.float32, device=hidden.device)
         normaliser = torch.empty(n, dtype=torch.float32, device=hidden.device)
-        for lo in range(0, n, chunk):
-            logits = torch.nn.functional.linear(hidden[lo : lo + chunk], weight, bias).float()
-            logits = logits / temperature  # (C, V), as the unchunked path computes them
-            lse = logits.logsumexp(-1)
-            out[lo : lo + chunk] = logits.gather(-1, target[lo : lo + chunk, None]).squeeze(-1) - lse
-            normaliser[lo : lo + chunk] = lse
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            for lo in range(0, n, chunk):
+                h = hidden[lo : lo + chunk].to(weight.dtype)
+                logits = torch.nn.functional.linear(h, weight, bias).float()
+                logits = logits / temperature  # (C, V), as the unchunked path computes them
+                lse = logits.logsumexp(-1)
+                out[lo : lo + chunk] = logits.gather(-1, target[lo : lo + chunk, None]).squeeze(-1) - lse
+                normaliser[lo : lo + chunk] = lse
         ctx.save_for_backward(hidden, weight, bias, target, normaliser)
         ctx.temperature, ctx.chunk = temperature, chunk
         return out
@@ -131,7 +137,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
                      if need_bias and bias is not None else None)
         grad_out = grad_out.float()
         for lo in range(0, hidden.shape[0], ctx.chunk):
-            h = hidden[lo : lo + ctx.chunk]
+            h = hidden[lo : lo + ctx.chunk].to(weight.dtype)
             g_out = grad_out[lo : lo + ctx.chunk, None]  # (C, 1)
             logits = torch.nn.functional.linear(h, weight, bias).float() / ctx.temperature
             grad = logits.sub_(normaliser[lo : lo + ctx.chunk, None]).exp_()  # softmax (C, V)

@@ -1,0 +1,105 @@
+"""How the trained model holds its numbers and computes with them (``TrainConfig.dtype``).
+
+``dtype`` names the *compute* dtype. The trained model's parameters, gradients and AdamW
+state stay float32 whatever it is: at the paper's learning rate (1e-6) an AdamW step is
+about 1e-6 per element, while bfloat16's spacing near a typical weight (0.02) is 1.2e-4,
+so a bfloat16 parameter would keep about 2% of its updates (measured: 1.9%) and the
+policy would barely move while every loss curve looks normal. With a lower compute dtype:
+
+- the trained model is loaded in float32 (:attr:`Precision.param_dtype`);
+- its forwards run under ``torch.autocast`` with the compute dtype on the run's device
+  (:meth:`Precision.compute`): matmuls in bfloat16, reductions and norms in float32;
+- under FSDP2 the sharded model gathers its parameters in the compute dtype and reduces
+  gradients in float32 (:meth:`Precision.fsdp_policy`);
+- on CUDA, the float32 matmuls that remain (the chunked output layer, ``agents.hf``) may use
+  TF32 (``torch.set_float32_matmul_precision("high")``, :meth:`Precision.configure`).
+
+Frozen models (the Teacher, the Prompted Critic's base) load in the compute dtype: they are
+only read. ``dtype="float32"`` changes nothing: no autocast, no global setting, the same
+numbers as before this module existed.
+
+>>> p = precision_for("cpu", "bfloat16")
+>>> p.param_dtype, p.compute_dtype, p.mixed
+(torch.float32, torch.bfloat16, True)
+>>> precision_for("cpu", "float32").mixed
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Precision", "precision_for"]
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The trained model's numbers: ``param_dtype`` (parameters, gradients, optimizer state),
+    ``compute_dtype`` (what its forwards compute in) on ``device_type`` (``cpu``, ``cuda``)."""
+
+    param_dtype: torch.dtype
+    compute_dtype: torch.dtype
+    device_type: str
+
+    @property
+    def param_dtype_name(self) -> str:
+        """``param_dtype`` as ``load_model`` takes it (``float32``)."""
+        return str(self.param_dtype).removeprefix("torch.")
+
+    @property
+    def mixed(self) -> bool:
+        """Whether forwards compute in a lower dtype than the parameters are kept in."""
+        return self.compute_dtype != self.param_dtype
+
+    def compute(self, cache: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """The context every forward of the trained model (and of the frozen scorers) runs in:
+        ``torch.autocast`` to the compute dtype, or nothing when there is no lower dtype.
+        Backwards run outside it (autocast records each op's dtype for its backward).
+
+        ``cache``: keep each weight's cast for the whole context (generation and scoring: one
+        cast per rollout, not per token; a compute-dtype copy of the model meanwhile). The
+        update's forward passes False: each weight is used once, and with activation
+        checkpointing the copies would otherwise all live until the forward ends."""
+        if not self.mixed:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.compute_dtype, cache_enabled=cache)
+
+    def fsdp_policy(self) -> Any:
+        """FSDP2's ``MixedPrecisionPolicy``: parameters gathered in the compute dtype, gradients
+        reduce-scattered in float32 onto float32 shards; None without a lower compute dtype."""
+        if not self.mixed:
+            return None
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        return MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+
+    def configure(self) -> None:
+        """Process-wide settings for this precision: on CUDA with a lower compute dtype, TF32
+        for the float32 matmuls that remain (the output layer's log-softmax). Nothing else."""
+        if self.mixed and self.device_type == "cuda":
+            torch.set_float32_matmul_precision("high")
+
+    def prepare(self, model: Any) -> Any:
+        """``model`` (a trained model given by the caller rather than loaded here) with its
+        floating parameters in ``param_dtype``; returned for chaining."""
+        if self.mixed and any(p.is_floating_point() and p.dtype != self.param_dtype for p in model.parameters()):
+            model.to(self.param_dtype)
+        return model
+
+
+def precision_for(device: str, dtype: str) -> Precision:
+    """The :class:`Precision` of a run on ``device`` (``cpu``, ``cuda``, ``cuda:1``) whose
+    ``TrainConfig.dtype`` is ``dtype`` (``float32``, ``bfloat16``, ``float16`` or their short
+    names). A lower dtype keeps float32 parameters and computes in ``dtype``. (float16 has no
+    loss scaling here: prefer bfloat16.)"""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    return Precision(param_dtype=torch.float32, compute_dtype=_DTYPES[dtype],
+                     device_type=torch.device(device).type)
