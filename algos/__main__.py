@@ -7,6 +7,7 @@
     python -m algos train --preset micro --resume          # continue the same run
     python -m algos sft --episodes scripted.jsonl --model micro --out runs/sft
     python -m algos train-leader-sb3 --algo ppo --out runs/sb3_leader   # SB3 Leader, scripted team
+    python -m algos plan --preset paper --gpus 8 --gpu-memory 80  # memory per GPU; exit 1 if it does not fit
 
 Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated;
 booleans: true/false/1/0/yes/no; ``env_kwargs``: a JSON object). Bad settings, a missing
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "sft":
         return _sft(argv[1:])
+    if argv and argv[0] == "plan":
+        from algos.plan import main as plan_main
+
+        return plan_main(argv[1:])
     if argv and argv[0] == "train-leader-sb3":
         from algos.sb3_leader import main as sb3_main
 
@@ -180,6 +185,8 @@ def _dispatch(argv: list[str]) -> int:
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
     sub.add_parser("ablate", help="Table 2 in miniature: every Searcher signal over seeds "
                    "(= python -m benchmarks ablate; see its --help)")
+    sub.add_parser("plan", help="memory per GPU of a preset's run, before anything loads "
+                   "(see python -m algos plan --help)")
     sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "
                    "(see python -m algos train-leader-sb3 --help)")
     args = parser.parse_args(argv)

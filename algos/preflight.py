@@ -59,6 +59,7 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
     for cfg in configs.values():
         check_extras(cfg)
         check_env_shape(cfg)
+        check_memory(cfg)
     trained_here = {Path(cfg.out_dir) for stage, cfg in configs.items() if stage == "teacher"}
     probed: set[str] = set()
     for cfg in configs.values():
@@ -92,6 +93,33 @@ def check_extras(cfg: TrainConfig) -> None:
         from agents.vllm_policy import VLLM_EXTRA
 
         raise PreflightError(f"rollout_backend=vllm needs vllm, which is not installed: {VLLM_EXTRA}")
+
+
+def check_memory(cfg: TrainConfig) -> None:
+    """On CUDA, the run's memory plan (``algos.plan``, the same as ``python -m algos plan``)
+    must fit the GPU this process sees, on torchrun's ``WORLD_SIZE`` GPUs: refused with the
+    plan's one line before anything is built. Skipped off CUDA, without a visible GPU, and
+    for a model whose architecture is unknown here (a hub id not in ``KNOWN_ARCHS``)."""
+    import os
+
+    if not str(cfg.device).startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    from algos.plan import arch_of, memory_plan
+
+    try:
+        arch = arch_of(cfg.model)
+    except ValueError:
+        return
+    index = int(os.environ.get("LOCAL_RANK", 0)) if cfg.device == "cuda" else torch.device(cfg.device).index or 0
+    gib = torch.cuda.get_device_properties(index).total_memory / 2**30
+    plan = memory_plan(cfg, int(os.environ.get("WORLD_SIZE", "1")), gib, arch=arch)
+    if not plan.fits:
+        raise PreflightError(f"{cfg.stage} stage on {cfg.device} ({gib:.0f} GiB): {plan.refusal()} "
+                             "(python -m algos plan shows every line)")
 
 
 def check_env_shape(cfg: TrainConfig) -> None:
