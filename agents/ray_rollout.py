@@ -14,12 +14,18 @@ copy in Ray's object store, fetched by each worker once per version). The retrie
 copied per worker: an http(s) URL (the project's retrieval server) is reached by each worker
 over HTTP; anything else lives in one :class:`RetrieverActor` that every worker asks.
 
-A worker that dies (its process killed, out of memory, its node gone) is restarted with the
-current weights and the group it held is rolled again from its seed, so the Episodes are as
-if it had not died; ``rollout/worker_restarts`` and ``rollout/rerolled_groups`` count it.
+A worker that dies (its process killed, out of memory, its node gone: any of
+:func:`lost_worker_errors`) is restarted with the current weights and the group it held is
+rolled again from its seed, so the Episodes are as if it had not died;
+``rollout/worker_restarts`` and ``rollout/rerolled_groups`` count it.
 A worker that does not answer within ``timeout_s`` is killed and treated the same way.
 After ``max_restarts`` restarts in one :meth:`~RayRolloutPool.collect` the pool raises
 rather than loop.
+
+Workers generate with HF on the CPU, ``threads`` torch threads each (the trainer gives one):
+on a GPU run, N workers take generation off the GPU (vLLM inside workers is not wired). The
+retriever actor runs on the driver's node (a spec names a path there); the workers' code and
+the weights' model config must import on every node (docs/scaleout.md).
 
 >>> pool = RayRolloutPool(2, model=model, tokenizer=tok, env_kwargs=kw, retriever=r)  # doctest: +SKIP
 >>> pool.push_weights(model); groups = pool.collect(questions, 5, seed=0)             # doctest: +SKIP
@@ -34,15 +40,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agents.backends import make_backend
 from agents.collect import collect
 from agents.extras import require
-from agents.registry import make_rollout_policy
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts
 from envs.retrieval.passage import Passage
 from envs.team import Question
 
-__all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "collect_groups",
-           "group_seed", "require_ray", "reseed"]
+__all__ = ["ActorRetriever", "RayRolloutPool", "RetrieverActor", "RolloutWorker", "check_retriever_url",
+           "collect_groups", "group_seed", "lost_worker_errors", "require_ray", "reseed"]
 
 DISTRIBUTED_EXTRA = "pip install -e '.[distributed]'  (or: pip install ray)"
 
@@ -50,6 +56,33 @@ DISTRIBUTED_EXTRA = "pip install -e '.[distributed]'  (or: pip install ray)"
 def require_ray() -> Any:
     """The ``ray`` module, or ImportError in one line naming the install."""
     return require("ray", "rollout_workers", DISTRIBUTED_EXTRA)
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+"""Host names that mean "this machine": a retriever URL with one reaches another server
+(or none) from a worker on another node."""
+
+
+def lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """What ``ray.get`` raises when a worker's process or node is gone rather than its code
+    wrong: a dead actor (``RayActorError``), Ray's memory monitor killing it
+    (``OutOfMemoryError``), its node dying (``NodeDiedError``), its worker crashing
+    (``WorkerCrashedError``), its result lost with it (``ObjectLostError``). Only the first
+    is a ``RayActorError``; the others are plain ``RayError`` subclasses."""
+    names = ("RayActorError", "OutOfMemoryError", "NodeDiedError", "WorkerCrashedError", "ObjectLostError")
+    return tuple(getattr(ray.exceptions, name) for name in names)
+
+
+def check_retriever_url(url: str, nodes: int) -> None:
+    """Refuse a ``localhost`` retriever URL on a cluster of ``nodes`` > 1 nodes: workers on
+    the other nodes would reach their own machine, not the server."""
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    if nodes > 1 and host in LOCAL_HOSTS:
+        raise ValueError(f"retriever={url}: the Ray cluster has {nodes} nodes, and a worker on another node "
+                         f"would look for the retrieval server on its own machine ({host}); give the "
+                         "head node's address that the other nodes reach")
 
 
 def group_seed(seed: int, index: int) -> int:
@@ -149,18 +182,16 @@ class RolloutWorker:
 
             retriever = make_retriever(retriever)
         self.retriever = retriever
-        self.policy = make_rollout_policy(backend, self.model, tokenizer, **(policy_kwargs or {}))
+        self.policy = make_backend(backend, self.model, tokenizer, **(policy_kwargs or {}))
         self.version = -1
 
     def pid(self) -> int:
         return os.getpid()
 
     def load_weights(self, version: int, state: dict[str, Any]) -> None:
-        """Take the trainer's weights ``state`` (a state dict) as version ``version``."""
-        if hasattr(self.policy, "load_weights") and not hasattr(self.policy, "generator"):
-            self.policy.load_weights(state.items())  # an engine with its own copy (vLLM)
-        else:
-            self.model.load_state_dict(state)
+        """Take the trainer's weights ``state`` (a state dict) as version ``version``: into
+        the backend (HF: this worker's model; an engine: its own copy)."""
+        self.policy.load_weights(state.items())
         self.version = version
 
     def rollout(self, version: int, weights: list[Any], questions_json: str, first_index: int,
@@ -197,7 +228,7 @@ class RayRolloutPool:
     :meth:`push_weights` sends its weights); ``env_kwargs``: SearchTeam keyword arguments
     without tokenizer and retriever; ``retriever``: an http(s) URL (each worker is a client
     of that server), a retriever spec or object (held once, by a :class:`RetrieverActor`);
-    ``backend``, ``policy_kwargs``: the workers' policy (``agents.registry.make_rollout_policy``); ``address``:
+    ``backend``, ``policy_kwargs``: the workers' backend (``agents.backends.make_backend``); ``address``:
     ``ray.init``'s (None: a local Ray; ``auto``: the cluster of ``ray start``);
     ``timeout_s``: how long a group may take before its worker counts as hung;
     ``max_restarts``: restarts allowed in one :meth:`collect` before it raises;
@@ -213,18 +244,22 @@ class RayRolloutPool:
             raise ValueError(f"rollout_workers must be >= 1 for a pool, got {num_workers}")
         if not ray.is_initialized():
             if address is None:  # a local Ray with room for every worker even on a small machine
-                ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
-                         log_to_driver=False)
-            else:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False)
+            else:  # (workers' logs reach the driver: a worker's traceback is not hidden)
+                ray.init(address=address)
         self.ray = ray
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self.max_restarts = 2 * num_workers if max_restarts is None else max_restarts
         if isinstance(retriever, str) and retriever.startswith(("http://", "https://")):
+            check_retriever_url(retriever, sum(1 for node in ray.nodes() if node.get("Alive")))
             self.retriever_actor, shared = None, retriever
-        else:
-            self.retriever_actor = ray.remote(num_cpus=0)(RetrieverActor).remote(retriever, retriever_index)
+        else:  # on the driver's node: the spec's corpus (or model cache) is a path on this machine
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self.retriever_actor = ray.remote(num_cpus=0, scheduling_strategy=here)(RetrieverActor).remote(
+                retriever, retriever_index)
             shared = ActorRetriever(self.retriever_actor)
         self._args = (model.config, tokenizer, dict(env_kwargs), shared, backend, dict(policy_kwargs or {}),
                       threads)
@@ -253,6 +288,7 @@ class RayRolloutPool:
         with the pushed weights. Groups go to idle workers one at a time (the slow ones hold
         up no one)."""
         ray = self.ray
+        lost_worker = lost_worker_errors(ray)
         results: list[list[Episode] | None] = [None] * len(questions)
         queue = list(range(len(questions)))
         idle = list(range(self.num_workers))
@@ -278,7 +314,7 @@ class RayRolloutPool:
                     try:
                         results[i] = groups_from_dicts(json.loads(ray.get(ref)))[0]
                         idle.append(w)
-                    except ray.exceptions.RayActorError:
+                    except lost_worker:  # its process or node is gone, not its code wrong
                         lost.append((ref, (w, i)))
                     except ray.exceptions.RayTaskError as err:  # a bug, not a lost process: stop
                         raise RuntimeError(f"rollout worker {w} failed on question {i} "

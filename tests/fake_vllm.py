@@ -57,15 +57,9 @@ class EngineArgs:  # the fields the project may set (vLLM >= 0.10.2: logprobs_mo
     logprobs_mode: str = "raw_logprobs"
 
 
-@dataclasses.dataclass
-class EngineArgsBefore0102:  # an older vLLM: no logprobs_mode
-    model: str = ""
-    seed: int | None = None
-    dtype: str = "auto"
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_sleep_mode: bool = False
-    enforce_eager: bool = False
+EngineArgsBefore0102 = dataclasses.make_dataclass(  # an older vLLM: no logprobs_mode
+    "EngineArgsBefore0102", [(f.name, f.type, dataclasses.field(default=f.default))
+                             for f in dataclasses.fields(EngineArgs) if f.name != "logprobs_mode"])
 
 
 @dataclasses.dataclass
