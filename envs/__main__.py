@@ -49,20 +49,22 @@ def _prog() -> str:
 
 def _step(args: argparse.Namespace) -> int:
     """Play every agent of one episode at the terminal. Returns 0 at the episode's end or
-    on ``:quit``, 1 when the input ends first."""
+    on ``:quit``, 1 when the input ends first. Everything shown goes through
+    ``envs.terminal.safe_print``: a passage's escape sequences are shown, not obeyed."""
     from envs import make_env
     from envs.terminal import Quit, read_turn, team_line
+    from envs.terminal import safe_print as show  # passages and turns may hold escape sequences
 
     env = make_env(wrapped=True, workflow=args.workflow)
     env.reset(seed=args.seed, options={"question": args.question} if args.question else None)
     raw = env.unwrapped
     decode = raw.tokenizer.decode
-    print(f"You play every agent of one SearchTeam episode ({args.workflow} workflow).")
-    print(team_line(raw.possible_agents))
-    print("Each agent's context is shown as its model reads it (ChatML), new parts only. At the\n"
-          "'agent> ' prompt type that agent's whole turn on one line. :help lists the commands\n"
-          "(:ctx shows the whole context); :quit or Ctrl-D leaves.")
-    print(f"Question: {raw.question.question}")
+    show(f"You play every agent of one SearchTeam episode ({args.workflow} workflow).")
+    show(team_line(raw.possible_agents))
+    show("Each agent's context is shown as its model reads it (ChatML), new parts only. At the\n"
+         "'agent> ' prompt type that agent's whole turn on one line. :help lists the commands\n"
+         "(:ctx shows the whole context); :quit or Ctrl-D leaves.")
+    show(f"Question: {raw.question.question}")
     shown: dict[str, int] = {}  # agent -> how much of its context is on screen
     shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
     for_all: str | None = None  # ':all ANSWER' of an Answerer, for every later Answerer
@@ -73,24 +75,24 @@ def _step(args: argparse.Namespace) -> int:
             continue
         role = raw.view(agent)["role"]
         context = raw.context(agent)
-        print(f"{RULE}\n{agent} · turn {raw.view(agent)['turn'] + 1} · phase {raw.phase}")
+        show(f"{RULE}\n{agent} · turn {raw.view(agent)['turn'] + 1} · phase {raw.phase}")
         if role == "answerer" and for_all is not None:
-            print(f"{agent}> {for_all}   (:all)")
+            show(f"{agent}> {for_all}   (:all)")
             turn = for_all
         else:
             twin = shown_as.get(tuple(context))
             if twin is not None and agent not in shown:  # the Answerers share one context
-                print(f"(the same context as {twin})")
+                show(f"(the same context as {twin})")
             elif decode(context[shown.get(agent, 0):]).strip():  # nothing new: no empty block
-                print(decode(context[shown.get(agent, 0):]).rstrip())
+                show(decode(context[shown.get(agent, 0):]).rstrip())
             shown_as.setdefault(tuple(context), agent)
             try:
                 typed = read_turn(agent, role, lambda a=agent: raw.context_text(a))
             except Quit:
-                print("(left before the end of the episode)")
+                show("(left before the end of the episode)")
                 return 0
             except EOFError:
-                print("\n(end of input before the end of the episode)")
+                show("\n(end of input before the end of the episode)")
                 return 1
             turn = typed.text
             if typed.for_all:
@@ -99,20 +101,20 @@ def _step(args: argparse.Namespace) -> int:
         env.step(turn)
         info = raw.infos.get(agent, {})
         if info.get("invalid") or info.get("note"):
-            print(f"  [{'invalid: ' + str(info.get('reason')) if info.get('invalid') else info.get('kind')}]"
-                  f"{'  ' + info['note'] if info.get('note') else ''}")
+            show(f"  [{'invalid: ' + str(info.get('reason')) if info.get('invalid') else info.get('kind')}]"
+                 f"{'  ' + info['note'] if info.get('note') else ''}")
         if raw.done:
             continue
         after = raw.context(agent)  # what the env wrote back at once: passages, a correction
         reply = after[own:]
         if decode(reply, skip_special_tokens=True).strip():
-            print(decode(reply).rstrip())
+            show(decode(reply).rstrip())
         shown[agent] = len(after)
     ep = raw.episode
-    print(f"{RULE}\nCandidates: {ep.candidates}")
+    show(f"{RULE}\nCandidates: {ep.candidates}")
     gold = list(ep.question["golden_answers"]) or "none (a question of your own: EM is 0)"
-    print(f"Final answer: {ep.final_answer!r}   gold: {gold}   EM {ep.final_em:.0f}   R_EM {ep.team_em:.0f}")
-    print("Rewards: " + ", ".join(f"{a} {r:.3f}" for a, r in ep.rewards.items()))
+    show(f"Final answer: {ep.final_answer!r}   gold: {gold}   EM {ep.final_em:.0f}   R_EM {ep.team_em:.0f}")
+    show("Rewards: " + ", ".join(f"{a} {r:.3f}" for a, r in ep.rewards.items()))
     return 0
 
 

@@ -12,12 +12,18 @@ Commands (never sent as a turn):
   :quit          leave (Ctrl-D too)
 
 Anything else is the agent's whole turn, sent as typed.
+
+Text that the env, a model, the corpus or a dataset wrote reaches a terminal only through
+:func:`terminal_safe` (or :func:`safe_print`): an escape sequence in a passage would
+otherwise clear the screen, move the cursor or write the clipboard (OSC 52).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from envs import protocol as P
 
@@ -33,6 +39,37 @@ EXAMPLES = {
     P.ANSWERER: "<answer>Y</answer>",
 }
 """One example turn per role, for the first prompt a person sees for that role."""
+
+
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+"""Bidirectional controls: they reorder what is shown around them ("Trojan Source")."""
+_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
+_UNSAFE.update({c: f"\\u{c:04x}" for c in _BIDI})
+
+
+def terminal_safe(text: str, *, one_line: bool = False) -> str:
+    r"""``text`` as a terminal may show it: every C0 control but newline and tab (ESC, BEL,
+    carriage return, backspace...), DEL, every C1 control (CSI U+009B, OSC U+009D...) and the
+    bidirectional controls are written out visibly (ESC as ``\x1b``, U+202E as ``\u202e``),
+    so no escape sequence (CSI, OSC, OSC 52 clipboard writes) reaches the terminal whole.
+    ``one_line``: newlines and tabs become spaces too (an error line). Printable text,
+    non-ASCII letters included, is unchanged; applying it twice changes nothing more.
+
+    >>> print(terminal_safe("Doc 1\x1b]52;c;ZXZpbA==\x07 \x1b[2Jsé\r"))
+    Doc 1\x1b]52;c;ZXZpbA==\x07 \x1b[2Jsé\x0d
+    """
+    text = str(text)
+    if one_line:
+        text = text.replace("\r\n", " ").replace("\n", " ").replace("\t", " ")
+    return text.translate(_UNSAFE)
+
+
+def safe_print(*parts: object, sep: str = " ", end: str = "\n", file: IO[str] | None = None,
+               flush: bool = False) -> None:
+    """``print`` for text we did not write (passages, model turns, dataset rows): the
+    joined text goes through :func:`terminal_safe` first."""
+    print(terminal_safe(sep.join(map(str, parts))), end=end, file=file if file is not None else sys.stdout,
+          flush=flush)
 
 
 class Quit(EOFError):
@@ -58,11 +95,12 @@ def answer_turn(answer: str) -> str:
 
 def read_turn(agent: str, role: str, context: Callable[[], str], *,
               input_fn: Callable[[str], str] = input,
-              output_fn: Callable[[str], object] = print) -> Typed:
+              output_fn: Callable[[str], object] = safe_print) -> Typed:
     """Read lines at the prompt ``"<agent>> "`` until one is a turn; answer the commands of
     :data:`COMMANDS` on the way (none of them is a turn, none costs the agent anything).
 
-    ``context()`` gives the agent's whole context as text (called only for ``:ctx``).
+    ``context()`` gives the agent's whole context as text (called only for ``:ctx``); it is
+    shown through :func:`terminal_safe`, whatever ``output_fn`` is.
     An empty line asks again. Raises :class:`Quit` on ``:quit``; end of input
     (``EOFError``) propagates."""
     while True:
@@ -71,7 +109,7 @@ def read_turn(agent: str, role: str, context: Callable[[], str], *,
         if command == ":help":
             output_fn(f"{COMMANDS}\nA turn for {agent}, e.g. {EXAMPLES.get(role, '')}")
         elif command == ":ctx":
-            output_fn(context())
+            output_fn(terminal_safe(context()))
         elif command == ":quit":
             raise Quit(":quit")
         elif command == ":all":

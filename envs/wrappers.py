@@ -165,8 +165,10 @@ class SingleRoleEnv(gymnasium.Env):
                                              gold=ep.question["golden_answers"], reward=self.role_reward())
         else:
             text = f"[{self.agent}]\n{self.context_text()}"
-        if self.render_mode == "human":
-            print(text)
+        if self.render_mode == "human":  # passages may hold escape sequences: shown, not obeyed
+            from envs.terminal import safe_print
+
+            safe_print(text)
             return None
         return text
 

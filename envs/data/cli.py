@@ -14,6 +14,7 @@ import sys
 
 from envs.data.qa import load_qa
 from envs.data.synthwiki import SPLITS, build_world, write_flashrag
+from envs.terminal import safe_print, terminal_safe
 
 
 def build_parser(prog: str = "python -m envs data") -> argparse.ArgumentParser:
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             return _synth(args)
         return _show(args)
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {terminal_safe(str(e), one_line=True)}", file=sys.stderr)
         return 2
 
 
@@ -68,18 +69,20 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """A few rows of a split; their text goes through ``envs.terminal.terminal_safe`` (a
+    dataset row may hold escape sequences)."""
     items = load_qa(args.name, args.split, root=args.root)
     source = args.root if args.root is not None else "the hub"
-    print(
+    safe_print(
         f"{args.name}/{args.split} from {source}: {len(items)} questions, "
         f"showing {min(args.limit, len(items))}"
     )
     for item in items[: max(args.limit, 0)]:
-        print(f"[{item.id}] {item.question}")
-        print(f"    answers: {' | '.join(item.golden_answers)}")
+        safe_print(f"[{item.id}] {item.question}")
+        safe_print(f"    answers: {' | '.join(item.golden_answers)}")
         if item.metadata:
             meta = ", ".join(f"{key}: {value}" for key, value in item.metadata.items())
-            print(f"    {meta}")
+            safe_print(f"    {meta}")
     return 0
 
 
