@@ -21,6 +21,7 @@ from agents.viewer.records import (
     tokenizer_fingerprint,
 )
 from envs.episode import Episode
+from envs.terminal import terminal_safe
 
 
 def add_view_parser(sub: Any) -> argparse.ArgumentParser:
@@ -200,8 +201,8 @@ def view(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     try:
         path = write_page(args.file, args.index, out=args.out, compare=args.compare,
                           compare_index=args.compare_index, tokenizer=args.tokenizer)
-    except ViewError as err:
-        print(f"python -m agents view: {err}", file=sys.stderr)
+    except ViewError as err:  # its message may quote the file's text: escape sequences shown, not obeyed
+        print(f"python -m agents view: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
         return 2
     out(str(path))
     if args.serve:

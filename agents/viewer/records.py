@@ -20,14 +20,19 @@ in validation samples. ``kl``: the KL toward the Teacher applied to these tokens
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.episode import Episode
+from envs.data.items import loads
+from envs.episode import Episode, Segment
 
 
 class ViewError(ValueError):
@@ -138,13 +143,16 @@ def read_records(path: str | Path) -> list[tuple[Episode, EpisodeValues | None]]
             continue
         where = f"{path}:{lineno}"
         try:
-            data = json.loads(line)
-        except ValueError as err:
+            data = loads(line)
+        except ValueError as err:  # bad JSON, or nested deeper than any record
             raise ViewError(f"{where}: not an episode file (not JSON: {err})") from None
         if not isinstance(data, dict) or "segments" not in data or "question" not in data:
             keys = sorted(data)[:6] if isinstance(data, dict) else type(data).__name__
             raise ViewError(f"{where}: not an episode record (an Episode line has 'question' and "
                             f"'segments'; this one has {keys})")
+        wrong = record_error(data)
+        if wrong:
+            raise ViewError(f"{where}: not an episode record: {wrong}")
         raw_values = data.pop("values", None)
         try:
             episode = Episode.from_dict(data)
@@ -158,12 +166,108 @@ def read_records(path: str | Path) -> list[tuple[Episode, EpisodeValues | None]]
     return out
 
 
+QUESTION_FIELDS = {"id": str, "question": str, "golden_answers": list[str], "dataset": str}
+"""What an episode's ``question`` (a FlashRAG row) holds, where it holds it."""
+
+
+def record_error(data: dict[str, Any]) -> str:
+    """Why the JSON object ``data`` is not an Episode record (with an optional ``values``
+    block, :class:`EpisodeValues`), or ``""``: a field the dataclasses do not have, one they
+    need that is missing, or a value not of the field's annotated type (``list[int]``,
+    ``float | None``, a nested record...), named by its path (``segments[2].token_ids[5]``)."""
+    values = data.get("values")
+    wrong = _fit_record({k: v for k, v in data.items() if k != "values"}, Episode, "")
+    if not wrong and values is not None:
+        wrong = _fit_record(values, EpisodeValues, "values")
+    if not wrong and isinstance(data.get("question"), dict):
+        question = data["question"]
+        wrong = next((e for k, hint in QUESTION_FIELDS.items() if k in question
+                      for e in [_fit(question[k], hint, f"question.{k}")] if e), "")
+    return wrong
+
+
+_NESTED = {"segments": {Episode: Segment, EpisodeValues: SegmentValues}}
+"""The records inside records: ``list[Segment]`` and ``list[SegmentValues]``."""
+
+
+def _fit_record(value: Any, cls: type, path: str) -> str:
+    if not isinstance(value, dict):
+        return f"{path or 'the record'} must be an object, got {type(value).__name__} {value!r:.60}"
+    fields, hints = _fields(cls)
+    at = f"{path}." if path else ""
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        return f"{path or 'the record'} has a field {cls.__name__} does not have: {unknown[0]!r:.60}"
+    for name, f in fields.items():
+        if name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                return f"{at}{name} is missing"
+            continue
+        inner = _NESTED.get(name, {}).get(cls)
+        if inner is not None:
+            items = value[name]
+            if not isinstance(items, list):
+                return f"{at}{name} must be a list, got {type(items).__name__} {items!r:.60}"
+            wrong = next((e for i, item in enumerate(items) for e in [_fit_record(item, inner, f"{at}{name}[{i}]")]
+                          if e), "")
+        else:
+            wrong = _fit(value[name], hints[name], f"{at}{name}")
+        if wrong:
+            return wrong
+    return ""
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
+    """A dataclass's fields by name and their resolved annotations."""
+    return {f.name: f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
+
+
+_FAST = {int: {int}, float: {int, float}, str: {str}}
+"""Element types a long list (token ids, log-probs) is checked against in one pass."""
+
+
+def _fit(value: Any, hint: Any, path: str) -> str:
+    """Why ``value`` is not of the annotated type ``hint``, or ``""``. ``bool`` is not an
+    int here, an int is a float; ``Any`` takes anything."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return ""
+    if origin in (typing.Union, types.UnionType):
+        if any(not _fit(value, a, path) for a in args):
+            return ""
+    elif origin is list:
+        if isinstance(value, list):
+            if args[0] in _FAST and set(map(type, value)) <= _FAST[args[0]]:
+                return ""
+            return next((e for i, v in enumerate(value) for e in [_fit(v, args[0], f"{path}[{i}]")] if e), "")
+    elif origin is dict:
+        if isinstance(value, dict):
+            return next((e for k, v in value.items()
+                         for e in [_fit(k, args[0], f"{path} key"), _fit(v, args[1], f"{path}[{k!r:.40}]")] if e), "")
+    elif hint in _FAST and type(value) in _FAST[hint] or hint is bool and isinstance(value, bool) \
+            or hint is type(None) and value is None:
+        return ""
+    return f"{path} must be {_type_name(hint)}, got {type(value).__name__} {value!r:.60}"
+
+
+def _type_name(hint: Any) -> str:
+    return "None" if hint is type(None) else getattr(hint, "__name__", None) if typing.get_origin(hint) is None \
+        else str(hint).replace("typing.", "")
+
+
 def _check_record(ep: Episode, values: EpisodeValues | None, where: str) -> None:
     for i, seg in enumerate(ep.segments):
         if len(seg.token_ids) != len(seg.loss_mask):
             raise ViewError(f"{where}: segment {i} ({seg.agent}) has {len(seg.token_ids)} token ids but "
                             f"{len(seg.loss_mask)} mask values")
-    for n, (s, start, end) in enumerate(ep.turn_spans):
+        if not set(seg.loss_mask) <= {0, 1}:
+            raise ViewError(f"{where}: segment {i} ({seg.agent})'s loss_mask holds "
+                            f"{sorted(set(seg.loss_mask) - {0, 1})[:3]}; a mask is 0 or 1")
+    for n, span in enumerate(ep.turn_spans):
+        if len(span) != 3:
+            raise ViewError(f"{where}: turn {n + 1} spans {span}, not [segment, start, end]")
+        s, start, end = span
         if not (0 <= s < len(ep.segments) and 0 <= start <= end <= len(ep.segments[s].token_ids)):
             raise ViewError(f"{where}: turn {n + 1} spans [{s}, {start}, {end}], outside the episode's segments")
     if values is None:

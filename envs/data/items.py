@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -118,7 +119,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Every row of a JSONL file, ``.gz``-compressed or not (blank lines skipped).
 
     Raises ``ValueError`` naming the file and the 1-based line of a row that is not a
-    JSON object, of bytes that are not UTF-8, or where a ``.gz`` file is cut short.
+    JSON object (or nests deeper than :data:`MAX_DEPTH`), of bytes that are not UTF-8, or
+    where a ``.gz`` file is cut short.
     """
     return [row for _, row in iter_jsonl(Path(path))]
 
@@ -131,6 +133,40 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> P
         for row in rows:
             f.write(json.dumps(dict(row), ensure_ascii=False) + "\n")
     return path
+
+
+MAX_DEPTH = 100
+"""How deeply a JSON value read from a file may nest (arrays and objects). A FlashRAG row
+nests 3 levels, an episode record 4; ``json.loads`` itself gives up near 1,000 with a
+``RecursionError``, and code that walks a value recursively may fail before that."""
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of the JSON ``text`` nest (``[[1]]``: 2), counted
+    outside strings; a bound, not a validation: bad JSON gets a number too."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` for text from a file we did not write: a value that nests deeper than
+    :data:`MAX_DEPTH` is a ``ValueError`` saying so (not a ``RecursionError``, here or in
+    whatever walks the value later). Bad JSON is ``json.JSONDecodeError``, a ``ValueError``.
+    Costs nothing more on text with at most :data:`MAX_DEPTH` brackets."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # else it cannot nest deeper
+        depth = json_depth(text)
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested {depth} levels deep, more than the {MAX_DEPTH} a row may have")
+    try:
+        return json.loads(text)
+    except RecursionError:  # cannot happen below MAX_DEPTH; kept so no traceback can escape
+        raise ValueError(f"nested more than the {MAX_DEPTH} levels a row may have") from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -147,11 +183,13 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"{path}, line {lineno}: bad JSON ({e.msg}): {line.strip()[:80]!r}"
             ) from None
+        except ValueError as e:  # nested too deep
+            raise ValueError(f"{path}, line {lineno}: bad JSON ({e})") from None
         if not isinstance(row, dict):
             raise ValueError(
                 f"{path}, line {lineno}: a row must be a JSON object, got {type(row).__name__} {row!r:.80}"

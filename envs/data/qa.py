@@ -10,14 +10,13 @@ synthetic world) writes. The items and the JSONL helpers are in ``envs.data.item
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envs.data.items import DATASETS, QAItem, iter_jsonl
+from envs.data.items import DATASETS, QAItem, iter_jsonl, loads
 from envs.data.synthwiki import default_world
 
 SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
@@ -43,7 +42,7 @@ def _is_json_array(path: Path) -> bool:
 
 def _iter_json_array(path: Path) -> Iterator[tuple[int, Any]]:
     try:
-        rows = json.loads(path.read_text(encoding="utf-8-sig"))
+        rows = loads(path.read_text(encoding="utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not a JSON array of rows ({e})") from None
     yield from enumerate(rows, start=1)
