@@ -37,6 +37,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,17 @@ import torch
 
 __all__ = ["Dist", "apply_masks", "copy_into", "from_env", "full_optimizer_state", "full_state", "fully_shard_model",
            "load_full_optimizer_state", "local_norm", "run_main", "shard_by_tokens", "sharded_masks"]
+
+
+DIST_TIMEOUT_S = 2 * 3600
+"""How long a rank waits inside a collective before the job is stopped (seconds;
+``MOPD_DIST_TIMEOUT_S`` overrides it). NCCL's own default is 10 minutes, but rank 0 alone
+validates, writes checkpoints and drives the Ray workers while the others wait in the next
+collective: a 4B model's validation or checkpoint takes longer than that."""
+
+GRAD_BUCKET_BYTES = 1 << 28
+"""Gradients are summed over the ranks in buckets of at most this many bytes (one copy of a
+bucket at a time, not of the whole model)."""
 
 
 def shard_by_tokens(sizes: Sequence[int], world: int) -> list[list[int]]:
@@ -129,19 +141,39 @@ class Dist:
                 for a, v in zip(attrs, values):
                     setattr(rows[i], a, None if v is None else np.asarray(v[1], dtype=v[0]))
 
-    def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter]) -> None:
-        """Sum the gradients over the ranks, in one flat buffer (a missing gradient counts
-        as 0: a rank may have had no rows of this minibatch)."""
+    def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter],
+                         bucket_bytes: int = GRAD_BUCKET_BYTES) -> None:
+        """Sum the gradients over the ranks, in place (a missing gradient counts as 0: a rank
+        may have had no rows of this minibatch). Gradients of one dtype are packed into
+        buckets of at most ``bucket_bytes`` (a gradient larger than that is a bucket of its
+        own, reduced where it lies): one collective per bucket, and at most one bucket's copy
+        in memory at a time. Every rank packs the same buckets (the same parameters in the
+        same order)."""
         params = [p for p in parameters if p.requires_grad]
-        if not params:
-            return
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
-        offset = 0
         for p in params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        buckets: list[list[torch.Tensor]] = []
+        open_bucket: dict[torch.dtype, tuple[list[torch.Tensor], list[int]]] = {}
+        for p in params:
+            grad, size = p.grad, p.grad.numel() * p.grad.element_size()
+            bucket, used = open_bucket.get(grad.dtype, (None, [0]))
+            if bucket is None or used[0] + size > bucket_bytes:
+                bucket, used = [], [0]
+                buckets.append(bucket)
+                open_bucket[grad.dtype] = (bucket, used)
+            bucket.append(grad)
+            used[0] += size
+        for bucket in buckets:
+            if len(bucket) == 1 and bucket[0].is_contiguous():
+                torch.distributed.all_reduce(bucket[0], op=torch.distributed.ReduceOp.SUM)
+                continue
+            flat = torch.cat([g.reshape(-1) for g in bucket])
+            torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
+            offset = 0
+            for g in bucket:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
 
     def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
         """``values`` summed over the ranks (same keys on every rank)."""
@@ -175,10 +207,11 @@ class Dist:
             torch.distributed.destroy_process_group()
 
 
-def from_env(device: str = "cpu") -> Dist | None:
+def from_env(device: str = "cpu", timeout_s: float | None = None) -> Dist | None:
     """The :class:`Dist` of a process started by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in
-    its environment; the process group is created here, gloo on CPU, NCCL on CUDA), or
-    None outside torchrun."""
+    its environment; the process group is created here, gloo on CPU, NCCL on CUDA, with a
+    collective timeout of ``timeout_s`` seconds: default ``MOPD_DIST_TIMEOUT_S`` or
+    :data:`DIST_TIMEOUT_S`), or None outside torchrun."""
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return None
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -187,13 +220,18 @@ def from_env(device: str = "cpu") -> Dist | None:
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(dev)
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        if timeout_s is None:
+            timeout_s = float(os.environ.get("MOPD_DIST_TIMEOUT_S", DIST_TIMEOUT_S))
+        torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo",
+                                             timeout=timedelta(seconds=timeout_s))
     return Dist(rank=rank, world=world, device=dev)
 
 
-def fully_shard_model(model: Any) -> Any:
+def fully_shard_model(model: Any, mp_policy: Any = None) -> Any:
     """FSDP2: shard each decoder layer, then the whole model, over the default process group
     (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place).
+    ``mp_policy``: a ``MixedPrecisionPolicy`` (``algos.precision.Precision.fsdp_policy``;
+    None: compute in the parameters' dtype).
 
     Runs on CPU with gloo (torch 2.13; ``tests/scaleout_fsdp_step.py`` checks a step against
     one process). The reduce-scatter *averages* the ranks' gradients: a rank whose loss is
@@ -205,10 +243,11 @@ def fully_shard_model(model: Any) -> Any:
         from torch.distributed.fsdp import fully_shard
     except ImportError as err:  # torch < 2.6
         raise ImportError(f"fsdp=true needs torch >= 2.6 (torch.distributed.fsdp.fully_shard): {err}") from None
+    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
     layers = getattr(getattr(model, "model", None), "layers", None) or []
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
     return model
 
 
@@ -242,11 +281,17 @@ def full_state(model: Any) -> dict[str, torch.Tensor]:
 
 def copy_into(full_model: Any, sharded: Any) -> None:
     """Gather ``sharded``'s weights into the plain replica ``full_model`` (every rank calls
-    it): generation, scoring, validation and checkpoints read that gathered copy."""
-    state = full_state(sharded)
+    it, parameters in the same order): generation, scoring, validation and checkpoints read
+    that gathered copy. One parameter is gathered at a time, so the peak beyond the replica
+    is the largest parameter, not a second whole model. (A tied output layer is one
+    parameter: copied once, both names see it.)"""
+    params = dict(full_model.named_parameters())
+    buffers = dict(full_model.named_buffers())
     with torch.no_grad():
-        for name, tensor in full_model.state_dict().items():
-            tensor.copy_(state[name])
+        for name, p in sharded.named_parameters():
+            params[name].copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)
+        for name, b in sharded.named_buffers():  # (not sharded by FSDP2)
+            buffers[name].copy_(b)
 
 
 def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any, Any]]:
