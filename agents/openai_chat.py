@@ -1,10 +1,19 @@
 """An OpenAI-compatible chat-completions endpoint as a batched policy, on the ``openai`` SDK.
 
 Any server that speaks ``POST /v1/chat/completions`` works: vLLM, llama.cpp's server,
-llama-cpp-python's server, a hosted API. Each observation's context text is split back
-into chat messages (:func:`split_messages`), sent with the role's stop strings, and the
-reply comes back as ``Action(text=...)``: the env tokenises it once; there are no token ids
-and no log-probs, so this policy can act and be evaluated but not be trained on-policy.
+llama-cpp-python's server, a hosted API. Each observation's chat messages, which the env
+builds from its structure (``Observation.messages``; no decoded context is ever parsed
+back into messages), are sent with every content quoted (:func:`chat_messages`) and the
+role's stop strings, and the reply comes back as ``Action(text=...)``: the env tokenises
+it once; there are no token ids and no log-probs, so this policy can act and be evaluated
+but not be trained on-policy.
+
+**Quoted contents.** The server renders the messages with its own chat template and
+tokenises the result with special-token parsing on; a passage or report that spells
+``<|im_end|>\\n<|im_start|>system`` would become a real system turn there. Every content
+goes through ``envs.protocol.quote_message``, which breaks spelled special markers (and
+the ``special_tokens`` given) with a zero-width joiner and quotes ``User:``-style header
+lines, so no spelled marker forms a turn in any chat layout.
 
 Requests go through the SDK's async client (its connection pool, retries with backoff and
 ``Retry-After``, timeouts and error types), ``concurrency`` at a time, on one event loop
@@ -35,53 +44,32 @@ from typing import Any
 
 from agents.base import Action, Observation
 from envs.http import excerpt, server_message
+from envs.protocol import quote_message
 
 # --------------------------------------------------------------------------- chat messages
 
-_CHATML_TURN = re.compile(r"<\|im_start\|>([^\n<]*)\n(.*?)(<\|im_end\|>|\Z)", re.DOTALL)
-_PLAIN_TURN = re.compile(r"(?:^|\n\n)(System|User|Assistant):")
-# Special-token text that a decoded context may carry around a turn (EOS, BOS); a chat
-# server would read it as literal text, or worse as a real special token mid-prompt.
-_SPECIAL_EDGE = re.compile(r"^(?:\s*(?:<\|[A-Za-z_]+\|>|<s>|</s>|<eos>|<bos>))+"
-                           r"|(?:(?:<\|[A-Za-z_]+\|>|<s>|</s>|<eos>|<bos>)\s*)+$")
+CHAT_ROLES = ("system", "user", "assistant")
 
 
-def split_messages(text: str) -> list[dict[str, str]]:
-    """Chat messages (``{"role", "content"}``, in order) of a context in ChatML or in the
-    plain ``System:/User:/Assistant:`` layout of :class:`envs.protocol.ChatFormat`.
-
-    A trailing empty assistant header is the generation prompt and is dropped. Raises
-    ``ValueError`` for a context in neither layout, or one that ends inside a non-empty
-    assistant turn (a chat API cannot portably continue a partial turn).
-    """
-    chatml = "<|im_start|>" in text
-    if chatml:
-        head = text[: text.index("<|im_start|>")]
-        turns = [(m.group(1).strip(), m.group(2), bool(m.group(3)))
-                 for m in _CHATML_TURN.finditer(text)]
-    else:  # no turn is closed by a marker; only a last Assistant header is left open
-        parts = _PLAIN_TURN.split(text)
-        head, roles = parts[0], [r.lower() for r in parts[1::2]]
-        turns = [(role, body, not (i == len(roles) - 1 and role == "assistant"))
-                 for i, (role, body) in enumerate(zip(roles, parts[2::2], strict=True))]
-    if _SPECIAL_EDGE.sub("", head).strip():
-        raise ValueError(f"context is neither ChatML nor the plain layout: starts {head[:80]!r}")
-    if not turns:
-        raise ValueError(f"context holds no chat messages: {text[:80]!r}")
-    messages = []
-    for i, (role, body, closed) in enumerate(turns):
-        content = _SPECIAL_EDGE.sub("", body)
-        if not chatml:  # "\n\nUser: text\n\nAssistant:" pads each turn with whitespace
-            content = content.strip()
-        if i == len(turns) - 1 and not closed:
-            if role != "assistant":
-                raise ValueError(f"context ends inside an unclosed {role!r} message")
-            if content.strip():
-                raise ValueError("context ends inside a partial assistant turn "
-                                 f"({content[-80:]!r}); a chat API cannot continue it")
-            break  # the generation prompt
-        messages.append({"role": role, "content": content})
-    return messages
+def chat_messages(obs: Observation, special_tokens: Sequence[str] = ()) -> list[dict[str, str]]:
+    """The ``messages`` of a chat request for ``obs``: its :attr:`Observation.messages`
+    (built by the env from its structure), each content quoted with
+    ``envs.protocol.quote_message`` (``special_tokens``: the server's special strings,
+    broken besides the common markers). Raises ValueError naming the agent when the
+    observation has no messages (built by hand without them) or one of another role."""
+    if not obs.messages:
+        raise ValueError(
+            f"observation of {obs.agent} has no chat messages: build it with the env "
+            "(raw_env.turn_observation / turn_observations) or give Observation(messages=...)"
+        )
+    out = []
+    for i, message in enumerate(obs.messages):
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES or not isinstance(content, str):
+            raise ValueError(f"observation of {obs.agent}: message {i} has role {role!r} and a "
+                             f"{type(content).__name__} content; need a role in {CHAT_ROLES} and a str")
+        out.append({"role": role, "content": quote_message(content, special_tokens)})
+    return out
 
 
 def restore_stop(text: str, stops: Sequence[str]) -> str:
@@ -131,7 +119,8 @@ class OpenAIPolicy:
     ``backoff * 2**attempt`` seconds (less up to 25% jitter, at most 8 s) or the server's
     ``Retry-After``; other HTTP errors raise at once. ``extra`` is merged into every
     request body (server-specific options such as ``top_k``, ``seed`` or llama.cpp's
-    ``grammar``).
+    ``grammar``). ``special_tokens``: the server tokenizer's special strings, when known,
+    broken in every message content besides the common markers (:func:`chat_messages`).
 
     ``timeout`` bounds each attempt (connect, send, and each wait for the server's bytes);
     a server that decodes one request at a time (llama-cpp-python's) makes the last of
@@ -152,6 +141,7 @@ class OpenAIPolicy:
         backoff: float = 0.5,
         concurrency: int = 8,
         extra: Mapping[str, Any] | None = None,
+        special_tokens: Sequence[str] = (),
     ):
         if max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0 or backoff < 0:
             raise ValueError(
@@ -172,6 +162,7 @@ class OpenAIPolicy:
         self.backoff = backoff
         self.concurrency = concurrency
         self.extra = dict(extra or {})
+        self.special_tokens = tuple(str(t) for t in special_tokens)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -182,7 +173,7 @@ class OpenAIPolicy:
     def act(self, observations: Sequence[Observation]) -> list[Action | str]:
         """One ``Action(text=...)`` per observation, in order. Raises :class:`OpenAIError`
         when a request fails for good (the first failure in batch order), ``ValueError``
-        for a context that cannot be sent as chat messages."""
+        for an observation without chat messages (:func:`chat_messages`)."""
         if not observations:
             return []
         bodies = [self.request_body(obs) for obs in observations]
@@ -198,7 +189,7 @@ class OpenAIPolicy:
         """The JSON body sent for ``obs``."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": split_messages(obs.text),
+            "messages": chat_messages(obs, self.special_tokens),
             "max_tokens": max(1, min(obs.max_new_tokens, self.max_tokens)),
             "temperature": self.temperature,
             "top_p": self.top_p,

@@ -13,8 +13,7 @@ searcher_0> <search>Maren Tolvik</search>
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -87,15 +86,32 @@ class RandomPolicy:
         return " ".join(parts)
 
 
-def last_user_message(text: str) -> str:
-    """The newest message the env wrote into a context (ChatML or ``User:`` layout)."""
+def last_user_message(messages: Sequence[Mapping[str, str]] | str) -> str:
+    """The newest message the env wrote into a context: the content of the last ``user``
+    message of ``messages`` (``Observation.messages``, ``raw_env.messages(agent)``), or
+    ``""`` when there is none.
+
+    A ``str`` (a decoded context, the old call) is still read, for display only, by the
+    last ChatML ``user`` header or plain ``User: `` line; pass the messages instead, which
+    nothing can forge."""
+    if not isinstance(messages, str):
+        return next((m["content"].strip() for m in reversed(messages) if m.get("role") == "user"), "")
+    text = messages
     if "<|im_start|>user\n" in text:
-        part = text.rsplit("<|im_start|>user\n", 1)[1]
-        return part.split("<|im_end|>", 1)[0].strip()
+        return text.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0].strip()
     if "User: " in text:
-        part = text.rsplit("User: ", 1)[1]
-        return re.split(r"\n\nAssistant:", part, maxsplit=1)[0].strip()
+        return text.rsplit("User: ", 1)[1].split("\n\nAssistant:", 1)[0].strip()
     return text.strip()
+
+
+def newest_message(obs: Observation) -> str:
+    """What a person needs to see of ``obs``: the newest env-written message, from the
+    env's structure (``obs.messages``); for an observation built without messages, its
+    task or question from ``obs.info``."""
+    text = last_user_message(obs.messages)
+    if text:
+        return text
+    return str(obs.info.get("task") or obs.info.get("question") or "")
 
 
 class HumanPolicy:
@@ -146,7 +162,7 @@ class HumanPolicy:
             if twin is not None and twin[0] == context and twin[1] != obs.agent:
                 self.output_fn(f"(the same context as {twin[1]})")
             else:
-                self.output_fn(last_user_message(obs.text))
+                self.output_fn(newest_message(obs))
                 self._shown[obs.env_index] = (context, obs.agent)
         if obs.role not in self._roles_met:
             self._roles_met.add(obs.role)

@@ -2,11 +2,12 @@
 
 :func:`apply_turns` is the only way a turn is played, whoever drives the env: the AEC
 ``step()`` (one turn), ``raw_env.play_turns`` (one env, many agents), the batched
-collector and the single-role Gymnasium views (many envs at once). Each turn is cut,
-recorded and parsed by the env (``raw_env.begin_turn``); every search the batch asked for
-is answered with one retriever call per retriever (retried, then recorded as failed);
-then each env settles (scores a finished episode, selects its next agent, refreshes its
-agents' ``infos``).
+collector and the single-role Gymnasium views (many envs at once). A batch is checked
+whole before any turn of it is played (every agent awaiting, none twice, every action of
+an accepted form), so it applies entirely or not at all. Each turn is cut, recorded and
+parsed by the env (``raw_env.begin_turn``); every search the batch asked for is answered
+with one retriever call per retriever (retried, then recorded as failed); then each env
+settles (scores a finished episode, selects its next agent, refreshes its agents' ``infos``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class Observation:
     info: dict[str, Any] = field(default_factory=dict, repr=False)
     """The structure the agent knows (``raw_env.view``: question, sub-task, passages,
     reports, waves left, ...); policies read it instead of parsing ``text``."""
+    messages: tuple[dict[str, str], ...] = field(default=(), repr=False)
+    """The same context as chat messages ``{"role": "system"|"user"|"assistant",
+    "content": str}``, in order, built from the env's structure (``raw_env.messages``),
+    never parsed from text: system and user contents are the env's own words, assistant
+    contents the agent's decoded turns. Unquoted: a chat request quotes each content
+    (``envs.protocol.quote_message``). Empty for an observation built by hand. The token
+    ids stay the only truth for training; this is a view for chat-API policies."""
 
     @cached_property
     def text(self) -> str:
@@ -68,10 +76,16 @@ def observe_awaiting(env: Any, env_index: int = 0) -> list[Observation]:
     return env.unwrapped.turn_observations(env_index)
 
 
-def apply_turns(turns: Sequence[tuple[Any, str, Any]]) -> list[Any]:
+def apply_turns(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> list[Any]:
     """Apply whole turns ``(env, agent, action)`` in order, then answer every search they
     asked for with one retriever call per retriever, then settle each env. Returns the
     turns' ``envs.team.TurnResult``.
+
+    The batch is checked whole first: each env reset, each agent awaiting a turn, no agent
+    of an env twice, each action of an accepted form (``any_action=True``, the AEC
+    ``step()``'s way, plays an action of no form as an invalid empty turn instead). A bad
+    turn raises ValueError naming it (its place in the batch, agent and reason) before any
+    turn is applied: every env is left exactly as it was and can go on.
 
     A retriever that raises is retried ``search_retries`` times (``search_backoff``
     seconds, doubling); then each of its searches is recorded as failed (the Searcher is
@@ -79,6 +93,7 @@ def apply_turns(turns: Sequence[tuple[Any, str, Any]]) -> list[Any]:
     answers a different number of result lists than it was given queries breaks its
     contract: ValueError at once, naming it and the counts.
     """
+    check_batch(turns, any_action=any_action)
     results, searches, last_agent = [], {}, {}
     for env, agent, action in turns:
         raw = env.unwrapped
@@ -96,6 +111,25 @@ def apply_turns(turns: Sequence[tuple[Any, str, Any]]) -> list[Any]:
     for raw, agent in last_agent.values():
         raw.settle(agent)
     return results
+
+
+def check_batch(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> None:
+    """Raise ValueError naming the first turn of ``turns`` that :func:`apply_turns` must
+    refuse (``turn 2 of 3 (searcher_1, env 0)``); change nothing."""
+    numbers: dict[int, int] = {}  # id(raw env) -> its number in the batch, in order of appearance
+    for env, _, _ in turns:
+        numbers.setdefault(id(env.unwrapped), len(numbers))
+    seen: set[tuple[int, str]] = set()
+    for i, (env, agent, action) in enumerate(turns):
+        raw = env.unwrapped
+        key = (id(raw), agent)
+        reason = ("it already plays a turn earlier in this batch" if key in seen
+                  else raw.turn_refusal(agent, action, any_action=any_action))
+        if reason:
+            where = f", env {numbers[id(raw)]}" if len(numbers) > 1 else ""
+            raise ValueError(f"turn {i + 1} of {len(turns)} ({agent}{where}) refused: {reason}; "
+                             "no turn of the batch was applied")
+        seen.add(key)
 
 
 def search(retriever: Any, queries: list[str], top_k: int, retries: int = 2,

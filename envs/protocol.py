@@ -23,6 +23,7 @@ A Searcher's turn is read up to its first action tag; anything else is invalid.
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from collections.abc import Sequence
@@ -407,6 +408,43 @@ def plain_quote(text: str) -> str:
     a line that starts with a header word gets a fullwidth colon (``User\uff1a``), so a
     report or passage cannot open a turn there either."""
     return _PLAIN_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}\uff1a", text)
+
+
+ZERO_WIDTH_JOINER = "\u200d"
+SPELLED_MARKERS: tuple[str, ...] = (
+    "<|", "<\uff5c", "<s>", "</s>", "<eos>", "<bos>", "<pad>", "<unk>", "<start_of_turn>",
+    "<end_of_turn>", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", "[SEP]", "[CLS]", "[MASK]",
+    "[PAD]", "[UNK]")
+"""Spelled special markers of the common chat templates that :func:`quote_message` breaks:
+``<|`` covers every ``<|...|>`` (ChatML, Llama 3, Phi), ``<\uff5c`` DeepSeek's fullwidth bars."""
+
+
+def quote_message(text: str, special_tokens: Sequence[str] = ()) -> str:
+    r"""``text`` made safe as the content of a chat request's message, in any chat layout.
+
+    A chat server renders contents with its own template and tokenises the result with
+    special-token parsing on, so a spelled marker in a content would become a real turn
+    there. Each occurrence of :data:`SPELLED_MARKERS` and of ``special_tokens`` (the
+    server's special strings, when known) gets a zero-width joiner after its first
+    character (``<|im_start|>`` -> ``<\u200d|im_start|>``), which no marker contains, so
+    none can match; a line that starts with a plain-layout header (``User:``) is quoted as
+    :func:`plain_quote` does. Text with neither is returned as is; quoting twice changes
+    nothing more. What UTF-8 cannot encode becomes U+FFFD (:func:`clean_text`).
+
+    >>> quote_message("<|im_end|>\nUser: hi") == "<\u200d|im_end|>\nUser\uff1a hi"
+    True
+    """
+    text = clean_text(text)
+    pattern = _marker_pattern(tuple(special_tokens))
+    while pattern.search(text):  # a marker that began inside an earlier one is caught next pass
+        text = pattern.sub(lambda m: m.group(0)[0] + ZERO_WIDTH_JOINER + m.group(0)[1:], text)
+    return plain_quote(text)
+
+
+@functools.lru_cache(maxsize=32)
+def _marker_pattern(special_tokens: tuple[str, ...]) -> re.Pattern[str]:
+    markers = {m for m in SPELLED_MARKERS + special_tokens if len(m) > 1}
+    return re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
 
 
 _CHAT_FORMATS: weakref.WeakKeyDictionary[Any, ChatFormat] = weakref.WeakKeyDictionary()

@@ -166,6 +166,11 @@ class TeamEpisode:
         """Each live Searcher's search queries so far."""
         self.written_queries: dict[str, list[str]] = {}
         """The same queries exactly as the Searcher wrote them between its tags."""
+        self.messages: dict[str, list[tuple[str, str]]] = {}
+        """Each live agent's context as chat messages ``(role, content)``, recorded beside
+        its token ids as they are appended: ``system`` and ``user`` contents are the env's
+        own text (before any quoting), ``assistant`` contents the agent's decoded turns.
+        A view for chat-API policies; the token ids stay the only truth for training."""
         self._prompts = system_prompts(config)
         if config.workflow == "hierarchical":
             self._start("leader_0", -1, self.question.question,
@@ -187,6 +192,12 @@ class TeamEpisode:
         """The agent's current context (empty for an agent that has not been given work)."""
         seg = self.live.get(agent)
         return seg.token_ids if seg is not None else []
+
+    def chat_messages(self, agent: str) -> tuple[dict[str, str], ...]:
+        """The agent's current context as chat messages ``{"role", "content"}``, in order
+        (empty for an agent that has not been given work). Built from :attr:`messages`,
+        never parsed from text; fresh dicts on every call."""
+        return tuple({"role": role, "content": content} for role, content in self.messages.get(agent, ()))
 
     def turn_budget(self, agent: str) -> int:
         """Most tokens the agent's next turn may have (leaves room for the closing token)."""
@@ -212,6 +223,7 @@ class TeamEpisode:
         seg.append(self.chat.closing(ids), generated=False)
         if text is None:
             text = self.chat.tokenizer.decode(list(ids), skip_special_tokens=True)
+        self.messages[agent].append(("assistant", text))
         for tag, n in P.count_tags(text).items():
             ep.tag_counts[tag] += n
         handler = {P.LEADER: self._leader_turn, P.SEARCHER: self._searcher_turn,
@@ -412,15 +424,19 @@ class TeamEpisode:
         """Open a fresh context for ``agent`` (a new segment of the episode)."""
         role = P.role_of(agent)
         seg = Segment(agent=agent, role=role, wave=wave, task=task)
-        seg.append(self._fit_prompt(self._prompts[role], user), generated=False)
+        system = self._prompts[role]
+        ids, user = self._fit_prompt(system, user)
+        seg.append(ids, generated=False)
         self.live[agent] = seg
+        self.messages[agent] = [("system", system), ("user", user)]
         if role == P.SEARCHER:
             self.passages[agent], self.queries[agent], self.written_queries[agent] = [], [], []
         self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 
-    def _fit_prompt(self, system: str, user: str) -> list[int]:
-        """The prompt's ids, shortening over-long user text so a turn still fits. The
+    def _fit_prompt(self, system: str, user: str) -> tuple[list[int], str]:
+        """The prompt's ids and the user text they hold, shortening over-long user text
+        so a turn still fits. The
         env refuses at construction a context too short for the system prompt and a turn
         (:func:`check_room`), so the result always leaves ``MIN_TURN_ROOM`` tokens."""
         limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
@@ -433,8 +449,8 @@ class TeamEpisode:
                 break
             user, ids = shorter, self.chat.prompt(system, shorter)
         if len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
-            ids = self.chat.prompt(system, "")  # even 16 characters did not fit
-        return ids
+            user, ids = "", self.chat.prompt(system, "")  # even 16 characters did not fit
+        return ids, user
 
     def _observe(self, seg: Segment, text: str) -> bool:
         """Append an env-written message; False when the context has no room left for it."""
@@ -442,6 +458,7 @@ class TeamEpisode:
         if len(seg.token_ids) + len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
             return False
         seg.append(ids, generated=False)
+        self.messages[seg.agent].append(("user", text))
         return True
 
     def _corrective(self, role: str, reason: str) -> str:
