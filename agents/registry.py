@@ -15,6 +15,11 @@ spec                           policy
 ``leader=...,searcher=...``    a :class:`agents.router.RoleRouter` of the above
 =============================  ==============================================
 
+An LM kind (``hf``, ``openai``, ``ckpt``) takes sampling settings in a query string,
+``hf:smollm2?temperature=0.7&top_p=0.9&max_new_tokens=128``, per role too; unset ones come
+from the command line (``--temperature``, ...), then the model's generation config (greedy
+when it has none that samples): see :mod:`agents.sampling`.
+
 A layer above ``agents`` adds its own kinds with :func:`register_policy` (the benchmarks
 add ``ckpt:<run dir>``, a learner's checkpoint), so the table grows in one place.
 
@@ -31,12 +36,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agents.backends import BACKENDS, make_backend
 from agents.router import RoleRouter
+from agents.sampling import Sampling, parse_sampling, split_query
 from envs.protocol import ROLES
 
 PolicyFactory = Callable[..., Any]
 """``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
-``kind:`` (empty when there is none)."""
+``kind:`` (empty when there is none, without the ``?`` query). A kind that samples
+(:data:`SAMPLING_KINDS`) gets ``sampling=`` too, an :class:`agents.sampling.Sampling`."""
 
 PolicyCheck = Callable[[str], None]
 """``check(arg)`` raises ``ValueError`` with one line (naming ``kind:arg``) when the policy
@@ -61,19 +69,23 @@ def _human(arg: str, **_: Any) -> Any:
     return HumanPolicy()
 
 
-def _hf(arg: str, *, seed: int, vocab_size: int | None = None, **hf_kwargs: Any) -> Any:
-    from agents.hf import HFPolicy
+def _hf(arg: str, *, seed: int, vocab_size: int | None = None, sampling: Sampling | None = None,
+        **hf_kwargs: Any) -> Any:
+    from agents.sampling import hf_policy
 
-    return HFPolicy(arg or "smollm2", seed=seed, **hf_kwargs)
+    return hf_policy(arg or "smollm2", sampling=sampling, seed=seed, **hf_kwargs)
 
 
-def _openai(arg: str, **_: Any) -> Any:
+def _openai(arg: str, *, sampling: Sampling | None = None, **_: Any) -> Any:
     from agents.openai_chat import OpenAIPolicy
 
     model, _sep, url = arg.partition("@")
     if not model:
         raise ValueError(f"openai policy needs a model: openai:<model>@<base url>, got {arg!r}")
-    return OpenAIPolicy(model, **({"base_url": url} if url else {}))
+    sampling = sampling or Sampling()  # unset: OpenAIPolicy's own defaults (the server cannot be asked)
+    settings = {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
+    return OpenAIPolicy(model, **({"base_url": url} if url else {}),
+                        **{k: v for k, v in settings.items() if v is not None})
 
 
 def _sb3(arg: str, *, seed: int, **_: Any) -> Any:
@@ -153,37 +165,51 @@ POLICY_CHECKS: dict[str, PolicyCheck] = {
 }
 """``kind`` -> its :data:`PolicyCheck` (kinds without one always pass)."""
 
+SAMPLING_KINDS: set[str] = {"hf", "openai"}
+"""Kinds whose factory takes ``sampling=`` and whose specs may carry a ``?`` query."""
 
-def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None) -> None:
+
+def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None, *,
+                    samples: bool = False) -> None:
     """Teach :func:`make_policy` the spec ``kind:<arg>``, and :func:`check_policy` its
-    ``check`` (a later registration of the same kind replaces the earlier one)."""
+    ``check`` (a later registration of the same kind replaces the earlier one).
+    ``samples``: the factory takes ``sampling=`` (the spec's and the command line's
+    settings), and the kind's specs may carry a query string."""
     if not kind.isidentifier() or kind in ROLES:
         raise ValueError(f"policy kind {kind!r} must be an identifier other than a role name")
     POLICY_KINDS[kind] = factory
     POLICY_CHECKS.pop(kind, None)
     if check is not None:
         POLICY_CHECKS[kind] = check
+    SAMPLING_KINDS.discard(kind)
+    if samples:
+        SAMPLING_KINDS.add(kind)
 
 
-def _split(spec: str) -> list[tuple[str | None, str, str]]:
-    """``[(role or None, kind, arg)]`` of a spec; ``ValueError`` naming a bad part."""
+def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
+    """``[(role or None, kind, arg, sampling)]`` of a spec; ``ValueError`` naming a bad part
+    (an unknown kind, a bad per-role part, a bad sampling query)."""
     spec = spec.strip()
-    if "=" not in spec:
+    if "," not in spec and "=" not in split_query(spec)[0]:
         parts: list[tuple[str | None, str]] = [(None, spec)]
     else:
         parts = []
         for part in spec.split(","):
             role, _, sub = part.partition("=")
-            if role.strip() not in ROLES or not sub.strip() or "=" in sub:
+            if role.strip() not in ROLES or not sub.strip() or "=" in split_query(sub)[0]:
                 raise ValueError(f"bad per-role policy {part!r} in {spec!r}: use leader=...,searcher=...,answerer=...")
             parts.append((role.strip(), sub.strip()))
     out = []
     for role, sub in parts:
-        kind, _, arg = sub.partition(":")
+        head, query = split_query(sub)
+        kind, _, arg = head.partition(":")
         if kind not in POLICY_KINDS:
             raise ValueError(f"unknown policy {sub!r}: use one of {', '.join(POLICY_KINDS)} (kind or kind:<arg>), "
                              "or leader=...,searcher=...,answerer=...")
-        out.append((role, kind, arg))
+        if query is not None and kind not in SAMPLING_KINDS:
+            raise ValueError(f"{sub}: a {kind} policy takes no sampling settings (only "
+                             f"{', '.join(sorted(SAMPLING_KINDS))} do)")
+        out.append((role, kind, arg, parse_sampling(query, sub)))
     return out
 
 
@@ -192,39 +218,34 @@ def check_policy(spec: str) -> None:
     build: an unknown kind, a malformed per-role spec, or a kind whose check fails (a
     ``ckpt:`` run without a checkpoint, an ``hf:`` id while the hub is offline, ...).
     Loads no model and reaches no network; a spec that passes may still fail to load."""
-    for _role, kind, arg in _split(spec):
+    for _role, kind, arg, _sampling in _split(spec):
         check = POLICY_CHECKS.get(kind)
         if check is not None:
             check(arg)
 
 
-def make_policy(spec: str, *, seed: int = 0, vocab_size: int | None = None, **hf_kwargs: Any) -> Any:
-    """A policy from its spec (table above); ``hf_kwargs`` go to HFPolicy. Raises
+def make_policy(spec: str, *, seed: int = 0, vocab_size: int | None = None, sampling: Sampling | None = None,
+                **hf_kwargs: Any) -> Any:
+    """A policy from its spec (table above); ``hf_kwargs`` go to HFPolicy. ``sampling``: the
+    command line's settings, for the LM kinds whose spec does not set them. Raises
     ``ValueError`` naming the spec when it is not one of the kinds."""
     parts = _split(spec)
-    built = [(role, POLICY_KINDS[kind](arg, seed=seed, vocab_size=vocab_size, **hf_kwargs))
-             for role, kind, arg in parts]
+    built = [(role, POLICY_KINDS[kind](arg, seed=seed, vocab_size=vocab_size, **hf_kwargs,
+                                       **({"sampling": own.over(sampling)} if kind in SAMPLING_KINDS else {})))
+             for role, kind, arg, own in parts]
     if parts[0][0] is None:
         return built[0][1]
     return RoleRouter({role: policy for role, policy in built})
 
 
-ROLLOUT_BACKENDS = ("hf", "vllm")
+ROLLOUT_BACKENDS = tuple(BACKENDS)
+"""The ``rollout_backend`` values: the rows of ``agents.backends.BACKENDS``."""
 
 
 def make_rollout_policy(backend: str, model: Any, tokenizer: Any, **sampling: Any) -> Any:
-    """A learner's rollout policy on generation ``backend`` (``hf`` or ``vllm``, the
-    ``rollout_backend`` setting): ``model`` is a model object for ``hf`` and a directory for
-    ``vllm`` (the engine reads the files itself); ``sampling``: ``temperature``, ``top_p``,
-    ``max_new_tokens``, ``seed`` and ``batch_size`` (HF's generation batch; vLLM batches
-    everything it is given)."""
-    if backend == "hf":
-        from agents.hf import HFPolicy
-
-        return HFPolicy(model, tokenizer, **sampling)
-    if backend == "vllm":
-        from agents.vllm_policy import VLLMPolicy
-
-        sampling.pop("batch_size", None)
-        return VLLMPolicy(model, tokenizer, **sampling)
-    raise ValueError(f"rollout backend {backend!r} is not one of {ROLLOUT_BACKENDS}")
+    """A learner's rollout backend (``agents.backends``: the table of ``rollout_backend``
+    values): ``model`` is a model object for ``hf`` and a directory for ``vllm`` (the engine
+    reads the files itself); ``sampling``: ``temperature``, ``top_p``, ``max_new_tokens``,
+    ``seed`` and ``batch_size`` (HF's generation batch; vLLM batches everything it is
+    given), and for ``vllm`` its engine settings."""
+    return make_backend(backend, model, tokenizer, **sampling)

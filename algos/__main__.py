@@ -21,9 +21,7 @@ a live run holds (``algos.runlock``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -31,57 +29,20 @@ from typing import Any
 
 from agents.models import ModelFileError
 from algos.config import TrainConfig
+from algos.config import parse_overrides as config_overrides
 from algos.preflight import PreflightError
 from algos.presets import PRESETS
 from algos.roles import SEARCHER_SIGNALS, STAGES
 from algos.runlock import RunLockedError
 
-BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-"""The words ``--set name=value`` takes for a bool field (any case); anything else is refused
-rather than read as False (``freeze_embeddings=ture`` used to train with False)."""
-
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> typed TrainConfig overrides.
-
-    Each value is parsed by its field's declared type: bools from ``BOOLEANS``, ints,
-    floats, comma-separated tuples, a JSON object for ``env_kwargs``, ``none`` for an
-    optional field. Raises :class:`PreflightError` naming the pair for an unknown name or
-    a value of the wrong kind (range checks are ``TrainConfig``'s)."""
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or name not in fields:
-            raise PreflightError(f"--set {pair!r}: expected name=value with name one of {sorted(fields)}")
-        out[name] = _parse_value(pair, str(fields[name].type), raw)
-    return out
-
-
-def _parse_value(pair: str, kind: str, raw: str) -> Any:
-    if kind.endswith("| None") and raw.lower() == "none":
-        return None
+    """:func:`algos.config.parse_overrides`, its refusal a :class:`PreflightError` (one line,
+    exit status 2) for the commands here."""
     try:
-        if kind == "bool":
-            if raw.lower() not in BOOLEANS:
-                raise ValueError
-            return BOOLEANS[raw.lower()]
-        if kind.startswith("int"):
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind.startswith("tuple"):
-            return tuple(x for x in raw.split(",") if x)
-        if kind.startswith("dict"):
-            value = json.loads(raw)
-            if not isinstance(value, dict):
-                raise ValueError
-            return value
-    except ValueError:
-        wanted = {"bool": f"one of {'/'.join(BOOLEANS)}", "float": "a number",
-                  "dict": 'a JSON object, e.g. {"top_k": 5}'}
-        raise PreflightError(f"--set {pair!r}: expected {wanted.get(kind.split('[')[0], 'an integer')}") from None
-    return raw
+        return config_overrides(pairs)
+    except ValueError as err:
+        raise PreflightError(str(err)) from None
 
 
 def train_overrides(args: argparse.Namespace) -> dict[str, Any]:

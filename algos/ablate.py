@@ -418,7 +418,7 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 
 def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig settings an ``ablate`` command gives every run (``--set``, ``--steps``)."""
-    from algos.__main__ import parse_overrides
+    from algos.config import parse_overrides
 
     overrides = parse_overrides(args.set)
     if args.steps is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,9 +107,17 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
+    """What the trained model computes in: ``float32``, or ``bfloat16`` (the GPU presets'
+    choice; ``float16`` has no loss scaling). Its weights, gradients and AdamW state stay
+    float32 either way (``algos.precision``: bfloat16 weights would drop most updates at a
+    learning rate of 1e-6); the Teacher and other frozen models load in this dtype."""
     generation_batch_size: int = 32
     max_tokens_per_batch: int = 16384
     """Padded tokens per forward/backward chunk (memory bound)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them
+    (``model.gradient_checkpointing_enable()``): a chunk then keeps one hidden state per
+    layer and token. ``python -m algos plan`` shows what it saves."""
     max_row_tokens: int = 4096
     retriever: str = "default"
     """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
@@ -121,6 +131,14 @@ class TrainConfig:
     """Who generates the rollouts: ``hf`` (transformers, ``agents.hf.HFPolicy``; any device)
     or ``vllm`` (an in-process ``vllm.LLM`` engine, ``agents.vllm_policy``; a GPU and
     ``pip install -e .[vllm]``); the trained weights are pushed into it after each update."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """``rollout_backend=vllm``: the share of the GPU the engine reserves for its weights and
+    KV cache (the learner shares the GPU; vLLM's own default, 0.9, assumes it is alone)."""
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``rollout_backend=vllm``: further ``vllm.EngineArgs`` settings, plain JSON values (e.g.
+    ``{"enforce_eager": true}``). The engine already gets ``dtype`` (this run's),
+    ``max_model_len`` (``max_context_tokens + max_turn_tokens``, which this may override),
+    ``gpu_memory_utilization`` (the field above), ``seed`` and sleep mode."""
     rollout_workers: int = 0
     """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``;
     ``pip install -e .[distributed]``), each with env copies, a ``rollout_backend`` policy and
@@ -191,6 +209,23 @@ class TrainConfig:
         if self.rollout_backend == "vllm" and self.rollout_workers:
             raise bad("rollout_workers", "vLLM inside Ray workers is not wired yet: use rollout_backend=vllm "
                       "with rollout_workers=0 (the engine in the trainer's process), or hf workers")
+        world = os.environ.get("WORLD_SIZE", "1")
+        if self.rollout_backend == "vllm" and world.isdigit() and int(world) > 1:
+            # each rank's in-process engine would take GPU 0 (vLLM's own single-process
+            # executor), and its set_device would move the rank there too
+            raise bad("rollout_backend", f"vLLM under torchrun (WORLD_SIZE={world}) is not supported: every "
+                      "rank's engine would land on GPU 0; run vLLM rollouts in one process, or hf under torchrun")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise bad("vllm_gpu_memory_utilization", "must be in (0, 1]")
+        owned = sorted(set(self.vllm_kwargs) & {"model", "seed", "dtype", "gpu_memory_utilization",
+                                                 "enable_sleep_mode", "logprobs_mode"})
+        if owned:
+            raise bad("vllm_kwargs", f"{owned} are set by the run itself (dtype is the run's dtype; "
+                      "gpu_memory_utilization is vllm_gpu_memory_utilization)")
+        for key, value in self.vllm_kwargs.items():
+            if not _plain_json(value):
+                raise bad("vllm_kwargs", f"{key!r} must be a plain JSON value (number, string, bool, null, "
+                          f"list or object of them), got {type(value).__name__}")
         self.train_datasets = tuple(self.train_datasets)
         self.val_datasets = tuple(self.val_datasets)
 
@@ -244,6 +279,69 @@ def _check_field_types(config: TrainConfig, bad: Any) -> None:
             ok = True
         if not ok:
             raise bad(f.name, f"must be {kind.replace('tuple[str, ...]', 'a list of strings')}")
+
+
+# --------------------------------------------------------------------------- --set overrides
+
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+"""The words ``--set name=value`` takes for a bool field (any case); anything else is refused
+rather than read as False (``freeze_embeddings=ture`` used to train with False)."""
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> typed TrainConfig overrides.
+
+    Each value is parsed by its field's declared type: bools from ``BOOLEANS``, ints,
+    floats, comma-separated tuples, a JSON object for ``env_kwargs``, ``none`` for an
+    optional field. Raises ``ValueError`` naming the pair for an unknown name or
+    a value of the wrong kind (range checks are ``TrainConfig``'s)."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set {pair!r}: expected name=value with name one of {sorted(fields)}")
+        out[name] = _parse_value(pair, str(fields[name].type), raw)
+    return out
+
+
+def _parse_value(pair: str, kind: str, raw: str) -> Any:
+    if kind.endswith("| None") and raw.lower() == "none":
+        return None
+    try:
+        if kind == "bool":
+            if raw.lower() not in BOOLEANS:
+                raise ValueError
+            return BOOLEANS[raw.lower()]
+        if kind.startswith("int"):
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind.startswith("tuple"):
+            return tuple(x for x in raw.split(",") if x)
+        if kind.startswith("dict"):
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
+    except ValueError:
+        wanted = {"bool": f"one of {'/'.join(BOOLEANS)}", "float": "a number",
+                  "dict": 'a JSON object, e.g. {"top_k": 5}'}
+        raise ValueError(f"--set {pair!r}: expected {wanted.get(kind.split('[')[0], 'an integer')}") from None
+    return raw
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is made of JSON's own types only (it travels in a config file)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_plain_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_json(v) for k, v in value.items())
+    return False
 
 
 _PRESET_NAMES = ("PRESETS", "RECIPES", "preset_config", "prepare_model")

@@ -6,8 +6,10 @@ which base it started from (its weights' hash, seed and thread count)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from algos.distributed import from_env
 from algos.presets import prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
+from algos.runlock import run_lock
 from algos.trainer import Trainer, validation_path
 
 
@@ -49,12 +52,18 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     Under ``torchrun`` every rank runs this function: rank 0 alone builds a preset's base
     (the others wait for its path), prints, validates, writes metrics, checkpoints,
     ``summary.json`` and the curves; each stage ends at a barrier, so Stage II finds the
-    Teacher that rank 0 saved. The other ranks return a summary without the comparison."""
+    Teacher that rank 0 saved. The other ranks return a summary without the comparison.
+
+    ``out_dir`` is locked for the whole run (:func:`algos.runlock.run_lock`, held by rank 0):
+    a second run into it raises :class:`algos.runlock.RunLockedError` naming the first."""
     import torch.distributed as torch_dist
 
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here
+    # one run per --out for the run's life; per run, not per rank: rank 0 holds it (RANK is
+    # set by torchrun before any process group exists)
+    lock = run_lock(out_dir, log=log) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
     try:
-        with run_threads(threads) as n:
+        with lock, run_threads(threads) as n:
             summary = _run_pipeline(preset, out_dir, stages, overrides, resume, progress, log,
                                     retriever, n)
     except BaseException:
@@ -77,7 +86,11 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     summary: dict[str, Any] = {"preset": preset, "threads": threads, "stages": {}}
     bases: dict[str, dict[str, Any]] = {}
     dist = None
+    trainer: Trainer | None = None
     for stage in stages:
+        if trainer is not None:  # the last stage's engine, models and optimizer go before the next's come
+            trainer.close()
+            trainer = None
         cfg = stage_config(preset, stage, out, overrides)
         dist = from_env(cfg.device)  # None outside torchrun
         main = dist is None or dist.is_main
@@ -122,6 +135,8 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
                                     "steps": trainer.step, "base_em": base_em,
                                     "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                     "val_questions": len(trainer.val_questions)}
+    if trainer is not None:
+        trainer.close()
     if dist is not None and not dist.is_main:
         return summary
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
@@ -185,6 +200,11 @@ def _base_em(trainer: Trainer, cfg: TrainConfig) -> tuple[float, Path]:
         trainer.log_metrics({"val/avg@1": em}, step=0)
         return em, records
     base_dir = Path(cfg.out_dir) / "base_eval"
-    base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(base_dir)}),
-                   progress=False, retriever=trainer.retriever)
-    return base.validate(), validation_path(base_dir, 0)
+    # it only validates (with HF, as every validation does): no engine or Ray workers of its own
+    base = Trainer(TrainConfig(**{**cfg.to_dict(), "out_dir": str(base_dir), "rollout_backend": "hf",
+                                  "rollout_workers": 0}),
+                   progress=trainer.progress, retriever=trainer.retriever)  # the bar of its validation
+    try:
+        return base.validate(), validation_path(base_dir, 0)
+    finally:
+        base.close()

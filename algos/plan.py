@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from algos.__main__ import parse_overrides
+    from algos.config import parse_overrides
     from algos.presets import PRESETS, preset_config
 
     parser = argparse.ArgumentParser(prog="python -m algos plan", description=__doc__,
@@ -274,12 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="any TrainConfig field, as for train")
     args = parser.parse_args(argv)
-    overrides = parse_overrides(args.set)
-    if args.stage == "team":
-        overrides.setdefault("teacher", "base")  # the Teacher is the base's size either way
-    else:
-        overrides["teacher"] = None
     try:
+        overrides = parse_overrides(args.set)
+        if args.stage == "team":
+            overrides.setdefault("teacher", "base")  # the Teacher is the base's size either way
+        else:
+            overrides["teacher"] = None
         cfg = preset_config(args.preset, stage=args.stage, **overrides)
         plan = memory_plan(cfg, args.gpus, args.gpu_memory, name=args.preset)
     except ValueError as err:

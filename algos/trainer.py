@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import math
 import random
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.backends import RolloutBackend, as_backend
 from agents.collect import collect
 from agents.hf import HFPolicy, token_logprobs
 from agents.models import local_model_dir
@@ -37,11 +39,18 @@ from agents.registry import make_rollout_policy
 from algos import advantages as A
 from algos import distributed as D
 from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
-from algos.checkpoint import latest_checkpoint, load_checkpoint, resolve_model_path, save_checkpoint
+from algos.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_model_path,
+    save_checkpoint,
+    usable_checkpoint,
+)
 from algos.config import TrainConfig
 from algos.freeze import declared_frozen, frozen, frozen_masks
 from algos.losses import LossOutput, Totals, policy_loss
 from algos.models import load_model
+from algos.precision import precision_for
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
 from algos.samples import keep_sample
@@ -98,7 +107,9 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.progress = progress and self.is_main
-        checkpoint = latest_checkpoint(self.out) if resume else None
+        checkpoint = None
+        if resume:  # the newest checkpoint that verifies; a damaged newer one is skipped, rank 0 says which and why
+            checkpoint = usable_checkpoint(self.out) if self.is_main else usable_checkpoint(self.out, log=_quiet)
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         if not resume and self.is_main and (self.out / "metrics.jsonl").exists():
@@ -106,23 +117,32 @@ class Trainer:
                                   "would mix its metrics into the old ones. Pass --resume to continue "
                                   "it, or give another --out")
         torch.manual_seed(cfg.seed)
+        # the trained model keeps float32 weights; cfg.dtype is what its forwards compute in
+        self.precision = precision_for(cfg.device, cfg.dtype)
+        self.precision.configure()
         if checkpoint is not None:  # the checkpoint's weights win over any model given
-            model, tokenizer = load_model(str(checkpoint), cfg.device, cfg.dtype)
+            model, tokenizer = load_model(str(checkpoint), cfg.device, self.precision.param_dtype_name)
         elif model is None:
-            model, tokenizer = load_model(cfg.model, cfg.device, cfg.dtype)
+            model, tokenizer = load_model(cfg.model, cfg.device, self.precision.param_dtype_name)
+        self.precision.prepare(model)
         if cfg.weight_decay > 0 and declared_frozen(model):
             raise ValueError(f"TrainConfig.weight_decay={cfg.weight_decay}: the model {cfg.model} declares frozen "
                              f"parameters ({declared_frozen(model)[0]}, ...), and AdamW's decay would move them "
                              "although their gradient is zero; use weight_decay=0")
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
+        if cfg.gradient_checkpointing:  # recompute each layer's activations in the backward
+            if hasattr(self.model, "activation_checkpointing_enable"):  # (transformers >= 5.x's name)
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # FSDP2: the trained model is sharded; generation, scoring, validation and checkpoints
         # read a gathered plain replica, refreshed after every update (algos.distributed)
         self.full_model, self.frozen_shards = self.model, None
         if self.fsdp:
             self.full_model = copy.deepcopy(self.model)
             masks = frozen_masks(self.model)  # full shapes, before sharding
-            D.fully_shard_model(self.model)
+            D.fully_shard_model(self.model, mp_policy=self.precision.fsdp_policy())
             self.frozen_shards = D.sharded_masks(self.model, masks)
         # (the config allows a Teacher in Stage II only)
         self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
@@ -136,8 +156,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
         self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
-        self.policy = self._rollout_policy()
-        self.engine_sleeps = hasattr(self.policy, "sleep") and str(cfg.device).startswith("cuda")
+        self.backend: RolloutBackend = self._rollout_backend()
+        """What generates this process's rollouts (``agents.backends``: one contract, one
+        table); ``policy`` is the same object."""
+        self.engine_sleeps = self.backend.can_sleep and str(cfg.device).startswith("cuda")
         """An in-process engine (vLLM) that shares the learner's GPU sleeps from the end of the
         rollouts until the updated weights are pushed into it."""
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index,
@@ -158,16 +180,29 @@ class Trainer:
         if self.dist is not None:
             self.dist.barrier()  # no rank starts before every rank has checked and loaded
 
-    def _rollout_policy(self) -> Any:
-        """The trainer's own generation backend (``rollout_backend``)."""
+    @property
+    def policy(self) -> RolloutBackend:
+        """The rollout backend (the name the collector knows it by)."""
+        return self.backend
+
+    @policy.setter
+    def policy(self, policy: Any) -> None:  # a test's or a recipe's own policy: a backend around it
+        self.backend = as_backend(policy)
+
+    def _rollout_backend(self) -> RolloutBackend:
+        """The trainer's own generation backend (``rollout_backend``; with Ray workers the
+        trainer's is HF: the workers generate)."""
         cfg = self.config
         sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
-                        seed=cfg.seed)
+                        seed=cfg.seed, batch_size=cfg.generation_batch_size)
         if cfg.rollout_backend == "vllm" and not cfg.rollout_workers:
-            # the engine reads model files itself: a directory, not an alias such as smollm2
-            return make_rollout_policy("vllm", local_model_dir(self.model_path), self.tokenizer, **sampling)
-        return make_rollout_policy("hf", self.full_model, self.tokenizer, batch_size=cfg.generation_batch_size,
-                                   **sampling)
+            # the engine reads model files itself: a directory, not an alias such as smollm2; it
+            # computes in the learner's dtype and holds only as long a sequence as the env makes
+            engine = {"dtype": cfg.dtype, "max_model_len": cfg.max_context_tokens + cfg.max_turn_tokens,
+                      "gpu_memory_utilization": cfg.vllm_gpu_memory_utilization, **cfg.vllm_kwargs}
+            return make_rollout_policy("vllm", local_model_dir(self.model_path), self.tokenizer,
+                                       **sampling, **engine)
+        return make_rollout_policy("hf", self.full_model, self.tokenizer, **sampling)
 
     def _push_weights(self) -> None:
         """The updated weights into the engines that generate with their own copy: the Ray
@@ -177,8 +212,7 @@ class Trainer:
             D.copy_into(self.full_model, self.model)
         if self.pool is not None:
             self.pool.push_weights(self.full_model)
-        if hasattr(self.policy, "load_weights"):
-            self.policy.load_weights(self.full_model.named_parameters())
+        self.backend.load_weights(self.full_model.named_parameters())  # (HF on this very model: nothing to copy)
 
     def _rollout_pool(self, retriever: Any) -> Any:
         """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
@@ -190,11 +224,27 @@ class Trainer:
         return RayRolloutPool(cfg.rollout_workers, model=self.full_model, tokenizer=self.tokenizer,
                               env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
                               backend=cfg.rollout_backend, address=cfg.ray_address,
-                              num_gpus=1.0 if cfg.rollout_backend == "vllm" else 0.0,
                               retriever_index=cfg.retriever_index,
                               policy_kwargs=dict(temperature=cfg.temperature, top_p=cfg.top_p,
                                                  max_new_tokens=cfg.max_turn_tokens,
                                                  batch_size=cfg.generation_batch_size))
+
+    def close(self) -> None:
+        """Free what this Trainer holds before another is built (the pipeline's next stage):
+        the rollout engine (vLLM allows one sleep-mode engine per process, and its memory
+        is the GPU's), the Ray workers, the models, the Teacher and the optimizer. Its step,
+        questions and metrics stay readable; it cannot train or validate after it."""
+        if self.backend is not None:
+            self.backend.close()
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.writer is not None:
+            self.writer.close()
+        self.backend = self.pool = self.writer = None
+        self.model = self.full_model = self.optimizer = self.teacher = self.critic = self.frozen_shards = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ setup
 
@@ -242,7 +292,8 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One batch of rollouts and the update on it."""
         t0 = time.perf_counter()
-        groups = self.collect_rollouts()
+        with self.precision.compute():
+            groups = self.collect_rollouts()
         return self.learn(groups, rollout_s=time.perf_counter() - t0)
 
     def collect_rollouts(self) -> list[list[Episode]]:
@@ -278,24 +329,29 @@ class Trainer:
         cfg = self.config
         t1 = time.perf_counter()
         if self.engine_sleeps:  # the engine's GPU memory goes to scoring and the update; the new
-            self.policy.sleep()  # weights wake it (_push_weights -> load_weights)
+            self.backend.sleep()  # weights wake it (_push_weights -> load_weights)
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
         mine = self.dist.shard(rows) if self.dist is not None else rows  # scoring split by tokens
-        for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
-                                              pad_id=self.pad_id, temperature=cfg.temperature)):
-            row.old_logp = logp
-        # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
-        if self.teacher is not None:
-            score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
-                               max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
+        with self.precision.compute():  # the dtype the update's forward computes in
+            for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
+                                                  pad_id=self.pad_id, temperature=cfg.temperature)):
+                row.old_logp = logp
+            # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
+            if self.teacher is not None:
+                score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
+                                   max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
         if self.dist is not None:  # every rank gets every row's scores: advantages as in one process
             self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
         # 4. per-token advantages by role (and which rows are trained)
         assign_advantages(rows, groups, cfg, critic=self.critic)
         t2 = time.perf_counter()
         # 5. the update
-        update = self.update(rows)
+        try:
+            update = self.update(rows)
+        except NonFiniteLoss:  # a skipped step: the engine gets the unchanged weights back, awake
+            self._push_weights()
+            raise
         self._push_weights()
         t3 = time.perf_counter()
         self.step += 1
@@ -483,7 +539,8 @@ class Trainer:
         ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))
         # (N,) with graph; FSDP2 gathers parameters in the root module's forward, which the
         # chunked output layer (decoder, then head) bypasses: the model's own forward there
-        flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature, chunk_elements=0 if self.fsdp else None)
+        with self.precision.compute(cache=False):  # (the backward runs outside: autocast recorded each op's dtype)
+            flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature, chunk_elements=0 if self.fsdp else None)
 
         def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
             return torch.nn.utils.rnn.pad_sequence(
@@ -517,8 +574,9 @@ class Trainer:
                            max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
                            batch_size=cfg.generation_batch_size)
         self.full_model.eval()
-        groups = collect(self.env_fn(questions), sampler, questions, cfg.val_runs,
-                         seed=cfg.seed + 99_991)
+        with self.precision.compute():
+            groups = collect(self.env_fn(questions), sampler, questions, cfg.val_runs, seed=cfg.seed + 99_991,
+                             progress=f"validate step {self.step}" if self.progress else False)
         self.model.train()
         records = [question_record(g) for g in groups]
         path = validation_path(self.out, self.step)
@@ -625,6 +683,10 @@ def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row],
     all_old = np.concatenate([r.old_logp for r in rows]) if rows else np.zeros(1)
     metrics["policy/entropy"] = float(-all_old.mean())  # Monte-Carlo estimate on sampled tokens
     return metrics
+
+
+def _quiet(line: str) -> None:
+    """The log of a rank other than 0."""
 
 
 def _tensorboard(path: Path) -> Any:

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from algos.__main__ import BOOLEANS, main, parse_overrides
+from algos.__main__ import main, parse_overrides
+from algos.config import BOOLEANS
 from algos.preflight import PreflightError, check_retriever
 
 

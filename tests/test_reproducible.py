@@ -163,6 +163,9 @@ def test_the_pipeline_runs_on_its_thread_count_and_its_lines_name_the_base(monke
             self.step = 1
             return {"history": [{"val/avg@1": self.validate()}]}
 
+        def close(self):
+            pass
+
     monkeypatch.setattr(algos.pipeline, "Trainer", FakeTrainer)
     lines = []
     before = torch.get_num_threads()

@@ -126,13 +126,33 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
     # only to take the updated weights
     events, before = [], next(trainer.full_model.parameters()).detach().clone()
 
-    class Engine:
+    class Engine:  # the rollout-backend contract (agents.backends), recording what the learner asks
+        can_sleep = True
+
+        def act(self, observations):
+            raise AssertionError("no rollout in learn()")
+
         def sleep(self):
             events.append("sleep")
+
+        def wake_up(self):
+            events.append("wake_up")
 
         def load_weights(self, named):
             weights = dict(named)
             events.append(("load", not torch.equal(weights[next(iter(weights))], before)))
+
+        def reseed(self, seed):
+            pass
+
+        def get_state(self):
+            return None
+
+        def set_state(self, state):
+            pass
+
+        def close(self):
+            pass
 
     trainer.policy, trainer.engine_sleeps = Engine(), True
     metrics = trainer.learn(groups)
@@ -435,3 +455,93 @@ def test_questions_reach_ray_workers_as_json_text():
     assert isinstance(text, str)
     assert questions_from_json(text) == [Question.of(q) for q in items]
     assert questions_from_json(text)[0].golden_answers == ("Ludina", "L.")
+
+
+def test_the_process_group_waits_two_hours_unless_told(monkeypatch):
+    """NCCL stops a job after 10 minutes in a collective by default, while rank 0 validates
+    or saves alone (review B6): the group is made with a long, configurable timeout."""
+    from datetime import timedelta
+
+    import torch
+
+    from algos import distributed as D
+
+    made = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("MOPD_DIST_TIMEOUT_S", raising=False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kw: made.append((backend, kw)))
+    dist = D.from_env("cpu")
+    assert (dist.rank, dist.world) == (1, 2)
+    D.from_env("cpu", timeout_s=90)
+    monkeypatch.setenv("MOPD_DIST_TIMEOUT_S", "600")
+    D.from_env("cpu")
+    assert made == [("gloo", {"timeout": timedelta(hours=2)}), ("gloo", {"timeout": timedelta(seconds=90)}),
+                    ("gloo", {"timeout": timedelta(minutes=10)})]
+
+
+def test_gradients_are_summed_in_place_in_buckets_per_dtype(tmp_path, monkeypatch):
+    """No whole-model flat copy (review S4): each dtype's gradients go in buckets of at most
+    ``bucket_bytes``, summed where they lie; a bfloat16 gradient stays bfloat16 (a float32
+    flat buffer used to promote it), a missing one becomes zeros."""
+    import torch
+
+    from algos.distributed import Dist
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shapes = [((3, 4), torch.float32), ((5,), torch.bfloat16), ((2,), torch.float32), ((20,), torch.float32),
+                  ((6,), torch.float32)]
+        params = [torch.nn.Parameter(torch.zeros(s, dtype=d)) for s, d in shapes]
+        for i, p in enumerate(params):
+            if i != 2:  # parameter 2 got no gradient on this rank
+                p.grad = torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) + i
+        grads = [p.grad for p in params]
+        values = [None if g is None else g.clone() for g in grads]
+        reduced = []
+        real = torch.distributed.all_reduce
+        monkeypatch.setattr(torch.distributed, "all_reduce",
+                            lambda t, **kw: reduced.append((t.numel(), t.dtype)) or real(t, **kw))
+        # 64 bytes: float32 [12 values] alone (48 B; +8 B of param 2 fits: 56 B), then [20] (80 B,
+        # its own bucket), then [6]; bfloat16 [5] in its own
+        Dist(rank=0, world=1, device=torch.device("cpu")).all_reduce_grads(params, bucket_bytes=64)
+        assert reduced == [(14, torch.float32), (5, torch.bfloat16), (20, torch.float32), (6, torch.float32)]
+        for i, p in enumerate(params):
+            assert p.grad.dtype == p.dtype
+            if i != 2:
+                assert p.grad is grads[i] and torch.equal(p.grad, values[i])  # in place, one rank: unchanged
+        assert torch.equal(params[2].grad, torch.zeros(2))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_the_fsdp_replica_is_refreshed_one_parameter_at_a_time(tmp_path, monkeypatch):
+    """``copy_into`` gathers each parameter in turn into the replica, never a whole state dict
+    on the device (review S4); a tied output layer follows its embedding."""
+    import copy
+
+    import torch
+    from torch.distributed.checkpoint import state_dict as dcp_state_dict
+
+    from agents.models import tiny_causal_lm
+    from algos import distributed as D
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = tiny_causal_lm(64, hidden_size=8, num_layers=2, num_heads=2, seed=0, tie_word_embeddings=True)
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        replica = copy.deepcopy(model)
+        D.fully_shard_model(model)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+        monkeypatch.setattr(dcp_state_dict, "get_model_state_dict",
+                            lambda *a, **k: (_ for _ in ()).throw(AssertionError("a whole state dict")))
+        D.copy_into(replica, model)
+        for name, p in model.named_parameters():
+            assert torch.equal(replica.get_parameter(name), p.full_tensor()), name
+        assert torch.equal(replica.lm_head.weight, model.model.embed_tokens.weight.full_tensor())
+        del model
+    finally:
+        torch.distributed.destroy_process_group()
