@@ -2,9 +2,13 @@
 
     python -m benchmarks.retrieval_load                  # serve the synthetic world, load it
     python -m benchmarks.retrieval_load --url http://127.0.0.1:8000/retrieve   # an external server
+    python -m benchmarks.retrieval_load --fairness       # one small client beside six greedy ones
 
 Prints requests/s, latency percentiles and (for our server) the mean number of queries per
 encoder batch: the figure that shows requests are batched across clients (PITFALLS 7).
+``--fairness`` measures a one-query client's latency alone, then beside ``--greedy`` clients
+that each send the largest request the server accepts (1,024 queries, topk 100) back to
+back, and prints the ratio of the two p99s (issue #27.6: within 5x).
 The defaults finish in well under a minute on two cores; docs/retrieval_server.md has the
 figures before and after the move to FastAPI + uvicorn, and the command that measured them.
 """
@@ -106,6 +110,108 @@ def run_load(
     return report
 
 
+@dataclass
+class FairnessReport:
+    """A one-query client's latencies alone and beside greedy clients."""
+
+    alone: LoadReport
+    beside: LoadReport
+    greedy_requests: int = 0
+    """Greedy requests answered while the small client ran."""
+    greedy_errors: list[str] = field(default_factory=list)
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.beside.latency_ms(0.99) / self.alone.latency_ms(0.99)
+
+
+def _post(url: str, payload: dict, timeout_s: float) -> bytes:
+    req = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return resp.read()
+
+
+def _small_client(url: str, queries: Sequence[str], requests: int, time_limit_s: float,
+                  topk: int) -> LoadReport:
+    """One client sending one-query requests one after another."""
+    report = LoadReport(sent=0, ok=0)
+    start = time.perf_counter()
+    for i in range(requests):
+        if time.perf_counter() - start > time_limit_s:
+            break
+        t0 = time.perf_counter()
+        try:
+            result = json.loads(_post(url, {"queries": [queries[i % len(queries)]], "topk": topk,
+                                            "return_scores": True}, 300))["result"]
+            error = None if len(result) == 1 and result[0] else f"bad answer shape for request {i}"
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        report.sent += 1
+        if error is None:
+            report.ok += 1
+            report.latencies_s.append(time.perf_counter() - t0)
+        else:
+            report.error_count += 1
+            report.errors.append(error)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def run_fairness(
+    url: str,
+    queries: Sequence[str],
+    greedy: int = 6,
+    greedy_queries: int = 1024,
+    greedy_topk: int = 100,
+    small_requests: int = 100,
+    small_topk: int = 3,
+    time_limit_s: float = 60.0,
+    settle_s: float = 2.0,
+) -> FairnessReport:
+    """A one-query client's latencies alone (``small_requests`` requests, one at a time), then
+    beside ``greedy`` threads that each send ``greedy_queries`` queries at ``greedy_topk`` per
+    request, back to back, starting ``settle_s`` before the small client does. Each phase
+    stops after ``time_limit_s``. The greedy answers (about 20 MB each) are read, not
+    parsed, so their clients cost this process little. The greedy threads stop when the
+    small client is done; a greedy request still waiting then is abandoned (its client
+    times out after ``time_limit_s``), so stop the server after this returns."""
+    alone = _small_client(url, queries, small_requests, time_limit_s, small_topk)
+    stop = threading.Event()
+    lock = threading.Lock()
+    done: list[int] = [0]
+    errors: list[str] = []
+
+    def greedy_client(g: int) -> None:
+        n = 0
+        while not stop.is_set():
+            batch = [queries[(g * 7919 + n * greedy_queries + j) % len(queries)]
+                     for j in range(greedy_queries)]
+            n += 1
+            try:
+                raw = _post(url, {"queries": batch, "topk": greedy_topk, "return_scores": True},
+                            time_limit_s + 60)
+                ok = raw.startswith(b'{"result":[')
+            except Exception as e:
+                ok = False
+                if not stop.is_set():
+                    with lock:
+                        errors.append(f"{type(e).__name__}: {e}")
+            with lock:
+                done[0] += ok and not stop.is_set()
+            if not ok:
+                return
+
+    pool = [threading.Thread(target=greedy_client, args=(g,), daemon=True) for g in range(greedy)]
+    for t in pool:
+        t.start()
+    time.sleep(settle_s)
+    beside = _small_client(url, queries, small_requests, time_limit_s, small_topk)
+    stop.set()
+    return FairnessReport(alone, beside, done[0], errors[:10])
+
+
 def _health(url: str) -> dict:
     health_url = url.rsplit("/", 1)[0] + "/health"
     try:
@@ -149,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=64,
-        help="most queries per encoder batch of the server this command starts (default 64)",
+        default=4,
+        help="most queries per encoder batch of the server this command starts (default 4, "
+        "the server's on a CPU)",
     )
     parser.add_argument(
         "--time-limit",
@@ -158,8 +265,23 @@ def main(argv: list[str] | None = None) -> int:
         default=45.0,
         help="seconds after which no new request is sent (default 45)",
     )
+    parser.add_argument(
+        "--fairness",
+        action="store_true",
+        help="measure a one-query client alone and beside --greedy maximal clients instead",
+    )
+    parser.add_argument(
+        "--greedy", type=int, default=6, help="greedy clients for --fairness (default 6)"
+    )
+    parser.add_argument(
+        "--small-requests",
+        type=int,
+        default=100,
+        help="one-query requests per phase of --fairness (default 100)",
+    )
     args = parser.parse_args(argv)
-    for option in ("requests", "threads", "topk", "queries_per_request", "max_batch"):
+    for option in ("requests", "threads", "topk", "queries_per_request", "max_batch", "greedy",
+                   "small_requests"):
         if getattr(args, option) < 1:
             return _refuse(f"--{option.replace('_', '-')} {getattr(args, option)}: must be >= 1")
     if not args.time_limit > 0:
@@ -187,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         url = server.url
         retriever.search(queries[:1])  # warm up outside the timed run
     before = _health(url)
+    if args.fairness:
+        return _fairness(url, queries, args, before, server)
     try:
         report = run_load(
             url,
@@ -214,6 +338,31 @@ def main(argv: list[str] | None = None) -> int:
     for error in report.errors:
         print("error:", error)
     return 0 if report.error_count == 0 else 1
+
+
+def _fairness(url: str, queries: Sequence[str], args: argparse.Namespace, before: dict,
+              server) -> int:
+    try:
+        report = run_fairness(url, queries, greedy=args.greedy, small_requests=args.small_requests,
+                              time_limit_s=args.time_limit)
+    finally:
+        after = _health(url)
+        if server is not None:
+            server.stop()
+    for name, r in (("alone", report.alone), (f"beside {args.greedy} greedy", report.beside)):
+        print(
+            f"one-query client {name}: {r.ok}/{r.sent} ok in {r.seconds:.1f} s; latency "
+            f"p50 {r.latency_ms(0.5):.1f} ms, p99 {r.latency_ms(0.99):.1f} ms"
+        )
+    served = after.get("queries", 0) - before.get("queries", 0)
+    print(
+        f"greedy: {report.greedy_requests} requests of 1024 queries answered meanwhile; "
+        f"{served} queries searched in all"
+    )
+    print(f"p99 ratio (beside / alone): {report.p99_ratio:.1f}")
+    for error in report.alone.errors + report.beside.errors + report.greedy_errors:
+        print("error:", error)
+    return 0 if not (report.alone.error_count or report.beside.error_count) else 1
 
 
 if __name__ == "__main__":

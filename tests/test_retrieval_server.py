@@ -477,3 +477,47 @@ def test_bad_settings_are_refused_in_one_line(capsys):
     assert "max_query_chars=-5 (must be a positive integer) (set by --max-query-chars)" in (
         capsys.readouterr().err
     )
+
+
+def test_skyrl_gym_single_query_request_gets_passages(server, retriever):
+    """SkyRL-gym 0.4.0's SearchEnv (skyrl_gym/tools/search.py) POSTs one query as
+    {"query": str, "topk": n, "return_scores": true} and reads
+    result[i][j]["document"]["contents"] (issue #31.4)."""
+    query = "What is the capital of Japan?"
+    req = urllib.request.Request(
+        server.url,
+        data=json.dumps({"query": query, "topk": 2, "return_scores": True}).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        api_response = json.loads(resp.read())
+    # What SkyRL's _passages2string does with it:
+    docs = [
+        [doc_item["document"]["contents"].strip() for doc_item in retrieval]
+        for retrieval in api_response.get("result", [])
+    ]
+    want = [p.contents for p in retriever.search([query], top_k=2)[0]]
+    assert docs == [want] and "Tokyo" in docs[0][0]
+    # The same answer as Search-R1's body for that one query, byte for byte.
+    status, body = post(server.url, {"queries": [query], "topk": 2, "return_scores": True})
+    assert status == 200 and body == api_response
+
+
+@pytest.mark.parametrize(
+    "payload, status, message",
+    [
+        ({"query": "largest hot desert", "top_k": 1}, 200, None),  # PettingLLMs' spelling
+        ({"query": "largest hot desert", "topk": 1, "top_k": 5}, 200, None),  # topk wins
+        ({"query": 5}, 400, "'query': Input should be a valid string, got 5"),
+        ({"query": "x", "top_k": 50}, 400, "'topk' must be in [1, 10], got 50"),
+        ({"topk": 2}, 400, "'queries': Field required"),
+    ],
+)
+def test_single_query_requests_are_checked(server, payload, status, message):
+    got, body = post(server.url, payload)
+    assert got == status
+    if message is None:
+        assert [[h["id"] for h in hits] for hits in body["result"]] == [["d5"]]  # bare documents
+    else:
+        assert list(body) == ["error"] and body["error"].startswith(message)

@@ -3,7 +3,7 @@
 python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
                                [--index-file e5_Flat.index [--no-mmap]] [--lazy]
                                [--pooling auto|model|mean|cls]
-                               [--host 127.0.0.1] [--port 8000] [--max-batch 64] [--topk 3]
+                               [--host 127.0.0.1] [--port 8000] [--max-batch 4] [--topk 3]
                                [--max-body-bytes N] [--max-query-chars N] [--keep-alive S]
 python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
 
@@ -118,6 +118,7 @@ _FLAGS = {
     "default_topk": "--topk",
     "max_topk": "--max-topk",
     "max_queries": "--max-queries",
+    "max_waiting_queries": "--max-waiting-queries",
     "max_body_bytes": "--max-body-bytes",
     "max_query_chars": "--max-query-chars",
     "keep_alive_s": "--keep-alive",
@@ -129,11 +130,12 @@ def _server_settings(args: argparse.Namespace) -> dict:
     return {
         "host": args.host,
         "port": args.port,
-        "max_batch": args.max_batch,
+        "max_batch": args.max_batch if args.max_batch is not None else (4 if args.device == "cpu" else 64),
         "batch_wait_s": args.batch_wait_ms / 1000,
         "default_topk": args.topk,
         "max_topk": args.max_topk,
         "max_queries": args.max_queries,
+        "max_waiting_queries": args.max_waiting_queries,
         "max_body_bytes": args.max_body_bytes,
         "max_query_chars": args.max_query_chars,
         "keep_alive_s": args.keep_alive,
@@ -156,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--port", type=int, default=8000, help="TCP port to listen on (default 8000; 0: any free one)"
     )
-    serve.add_argument("--max-batch", type=int, default=64, help="most queries per encoder batch")
+    serve.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help="most queries per encoder batch (default 4 on a CPU encoder, which keeps small "
+        "requests fast beside big ones; 64 on a GPU)",
+    )
     serve.add_argument(
         "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
     )
@@ -168,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
     serve.add_argument("--max-queries", type=int, default=1024, help="most queries per request")
+    serve.add_argument(
+        "--max-waiting-queries",
+        type=int,
+        default=8192,
+        help="most queries waiting for the encoder, all requests together (503 with Retry-After above)",
+    )
     serve.add_argument(
         "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
     )

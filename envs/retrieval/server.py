@@ -4,6 +4,9 @@
       -> 200 {"result": [[{"document": {"id": "0", "contents": "\\"Title\\"\\ntext"},
                             "score": 0.83}, ...], ...]}
          (with "return_scores": false, the default as in Search-R1, a hit is the bare document)
+    POST /retrieve {"query": "q1", "topk" or "top_k": 3, "return_scores": true}
+      -> the same answer for the one query, {"result": [[...]]}: SkyRL-gym's SearchEnv
+         (and PettingLLMs) send one query so, and read result[0][j]["document"]["contents"]
     GET /health -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...,
                         "rejected": ...}
 
@@ -27,16 +30,24 @@ within ``keep_alive_s`` of the connection opening or of the previous answer, els
 connection is closed; a body that stalls for ``keep_alive_s`` gets a 408. Should a batched retriever call still fail, each request of that batch is retried
 alone, so the error reaches only the requests that cause it.
 
-Requests are batched across clients (PITFALLS 7): the handlers put their queries on an
-asyncio queue, and one batcher takes whatever is queued, up to ``max_batch`` queries
-gathered within ``batch_wait_s``, and calls ``retriever.search`` once per distinct
-``topk`` in it, in a worker thread so the event loop keeps accepting requests.
+Requests are batched across clients (PITFALLS 7) and served fairly: the handlers put
+their requests in a :class:`FairQueue`, and one batcher takes up to ``max_batch`` queries
+from it, gathered within ``batch_wait_s``, a query of each waiting request in turn (fair
+queuing, small requests first among equals), and calls ``retriever.search`` once per
+distinct ``topk`` in the batch, in a worker thread so the event loop keeps accepting
+requests. A request of 1,024 queries is thus served over many batches, and a one-query
+request that arrives beside it waits for the batch in flight, not for the whole of it.
+The pieces are put back in order, with the bytes one search call would render; the dense
+encoder's last bits (about 1e-7 on a score) depend on which queries share its batch, as
+they did when whole requests were batched together. Past ``max_waiting_queries`` queries
+waiting, a request gets a 503 with ``Retry-After: 1``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -72,6 +83,16 @@ class QueryRequest(BaseModel):
     return_scores: bool = False
 
 
+class SingleQueryRequest(BaseModel):
+    """The one-query request of SkyRL-gym's SearchEnv (``{"query", "topk", "return_scores"}``)
+    and PettingLLMs (``top_k``)."""
+
+    query: str
+    topk: int | None = None
+    top_k: int | None = None
+    return_scores: bool = False
+
+
 class _HttpError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -81,13 +102,93 @@ class _HttpError(Exception):
 
 @dataclass
 class _Job:
-    """One validated request's queries waiting for the batcher."""
+    """One validated request's queries, served by the batcher a few at a time.
+
+    ``pieces[i]`` is query i's rendered hit list once a batch has served it; ``reply`` is
+    set when every query is served (200) or one of them failed (5xx)."""
 
     queries: list[str]
     topk: int
     return_scores: bool
     future: asyncio.Future | None = None
     reply: tuple[int, bytes] | None = field(default=None, repr=False)
+    taken: int = 0
+    """Queries handed to batches so far."""
+    answered: int = 0
+    """Queries served so far."""
+    abandoned: bool = False
+    """The client got its 503 (``request_timeout_s``): serve no more of it."""
+    pieces: list[bytes | None] = field(default_factory=list, repr=False)
+
+
+_Segment = tuple[_Job, int, int]
+"""Queries ``start:stop`` of a job, in one batch."""
+
+
+class FairQueue:
+    """Requests waiting for the retriever, served a query at a time by start-time fair queuing.
+
+    Each request has a tag: the virtual time at which it arrived (the tag of the last query
+    taken), plus one for each of its queries taken since. :meth:`take` fills a batch of up
+    to ``max_batch`` queries, each time from the request with the lowest tag, and among
+    equal tags from the one with the fewest queries left (then the earliest). So requests
+    that wait together progress a query each in turn; a newly arrived request ties with
+    the least-served of them, and a small one goes first: it waits for the batch in flight,
+    not for one query of every request ahead of it. A request alone gets whole batches.
+    The cost counted is queries: encoding them is most of a request's time
+    (docs/retrieval_server.md has the measurement). Used from the event loop only.
+    """
+
+    def __init__(self, max_batch: int):
+        self.max_batch = max_batch
+        self.queued = 0
+        """Queries waiting, not yet taken into a batch."""
+        self._heap: list[tuple[int, int, int, _Job]] = []  # (tag, left, arrival, job)
+        self._vtime = 0
+        self._arrivals = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, job: _Job) -> None:
+        left = len(job.queries) - job.taken
+        if left > 0:
+            self._arrivals += 1
+            heapq.heappush(self._heap, (self._vtime, left, self._arrivals, job))
+            self.queued += left
+
+    def discard(self, job: _Job) -> None:
+        for n, entry in enumerate(self._heap):
+            if entry[3] is job:
+                self._heap[n] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                self.queued -= entry[1]
+                return
+
+    def drain(self) -> list[_Job]:
+        jobs = [entry[3] for entry in self._heap]
+        self._heap, self.queued = [], 0
+        return jobs
+
+    def take(self) -> list[_Segment]:
+        """The next batch: (job, start, stop) segments in the order their queries are searched."""
+        batch: list[_Segment] = []
+        room = self.max_batch
+        while room > 0 and self._heap:
+            tag, left, arrival, job = heapq.heappop(self._heap)
+            self._vtime = tag
+            if batch and batch[-1][0] is job:  # the same request again: extend its segment
+                _, start, _ = batch.pop()
+            else:
+                start = job.taken
+            job.taken += 1
+            batch.append((job, start, job.taken))
+            room -= 1
+            self.queued -= 1
+            if left > 1:
+                heapq.heappush(self._heap, (tag + 1, left - 1, arrival, job))
+        return batch
 
 
 # -- the stored documents ---------------------------------------------------------------------
@@ -287,12 +388,19 @@ class RetrievalServer:
 
     Args:
         retriever: any Retriever; called from one worker thread only.
-        max_batch: most queries per ``retriever.search`` call (one request bigger than this
-            is still answered in one call).
+        max_batch: most queries per ``retriever.search`` call; a bigger request is served
+            over several calls, taking turns with the other requests waiting. The batch in
+            flight is what a newly arrived request waits for first, so on a CPU encoder
+            (where a query costs about the same in any batch) a small ``max_batch`` keeps
+            small requests fast under load (4: a one-query request beside six of 1,024
+            queries waits about 3x its time alone, docs/retrieval_server.md); on a GPU, where
+            64 queries cost about what one does, use 64.
         batch_wait_s: how long the batcher waits for more requests to join a batch.
         default_topk: ``topk`` when a request leaves it out, null or 0 (Search-R1's ``--topk``).
         max_topk: largest ``topk`` accepted.
         max_queries: most queries in one request.
+        max_waiting_queries: most queries waiting for the retriever, all requests together;
+            a request that would go over gets a 503 with ``Retry-After: 1``.
         max_body_bytes: largest request body accepted (413 above).
         max_query_chars: longest query accepted, in characters (413 above).
         keep_alive_s: a connection silent this long is closed.
@@ -310,11 +418,12 @@ class RetrievalServer:
         retriever: Retriever,
         host: str = "127.0.0.1",
         port: int = 8000,
-        max_batch: int = 64,
+        max_batch: int = 4,
         batch_wait_s: float = 0.003,
         default_topk: int = 3,
         max_topk: int = 100,
         max_queries: int = 1024,
+        max_waiting_queries: int = 8192,
         max_body_bytes: int = 1 << 20,
         max_query_chars: int = 4096,
         keep_alive_s: float = 5.0,
@@ -325,12 +434,18 @@ class RetrievalServer:
             "max_batch": max_batch,
             "max_topk": max_topk,
             "max_queries": max_queries,
+            "max_waiting_queries": max_waiting_queries,
             "max_body_bytes": max_body_bytes,
             "max_query_chars": max_query_chars,
         }
         for name, value in limits.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"bad server limit: {name}={value!r} (must be a positive integer)")
+        if max_waiting_queries < max_queries:
+            raise ValueError(
+                f"bad server limit: max_waiting_queries={max_waiting_queries} (must be at least "
+                f"max_queries={max_queries}, or a request of max_queries could never be served)"
+            )
         if not 1 <= default_topk <= max_topk:
             raise ValueError(
                 f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])"
@@ -349,6 +464,7 @@ class RetrievalServer:
         self.default_topk = default_topk
         self.max_topk = max_topk
         self.max_queries = max_queries
+        self.max_waiting_queries = max_waiting_queries
         self.max_body_bytes = max_body_bytes
         self.max_query_chars = max_query_chars
         self.keep_alive_s = keep_alive_s
@@ -359,8 +475,12 @@ class RetrievalServer:
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._queue: asyncio.Queue[_Job] | None = None
-        self._carry: _Job | None = None
+        self._fair = FairQueue(max_batch)
+        self._arrived: asyncio.Event | None = None  # set while jobs wait in _fair
+        self._full: asyncio.Event | None = None  # set when _fair holds a whole batch
+        self._in_flight: list[_Segment] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
         self.app = self._make_app()
 
     @property
@@ -414,6 +534,12 @@ class RetrievalServer:
         """Stop serving and join the threads; requests still queued get a 503."""
         if self._uvicorn is None:
             return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # Answer what waits now: uvicorn would otherwise wait for those handlers, then
+            # cancel them, before the lifespan's shutdown runs.
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._close_queue)
         self._uvicorn.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=15)
@@ -442,7 +568,9 @@ class RetrievalServer:
     def _make_app(self) -> FastAPI:
         @contextlib.asynccontextmanager
         async def lifespan(app: FastAPI):
-            self._queue = asyncio.Queue()
+            self._fair = FairQueue(self.max_batch)
+            self._arrived, self._full = asyncio.Event(), asyncio.Event()
+            self._loop, self._closing = asyncio.get_running_loop(), False
             batcher = asyncio.create_task(self._batch_loop())
             try:
                 yield
@@ -467,16 +595,29 @@ class RetrievalServer:
             except _HttpError as e:
                 self._count(rejected=1)
                 return _error(e.status, e.message, close=e.status in (408, 413))
-            self._count(requests=1)
             if not job.queries:
+                self._count(requests=1)
                 return Response(_render({"result": []}), media_type="application/json")
+            if self._closing:
+                return _error(503, "the retrieval server is shutting down")
+            if self._fair.queued + len(job.queries) > self.max_waiting_queries:
+                self._count(rejected=1)
+                return _error(
+                    503,
+                    f"the server is busy: {self._fair.queued} queries waiting, at most "
+                    f"{self.max_waiting_queries}; retry later",
+                    headers={"Retry-After": "1"},
+                )
+            self._count(requests=1)
             job.future = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait(job)
+            self._enqueue(job)
             try:
                 status, body = await asyncio.wait_for(
                     asyncio.shield(job.future), self.request_timeout_s
                 )
             except asyncio.TimeoutError:
+                job.abandoned = True
+                self._fair.discard(job)
                 return _error(503, f"retrieval timed out after {self.request_timeout_s} s")
             return Response(body, status_code=status, media_type="application/json")
 
@@ -536,12 +677,21 @@ class RetrievalServer:
         return b"".join(chunks)
 
     def parse_request(self, body: bytes) -> _Job:
-        """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) if it is bad."""
+        """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) if it is bad.
+        Search-R1's ``queries`` wins when a body has both it and ``query``."""
         req = _parse_json(body)
         if not isinstance(req, dict):
             raise _HttpError(400, f"the body must be a JSON object, got {type(req).__name__}")
         try:
-            parsed = QueryRequest.model_validate(req)
+            if "query" in req and "queries" not in req:
+                single = SingleQueryRequest.model_validate(req)
+                parsed = QueryRequest(
+                    queries=[single.query],
+                    topk=single.topk or single.top_k,
+                    return_scores=single.return_scores,
+                )
+            else:
+                parsed = QueryRequest.model_validate(req)
         except ValidationError as e:
             raise _HttpError(400, _validation_message(e)) from None
         queries = parsed.queries
@@ -559,85 +709,98 @@ class RetrievalServer:
             raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
         return _Job([_clean(q) for q in queries], topk, parsed.return_scores)
 
+    def _enqueue(self, job: _Job) -> None:
+        job.pieces = [None] * len(job.queries)
+        self._fair.add(job)
+        self._arrived.set()
+        if self._fair.queued >= self.max_batch:
+            self._full.set()
+
     # -- the batcher --------------------------------------------------------------------------
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        queue = self._queue
+        fair = self._fair
         while True:
-            job = self._carry if self._carry is not None else await queue.get()
-            self._carry = None
-            batch, n = [job], len(job.queries)
-            deadline = loop.time() + self.batch_wait_s
-            while n < self.max_batch:
-                try:
-                    wait = deadline - loop.time()
-                    nxt = (
-                        queue.get_nowait()
-                        if wait <= 0
-                        else await asyncio.wait_for(queue.get(), wait)
-                    )
-                except (asyncio.QueueEmpty, asyncio.TimeoutError):
-                    break
-                if n + len(nxt.queries) > self.max_batch:
-                    self._carry = nxt
-                    break
-                batch.append(nxt)
-                n += len(nxt.queries)
+            await self._arrived.wait()
+            if fair.queued < self.max_batch and self.batch_wait_s > 0:
+                self._full.clear()
+                with contextlib.suppress(asyncio.TimeoutError):  # wait for more to join
+                    await asyncio.wait_for(self._full.wait(), self.batch_wait_s)
+            batch = fair.take()
+            if fair.queued < self.max_batch:
+                self._full.clear()
+            if not fair.queued:
+                self._arrived.clear()
+            if not batch:
+                continue
+            self._in_flight = batch
             try:
                 await loop.run_in_executor(self._executor, self._serve_batch, batch)
             except Exception as e:  # the batcher must outlive any one batch
-                for job in batch:
+                for job, _, _ in batch:
                     _fail(job, e)
-            for job in batch:
-                if not job.future.done():
-                    job.future.set_result(job.reply)
+            self._in_flight = []
+            for job in _jobs_of(batch):
+                if job.reply is not None:
+                    fair.discard(job)  # a failed job's other queries are not searched
+                    if not job.future.done():
+                        job.future.set_result(job.reply)
+
+    def _close_queue(self) -> None:
+        self._closing = True
+        self._fail_queued(503, "the retrieval server is shutting down")
 
     def _fail_queued(self, status: int, message: str) -> None:
-        jobs = [self._carry] if self._carry is not None else []
-        self._carry = None
-        while self._queue is not None and not self._queue.empty():
-            jobs.append(self._queue.get_nowait())
+        jobs = _jobs_of(self._in_flight) + self._fair.drain()
+        self._in_flight = []
         for job in jobs:
-            if not job.future.done():
+            if job.future is not None and not job.future.done():
                 job.future.set_result((status, _error_body(message)))
 
-    def _serve_batch(self, batch: Sequence[_Job]) -> None:
-        """Search for every job of ``batch`` (worker thread) and set each job's reply."""
-        by_topk: dict[int, list[_Job]] = {}
-        for job in batch:
-            by_topk.setdefault(job.topk, []).append(job)
-        for topk, jobs in by_topk.items():
+    def _serve_batch(self, batch: Sequence[_Segment]) -> None:
+        """Search for every segment of ``batch`` (worker thread), filling each job's pieces
+        and setting the reply of each job that is complete or failed."""
+        by_topk: dict[int, list[_Segment]] = {}
+        for seg in batch:
+            if seg[0].reply is None and not seg[0].abandoned:
+                by_topk.setdefault(seg[0].topk, []).append(seg)
+        for topk, segs in by_topk.items():
             try:
-                self._search(jobs, topk)
+                self._search(segs, topk)
             except Exception as e:
-                if len(jobs) == 1:
-                    _fail(jobs[0], e)
+                if len(_jobs_of(segs)) == 1:
+                    _fail(segs[0][0], e)
                     continue
                 # Isolate: retry each request alone, so only those that break the retriever fail.
-                for job in jobs:
+                for job in _jobs_of(segs):
                     try:
-                        self._search([job], topk)
+                        self._search([seg for seg in segs if seg[0] is job], topk)
                     except Exception as e_alone:
                         _fail(job, e_alone)
 
-    def _search(self, jobs: Sequence[_Job], topk: int) -> None:
-        queries = [q for job in jobs for q in job.queries]
+    def _search(self, segs: Sequence[_Segment], topk: int) -> None:
+        queries = [q for job, start, stop in segs for q in job.queries[start:stop]]
         results = self.retriever.search(queries, top_k=topk)
         if len(results) != len(queries):
             raise RuntimeError(f"the retriever answered {len(results)} of {len(queries)} queries")
         self._count(batches=1, queries=len(queries))
-        start = 0
-        for job in jobs:
-            hits = results[start : start + len(job.queries)]
-            start += len(job.queries)
+        i = 0
+        for job, start, stop in segs:
+            hits, i = results[i : i + stop - start], i + stop - start
+            if job.reply is not None:
+                continue
             try:
-                job.reply = (
-                    200,
-                    _render({"result": [self._hits(h, job.return_scores) for h in hits]}),
-                )
+                for n, h in enumerate(hits, start=start):
+                    job.pieces[n] = _render(self._hits(h, job.return_scores))
             except Exception as e:  # e.g. a NaN score, which JSON cannot carry
                 job.reply = (500, _error_body(f"cannot render the answer: {type(e).__name__}: {e}"))
+                continue
+            job.answered += stop - start
+            if job.answered == len(job.queries):
+                # The bytes _render({"result": [...]}) gives, from the pieces rendered so far.
+                job.reply = (200, b'{"result":[' + b",".join(job.pieces) + b"]}")
+                job.pieces = []
 
     def _hits(self, hits: Sequence[Passage], return_scores: bool) -> list[Any]:
         docs = [self._document(p) for p in hits]
@@ -669,14 +832,21 @@ def _documents_for(
     return None
 
 
+def _jobs_of(segments: Iterable[_Segment]) -> list[_Job]:
+    """The distinct jobs of ``segments``, in first-seen order."""
+    return list({id(job): job for job, _, _ in segments}.values())
+
+
 def _fail(job: _Job, e: Exception) -> None:
     log.warning("retrieval failed for %d queries: %r", len(job.queries), e)
     job.reply = (500, _error_body(f"retrieval failed: {type(e).__name__}: {e}"))
 
 
-def _error(status: int, message: str, close: bool = False) -> Response:
+def _error(
+    status: int, message: str, close: bool = False, headers: Mapping[str, str] | None = None
+) -> Response:
     # Close after a refused body: its unread bytes must not be parsed as the next request.
-    headers = {"connection": "close"} if close else None
+    headers = {**(headers or {}), **({"connection": "close"} if close else {})} or None
     return Response(
         _error_body(message), status_code=status, media_type="application/json", headers=headers
     )
