@@ -92,7 +92,7 @@ def _sb3(arg: str, *, seed: int, **_: Any) -> Any:
     from agents.sb3_leader import SB3LeaderPolicy
 
     if not arg:
-        raise ValueError("sb3 policy needs a path: sb3:<saved Leader directory or zip>")
+        raise ValueError("sb3 policy needs a path: sb3:<saved Leader directory (leader.safetensors + leader.json)>")
     return SB3LeaderPolicy(arg, seed=seed, make_policy=make_policy)
 
 
@@ -127,7 +127,7 @@ def _check_openai(arg: str) -> None:
 
 def _check_sb3(arg: str) -> None:
     if not arg:
-        raise ValueError("sb3: needs a path, sb3:<saved Leader directory or zip>")
+        raise ValueError("sb3: needs a path, sb3:<saved Leader directory (leader.safetensors + leader.json)>")
     if not Path(arg).exists():
         raise ValueError(f"sb3:{arg}: no such file or directory (train a Leader with "
                          "`python -m algos train-leader-sb3 --out DIR`)")
