@@ -158,14 +158,17 @@ def save_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = 
 
 
 def load_episodes(path: str | Path) -> list[Episode]:
-    """Read episodes written by :func:`save_episodes`; a bad line names file and line."""
+    """Read episodes written by :func:`save_episodes`; a bad line (bad JSON, nested too
+    deep, not an episode) names file and line."""
+    from envs.data.items import loads
+
     episodes = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                episodes.append(Episode.from_dict(json.loads(line)))
-            except (ValueError, TypeError) as err:
+                episodes.append(Episode.from_dict(loads(line)))
+            except (ValueError, TypeError, KeyError, AttributeError) as err:
                 raise ValueError(f"{path}:{lineno}: not an episode record: {err}") from err
     return episodes

@@ -189,3 +189,19 @@ def test_a_good_record_passes_the_checks(tmp_path):
     path.write_text(json.dumps(good_record()) + "\n", encoding="utf-8")
     (ep, values), = read_records(path)
     assert ep == Episode.from_dict(good_record()) and values is None
+
+
+@pytest.mark.parametrize("line, says", [
+    ("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep"),
+    ('{"not": "an episode"}', "not an episode record"),
+    ("{", "not an episode record"),
+])
+def test_sft_episode_files_name_a_bad_line_without_a_recursion_error(line, says, tmp_path):
+    """``algos sft --episodes`` reads with ``load_episodes``: a deep, foreign or cut line is a
+    ValueError naming file and line, never a RecursionError."""
+    from envs.episode import load_episodes
+
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=f"{path}:1: .*{says}"):
+        load_episodes(path)
