@@ -21,7 +21,6 @@ a live run holds (``algos.runlock``).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -117,10 +116,8 @@ def _dispatch(argv: list[str]) -> int:
         from algos.sb3_leader import main as sb3_main
 
         return sb3_main(argv[1:])
-    if argv and argv[0] == "ablate":
-        # The ablation trains here but tabulates with the benchmark suite's metrics, a layer
-        # above: the command is handed over by name, as the ``mopd`` dispatcher does.
-        return importlib.import_module("benchmarks.__main__").main(argv)
+    if argv and argv[0] == "ablate":  # Table 2 lives on the benchmark floor, above the learner
+        raise PreflightError("the ablation (Table 2) is `python -m benchmarks ablate`")
     from envs.__main__ import add_version
 
     parser = argparse.ArgumentParser(prog="python -m algos", description=__doc__,
@@ -144,8 +141,6 @@ def _dispatch(argv: list[str]) -> int:
                         "the same numbers on any machine; the summary records it)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     sub.add_parser("sft", help="supervised warm start on recorded episodes (see python -m algos sft --help)")
-    sub.add_parser("ablate", help="Table 2 in miniature: every Searcher signal over seeds "
-                   "(= python -m benchmarks ablate; see its --help)")
     sub.add_parser("plan", help="memory per GPU of a preset's run, before anything loads "
                    "(see python -m algos plan --help)")
     sub.add_parser("train-leader-sb3", help="train only the Leader with stable-baselines3 "

@@ -9,7 +9,6 @@ from them so that a 5M-parameter model trains in minutes, and says so.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -342,15 +341,3 @@ def _plain_json(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _plain_json(v) for k, v in value.items())
     return False
-
-
-_PRESET_NAMES = ("PRESETS", "RECIPES", "preset_config", "prepare_model")
-
-
-def __getattr__(name: str) -> Any:
-    """Compatibility aliases: the preset registry's names where they were first defined.
-    ``algos.presets`` holds them now, so that importing the learner's config loads no
-    recipe; they are looked up on first use only (``algos.presets`` imports this module)."""
-    if name in _PRESET_NAMES:
-        return getattr(importlib.import_module("algos.presets"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -208,7 +208,7 @@ def _dispatch(argv: list[str] | None) -> int:
     v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
     v.add_argument("--out", default=None,
                    help="the PNG to write (default: curves.png beside the runs, e.g. runs/micro/curves.png)")
-    from algos.ablate import add_arguments
+    from benchmarks.ablate import add_arguments
 
     a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md",
                        description="Table 2 in miniature. Per seed: a Stage-I Teacher, then Stage II from the "

@@ -1,4 +1,4 @@
-"""The paper's Table 2 from an ablation's runs (``algos.ablate``): per Searcher-signal
+"""The paper's Table 2 from an ablation's runs (``benchmarks.ablate``): per Searcher-signal
 variant the validation figures (macro over the datasets, mean over seeds), the paired
 bootstrap 95% CI of each variant's macro difference to ``opd``, and the curves.
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from algos.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from algos.report import read_metrics, save_figure
+from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import paired_macro_difference, summarize
 
 REFERENCE = "opd"
@@ -281,8 +281,8 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
 
 def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
-    from algos.ablate import check_ablation, overrides_of, run_ablation, seeds_of
     from algos.preflight import PreflightError
+    from benchmarks.ablate import check_ablation, overrides_of, run_ablation, seeds_of
 
     try:  # settings refused before anything loads, builds or trains: one line
         seeds = seeds_of(args)

@@ -37,11 +37,17 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The project modules ``name`` imports anywhere in its file. ``from pkg import sub`` is an
     import of the module ``pkg.sub`` when it is one (and of ``pkg`` otherwise); the package
     ``__init__`` that Python runs on the way is not counted, or every package that imports
-    its own submodules would be a circle."""
+    its own submodules would be a circle. ``importlib.import_module("pkg.mod")`` with a
+    literal name is an import too: a hand-over by name is still an arrow."""
     is_package = path.name == "__init__.py"
     out: set[str] = set()
     for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
+        literal = _import_module_literal(node)
+        if literal is not None:
+            parts = literal.split(".")
+            named = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+            out.update(next(([m] for m in named if m in modules), []))
+        elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -57,6 +63,19 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                     out.add(base)
     out.discard(name)
     return out
+
+
+def _import_module_literal(node: ast.AST) -> str | None:
+    """The module name of an ``import_module("...")`` call (``importlib.import_module`` or the
+    bare name) whose first argument is a string literal; None for anything else."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    arg = node.args[0]
+    if called != "import_module" or not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+        return None
+    return arg.value
 
 
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
@@ -121,12 +140,15 @@ def graph() -> dict[str, set[str]]:
 def test_the_walker_sees_every_kind_of_import(tmp_path):
     """On a made-up tree: plain, from, relative and function-level imports are edges, a
     circle through a function-level import is found, a package importing its own submodule
-    is not a circle, and an import under ``if TYPE_CHECKING:`` is no edge."""
+    is not a circle, an import under ``if TYPE_CHECKING:`` is no edge, and
+    ``importlib.import_module`` of a literal name is one."""
     files = {
         "envs/__init__.py": "from envs.core import step\n",
         "envs/core.py": "from envs import util\n",
         "envs/util.py": "def f():\n    from .core import step\n",
         "envs/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from envs import core\n",
+        "envs/byname.py": "import importlib\ndef f(m):\n    importlib.import_module('agents.a').g()\n"
+                          "    return importlib.import_module(m)\n",
         "agents/__init__.py": "",
         "agents/a.py": "import envs.util\nfrom envs import core\n",
         "algos/__init__.py": "",
@@ -141,6 +163,7 @@ def test_the_walker_sees_every_kind_of_import(tmp_path):
     assert g["envs.util"] == {"envs.core"}
     assert g["agents.a"] == {"envs.util", "envs.core"}
     assert g["envs.typed"] == set()  # for the type checker only
+    assert g["envs.byname"] == {"agents.a"}  # a literal name is an arrow; a name in a variable is not seen
     assert circles(g) == [["envs.core", "envs.util"]]
 
 
@@ -179,7 +202,3 @@ def test_importing_the_learner_loads_no_recipe():
             "print(sorted(m for m in sys.modules if m.startswith('algos.recipes') or m == 'algos.micro'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    import algos.config
-    import algos.presets
-
-    assert algos.config.PRESETS is algos.presets.PRESETS  # the old name still answers

@@ -29,7 +29,8 @@ continues from it (the Trainer's ``--resume``); a run killed before its first ch
 starts again. So a killed ablation loses at most the runs in progress.
 
 The table (per-variant figures, paired bootstrap CIs against ``opd``, curves) is
-``benchmarks.table2``; ``python -m benchmarks ablate`` runs both.
+``benchmarks.table2``; ``python -m benchmarks ablate`` runs both. The ablation lives on the
+benchmark floor, above the learner it trains (``algos``), like the table it feeds.
 """
 
 from __future__ import annotations
