@@ -327,7 +327,15 @@ class raw_env(AECEnv):
         return Observation(agent=agent, role=role,
                            token_ids=np.asarray(self.core.context(agent), dtype=np.int64),
                            stop=P.STOP_STRINGS[role], max_new_tokens=self.core.turn_budget(agent),
-                           env_index=env_index, decode=self.tokenizer.decode, info=self.core.view(agent))
+                           env_index=env_index, decode=self.tokenizer.decode, info=self.core.view(agent),
+                           messages=self.core.chat_messages(agent))
+
+    def messages(self, agent: str) -> tuple[dict[str, str], ...]:
+        """``agent``'s context (whole turns) as chat messages ``{"role", "content"}``, built
+        from the env's structure, never parsed from text: ``envs.team.TeamEpisode.messages``.
+        Contents are unquoted: quote them (``protocol.quote_message``) before a chat request."""
+        self._require_reset()
+        return self.core.chat_messages(agent)
 
     def turn_observations(self, env_index: int = 0) -> list[Observation]:
         """One :meth:`turn_observation` per awaiting agent, in cycle order."""
@@ -335,8 +343,21 @@ class raw_env(AECEnv):
 
     def play_turns(self, turns: Sequence[tuple[str, Any]]) -> list[TurnResult]:
         """Apply whole turns ``(agent, action)`` of awaiting agents, then answer their
-        searches in one retriever call: ``apply_turns`` on this env alone."""
+        searches in one retriever call: ``apply_turns`` on this env alone. The batch is
+        checked whole first (every agent awaiting, none twice, every action of an accepted
+        form): ValueError naming the bad turn, and the env is left as it was."""
         return apply_turns([(self, agent, action) for agent, action in turns])
+
+    def turn_refusal(self, agent: str, action: Any, *, any_action: bool = False) -> str:
+        """Why ``agent`` cannot play ``action`` now, or ``""`` when it can: the env was not
+        reset, ``agent`` awaits no turn, or (unless ``any_action``) the action has none of
+        the accepted forms (token ids, ``str``, ``agents.Action``, a dict; out-of-vocabulary
+        ids are model output, not a form error: they play as an invalid turn). Changes nothing."""
+        if self.core is None:
+            return "the env was not reset"
+        if agent not in self.core.awaiting:
+            return f"{agent!r} is not awaiting a turn (awaiting: {self.core.awaiting})"
+        return "" if any_action else _form_error(action)
 
     def context(self, agent: str) -> list[int]:
         """The agent's context, including the turn it is writing (token mode)."""
@@ -369,7 +390,7 @@ class raw_env(AECEnv):
             if turn is not None:
                 apply_turns([(self, agent, turn)])
         else:
-            apply_turns([(self, agent, action)])
+            apply_turns([(self, agent, action)], any_action=True)  # step() takes any action
         self._accumulate_rewards()
 
     def prepare_turn(self, agent: str, action: Any) -> PreparedTurn:
@@ -490,8 +511,10 @@ class raw_env(AECEnv):
         lines = self._log[self._rendered:] if self.core is not None else ["(not reset)"]
         self._rendered = len(self._log)
         text = P.clean_text("\n".join(lines)) if lines else f"(phase {self.core.phase}, awaiting {self.core.awaiting})"
-        if self.render_mode == "human":
-            print(text)
+        if self.render_mode == "human":  # passages may hold escape sequences: shown, not obeyed
+            from envs.terminal import safe_print
+
+            safe_print(text)
             return None
         return text
 
@@ -523,32 +546,53 @@ def _token_of(action: Any) -> tuple[int | None, float | None]:
         return None, None
 
 
+def _unpack(action: Any) -> tuple[Any, Any, Any]:
+    """(token ids, log-probs, text) of any action form, each None where it has none."""
+    if isinstance(action, dict):
+        return action.get("token_ids"), action.get("logprobs"), action.get("text")
+    if hasattr(action, "token_ids") or hasattr(action, "text"):
+        return (getattr(action, "token_ids", None), getattr(action, "logprobs", None),
+                getattr(action, "text", None))
+    if isinstance(action, str):
+        return None, None, action
+    return action, None, None
+
+
+def _id_array(ids: Any) -> np.ndarray | None:
+    """``ids`` as a 1-D integer array, or None when they are not one."""
+    try:
+        arr = np.asarray(ids)
+    except (TypeError, ValueError):
+        return None
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        return None
+    return arr
+
+
+def _form_error(action: Any) -> str:
+    """Why ``action`` has none of the accepted forms of a whole turn, or ``""``."""
+    if isinstance(action, PreparedTurn):
+        return ""
+    ids, _, text = _unpack(action)
+    if ids is None:
+        return "" if isinstance(text, str) else f"not a turn: {_short(action)}"
+    return "" if _id_array(ids) is not None else f"not a 1-D sequence of token ids: {_short(ids)}"
+
+
 def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int,
               budget: int | None = None) -> tuple[list[int], list[float] | None, str]:
     """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn.
     With a ``budget``, work stops there: a text is cut to ``budget * MAX_CHARS_PER_TOKEN``
     characters before it is tokenised, token ids past the budget are not looked at."""
-    logprobs = text = None
-    if isinstance(action, dict):
-        ids, logprobs, text = action.get("token_ids"), action.get("logprobs"), action.get("text")
-    elif hasattr(action, "token_ids") or hasattr(action, "text"):
-        ids = getattr(action, "token_ids", None)
-        logprobs, text = getattr(action, "logprobs", None), getattr(action, "text", None)
-    elif isinstance(action, str):
-        ids, text = None, action
-    else:
-        ids = action
+    ids, logprobs, text = _unpack(action)
     if ids is None:
         if isinstance(text, str):
             if budget is not None:
                 text = text[: budget * MAX_CHARS_PER_TOKEN]
             return chat.encode(text), None, ""
         return [], None, f"not a turn: {_short(action)}"
-    try:
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError
-    except (TypeError, ValueError):
+    arr = _id_array(ids)
+    if arr is None:
         return [], None, f"not a 1-D sequence of token ids: {_short(ids)}"
     full = arr.size
     if budget is not None:

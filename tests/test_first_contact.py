@@ -147,7 +147,8 @@ def _obs(agent: str, ids: list[int], question: str = "Q?", env_index: int = 0) -
     role = agent.rsplit("_", 1)[0]
     return Observation(agent=agent, role=role, token_ids=np.asarray(ids, dtype=np.int64), env_index=env_index,
                        decode=lambda t: f"<|im_start|>user\nQuestion: {question} [{len(t)} tokens]<|im_end|>",
-                       info={"question": question})
+                       info={"question": question},
+                       messages=({"role": "user", "content": f"Question: {question} [{len(ids)} tokens]"},))
 
 
 def _human(lines: list[str]) -> tuple[HumanPolicy, list[str], list[str]]:
@@ -332,7 +333,8 @@ def _gpu_check_result(backend: str) -> dict:
 def test_gpu_check_without_vllm_keeps_the_hf_figures(how, tmp_path, monkeypatch, capsys):
     import importlib.util
 
-    import agents.models
+    import torch
+
     from benchmarks import gpu_check
 
     real = importlib.util.find_spec
@@ -342,7 +344,8 @@ def test_gpu_check_without_vllm_keeps_the_hf_figures(how, tmp_path, monkeypatch,
     else:  # installed, but its import fails when the backend is made
         monkeypatch.setattr(importlib.util, "find_spec",
                             lambda name, *a, **k: object() if name == "vllm" else real(name, *a, **k))
-    monkeypatch.setattr(agents.models, "local_model_dir", lambda name: str(tmp_path / "model"))
+    monkeypatch.setattr(gpu_check, "model_dir", lambda: str(tmp_path / "model"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     ran = []
 
     def run(backend, model_dir, steps, out):  # no GPU here: the trainer is not built
@@ -361,9 +364,11 @@ def test_gpu_check_without_vllm_keeps_the_hf_figures(how, tmp_path, monkeypatch,
     assert [r["backend"] for r in json.loads((tmp_path / "out" / "gpu_check.json").read_text())] == ["hf"]
 
 
-def test_gpu_check_script_falls_back_to_hf_when_vllm_does_not_import(tmp_path):
+def test_gpu_check_script_runs_the_module_from_the_checkout(tmp_path):
+    """``python -m benchmarks.gpu_check`` (``agents`` imports from the root without an
+    install); the module itself finds what is missing, vLLM included."""
     calls = tmp_path / "calls"
-    fake = tmp_path / "python"  # stands in for python: CUDA is there, vllm does not import, the rest is recorded
+    fake = tmp_path / "python"  # stands in for python: the command line is recorded
     fake.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then case "$2" in *vllm*) exit 1;; *) exit 0;; esac; fi\n'
                     f'echo "$@" >> {calls}\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -371,8 +376,7 @@ def test_gpu_check_script_falls_back_to_hf_when_vllm_does_not_import(tmp_path):
                           env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "o")},
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "gpu_check.sh: vLLM does not import (pip install -e '.[vllm]'): HF backend only" in done.stderr
-    assert calls.read_text().split() == ["benchmarks/gpu_check.py", "--steps", "3", "--backends", "hf",
+    assert calls.read_text().split() == ["-m", "benchmarks.gpu_check", "--steps", "3", "--backends", "hf,vllm",
                                          "--out", str(tmp_path / "o")]
 
 
