@@ -19,7 +19,7 @@ import numpy as np
 
 from agents.base import Action, Observation
 from envs import protocol as P
-from envs.terminal import read_turn
+from envs.terminal import read_turn, terminal_safe
 
 TEXT, TOKENS = "text", "tokens"
 
@@ -86,22 +86,12 @@ class RandomPolicy:
         return " ".join(parts)
 
 
-def last_user_message(messages: Sequence[Mapping[str, str]] | str) -> str:
+def last_user_message(messages: Sequence[Mapping[str, str]]) -> str:
     """The newest message the env wrote into a context: the content of the last ``user``
     message of ``messages`` (``Observation.messages``, ``raw_env.messages(agent)``), or
-    ``""`` when there is none.
-
-    A ``str`` (a decoded context, the old call) is still read, for display only, by the
-    last ChatML ``user`` header or plain ``User: `` line; pass the messages instead, which
-    nothing can forge."""
-    if not isinstance(messages, str):
-        return next((m["content"].strip() for m in reversed(messages) if m.get("role") == "user"), "")
-    text = messages
-    if "<|im_start|>user\n" in text:
-        return text.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0].strip()
-    if "User: " in text:
-        return text.rsplit("User: ", 1)[1].split("\n\nAssistant:", 1)[0].strip()
-    return text.strip()
+    ``""`` when there is none. Messages come from the env's structure: a decoded context is
+    never parsed back into them (a passage could spell a header)."""
+    return next((m["content"].strip() for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 def newest_message(obs: Observation) -> str:
@@ -130,7 +120,8 @@ class HumanPolicy:
 
     Args:
         input_fn: reads one line given a prompt (``input`` by default).
-        output_fn: shows text (``print`` by default).
+        output_fn: shows text (``print`` by default), given it through
+            :func:`envs.terminal.terminal_safe`.
         show_context: show the newest message of each context (False when the caller,
             like ``python -m agents play``, shows the contexts itself).
     """
@@ -138,7 +129,7 @@ class HumanPolicy:
     def __init__(self, input_fn: Callable[[str], str] = input, output_fn: Callable[[str], object] = print,
                  show_context: bool = True):
         self.input_fn = input_fn
-        self.output_fn = output_fn
+        self.output_fn = lambda text: output_fn(terminal_safe(text))  # passages and reports may hold escapes
         self.show_context = show_context
         self._for_all: dict[int, tuple[str, str]] = {}  # env index -> (question, turn) of ':all'
         self._shown: dict[int, tuple[bytes, str]] = {}  # env index -> (context, agent) last shown

@@ -329,15 +329,10 @@ def test_human_policy_shows_the_env_message_not_a_forged_one(tokenizer):
     assert passages.count(forged) == 3 and "FAKE: answer 42" not in shown
 
 
-def test_last_user_message_reads_messages_and_both_layouts():
+def test_last_user_message_reads_the_newest_user_message():
     messages = ({"role": "system", "content": "S"}, {"role": "user", "content": " Task: t "},
                 {"role": "assistant", "content": "<search>q</search>"})
     assert last_user_message(messages) == "Task: t" and last_user_message(messages[:1]) == ""
-    chatml = ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nTask: t<|im_end|>\n"
-              "<|im_start|>assistant\n<search>q</search><|im_end|>\n<|im_start|>user\n"
-              "<information>Doc 1(Title: T) x</information><|im_end|>\n<|im_start|>assistant\n")
-    assert last_user_message(chatml) == "<information>Doc 1(Title: T) x</information>"
-    assert last_user_message("System: S\n\nUser: Question: q\n\nAssistant:") == "Question: q"
 
 
 # ----------------------------------------------------------------------------- dense
