@@ -140,9 +140,12 @@ with run_lock(sys.argv[1], command="the first run"):
 """
 
 
-def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_path, capsys):
+def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    from algos import pipeline
     from algos.__main__ import main
 
+    ran = []  # the run itself (base build, training) is not this test's business
+    monkeypatch.setattr(pipeline, "_run_pipeline", lambda *args: ran.append(args) or {})
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -155,7 +158,7 @@ def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_
     assert err.count("\n") == 1 and err.startswith("python -m algos: error: ")
     assert f"is in use by another run (pid {holder.pid} on host {socket.gethostname()!r}" in err
     assert "command 'the first run'" in err
-    assert not (tmp_path / "teacher").exists()  # the refused run wrote nothing
+    assert ran == [] and not (tmp_path / "teacher").exists()  # the refused run never started
 
 
 def test_the_lock_is_refused_inside_one_process_and_released_after(tmp_path):
