@@ -744,8 +744,7 @@ class RetrievalServer:
             for job in _jobs_of(batch):
                 if job.reply is not None:
                     fair.discard(job)  # a failed job's other queries are not searched
-                    if not job.future.done():
-                        job.future.set_result(job.reply)
+                    _resolve(job)
 
     def _close_queue(self) -> None:
         self._closing = True
@@ -801,6 +800,9 @@ class RetrievalServer:
                 # The bytes _render({"result": [...]}) gives, from the pieces rendered so far.
                 job.reply = (200, b'{"result":[' + b",".join(job.pieces) + b"]}")
                 job.pieces = []
+                if self._loop is not None:  # answer now, not after the batch's other calls
+                    with contextlib.suppress(RuntimeError):  # the loop closed: stop() answers
+                        self._loop.call_soon_threadsafe(_resolve, job)
 
     def _hits(self, hits: Sequence[Passage], return_scores: bool) -> list[Any]:
         docs = [self._document(p) for p in hits]
@@ -830,6 +832,11 @@ def _documents_for(
     if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
         return CorpusDocuments.from_file(source)
     return None
+
+
+def _resolve(job: _Job) -> None:
+    if job.future is not None and not job.future.done():
+        job.future.set_result(job.reply)
 
 
 def _jobs_of(segments: Iterable[_Segment]) -> list[_Job]:
