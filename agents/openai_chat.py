@@ -122,8 +122,11 @@ class OpenAIPolicy:
     ``grammar``). ``special_tokens``: the server tokenizer's special strings, when known,
     broken in every message content besides the common markers (:func:`chat_messages`).
 
-    ``timeout`` bounds each attempt (connect, send, and each wait for the server's bytes);
-    a server that decodes one request at a time (llama-cpp-python's) makes the last of
+    ``timeout`` bounds each phase of an attempt (connect, send, each wait for the server's
+    bytes); ``deadline`` bounds the whole request, every attempt and wait included (default
+    ``(retries + 1) * timeout + 8 * retries``, 8 s being the SDK's longest backoff), so a
+    server that trickles its answer a byte at a time cannot hold a request longer. A server
+    that decodes one request at a time (llama-cpp-python's) makes the last of
     ``concurrency`` requests wait for all the others, so lower ``concurrency`` or raise
     ``timeout`` for such a server. ``close()`` ends the client and its event loop thread.
     """
@@ -142,12 +145,17 @@ class OpenAIPolicy:
         concurrency: int = 8,
         extra: Mapping[str, Any] | None = None,
         special_tokens: Sequence[str] = (),
+        deadline: float | None = None,
     ):
-        if max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0 or backoff < 0:
+        if deadline is None:
+            deadline = (retries + 1) * timeout + 8.0 * retries
+        if (max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0 or backoff < 0
+                or not deadline > 0):
             raise ValueError(
-                f"need max_tokens >= 1, concurrency >= 1, retries >= 0, timeout > 0 and "
-                f"backoff >= 0; got max_tokens={max_tokens}, concurrency={concurrency}, "
-                f"retries={retries}, timeout={timeout}, backoff={backoff}"
+                f"need max_tokens >= 1, concurrency >= 1, retries >= 0, timeout > 0, "
+                f"backoff >= 0 and deadline > 0; got max_tokens={max_tokens}, "
+                f"concurrency={concurrency}, retries={retries}, timeout={timeout}, "
+                f"backoff={backoff}, deadline={deadline}"
             )
         _sdk()  # fail now, not at the first act(), when the SDK is missing
         self.model = model
@@ -158,6 +166,7 @@ class OpenAIPolicy:
         self.top_p = top_p
         self.max_tokens = max_tokens
         self.timeout = timeout
+        self.deadline = float(deadline)
         self.retries = retries
         self.backoff = backoff
         self.concurrency = concurrency
@@ -272,9 +281,16 @@ class OpenAIPolicy:
                                       "top_p", "stop") if k in body}
         extra_body = {k: v for k, v in body.items() if k not in known}
         try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                **known, extra_body=extra_body or None, extra_headers=self._omit_auth
+            raw = await asyncio.wait_for(
+                self._client.chat.completions.with_raw_response.create(
+                    **known, extra_body=extra_body or None, extra_headers=self._omit_auth
+                ),
+                self.deadline,
             )
+        except asyncio.TimeoutError:  # the whole request, however the server trickles
+            raise OpenAIError(
+                f"POST {self.url}: no complete answer within the {self.deadline:g} s deadline"
+            ) from None
         except openai.APIStatusError as e:
             status = e.status_code
             message = server_message(e.response.content)

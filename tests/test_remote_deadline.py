@@ -124,3 +124,27 @@ def test_preflight_probe_stops_at_its_deadline(trickle):
     assert elapsed < 6.0, f"the preflight probe held for {elapsed:.1f} s with a 2 s deadline"
     assert str(err.value).startswith(f"retriever={srv.url!r} does not answer: ")
     assert "within the 2 s deadline" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_openai_policy_stops_at_its_deadline_on_a_trickling_server(trickle):
+    """The SDK's timeout bounds each read; ``deadline`` bounds the whole request."""
+    pytest.importorskip("openai")
+    import numpy as np
+
+    from agents.base import Observation
+    from agents.openai_chat import OpenAIError, OpenAIPolicy
+
+    srv = trickle(1.0)
+    policy = OpenAIPolicy("m", base_url=f"http://127.0.0.1:{srv.port}/v1", timeout=2, retries=0)
+    assert policy.deadline == 2.0  # (retries + 1) * timeout + 8 * retries
+    obs = Observation(agent="searcher_0", role="searcher", token_ids=np.zeros(1, dtype=np.int64),
+                      messages=({"role": "user", "content": "Task: t"},))
+    start = time.monotonic()
+    try:
+        with pytest.raises(OpenAIError) as err:
+            policy.act([obs])
+    finally:
+        policy.close()
+    elapsed = time.monotonic() - start
+    assert elapsed < 6.0, f"held for {elapsed:.1f} s with a 2 s deadline"
+    assert str(err.value) == f"POST {policy.url}: no complete answer within the 2 s deadline"

@@ -140,3 +140,13 @@ def test_the_viewer_page_keeps_a_passage_s_markup_and_escapes_as_text(tokenizer,
     shown = "".join(page.text)
     assert "<script>alert(1)</script>" in shown and "ZXZpbA==" in shown  # text, as the tokens hold it
     assert not any("alert(1)" in script for script in page.scripts)
+
+
+def test_retrieval_search_prints_a_passage_s_escapes(tmp_path, monkeypatch, capsys):
+    import envs.retrieval.__main__ as cli
+
+    monkeypatch.setattr(cli, "_build", lambda args: KeywordRetriever(DOCS))
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("")  # never read: the retriever above stands in for the built one
+    assert cli.main(["search", "--corpus", str(corpus), f"Velmora Quist{EVIL}"]) == 0
+    assert_shown_not_obeyed(capsys.readouterr().out)

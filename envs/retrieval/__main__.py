@@ -20,6 +20,7 @@ import time
 
 from envs.retrieval.dense import INDEX_KINDS, POOLINGS, DenseRetriever
 from envs.retrieval.server import RetrievalServer
+from envs.terminal import safe_print
 
 
 def _add_retriever_args(p: argparse.ArgumentParser) -> None:
@@ -228,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         for query, hits in zip(
             args.queries, retriever.search(args.queries, top_k=args.topk), strict=True
         ):
-            print(f"# {query}")
+            safe_print(f"# {query}")  # queries and passages may hold escape sequences
             for p in hits:
-                print(f"{p.score:.4f}  [{p.id}] {p.title}: {p.text[:100]}")
+                safe_print(f"{p.score:.4f}  [{p.id}] {p.title}: {p.text[:100]}")
         return 0
 
     retriever.search(["warm up"])  # load the encoder now, not on the first request
