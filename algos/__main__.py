@@ -31,7 +31,7 @@ from algos.config import TrainConfig
 from algos.config import parse_overrides as config_overrides
 from algos.preflight import PreflightError
 from algos.presets import PRESETS
-from algos.roles import SEARCHER_SIGNALS, STAGES
+from algos.roles import STAGES, searcher_signals
 from algos.runlock import RunLockedError
 
 
@@ -130,7 +130,7 @@ def _dispatch(argv: list[str]) -> int:
                    help="settings and model (default micro: a 5M-parameter team trained on CPU)")
     t.add_argument("--out", default=None, help="run directory (default runs/<preset>)")
     t.add_argument("--teacher", default=None, help="Stage II Teacher: a Stage-I run/checkpoint, or 'base'")
-    t.add_argument("--signal", choices=SEARCHER_SIGNALS, default=None,
+    t.add_argument("--signal", choices=searcher_signals(), default=None,
                    help="Stage II Searcher signal (Table 2 diagnostics)")
     t.add_argument("--steps", type=int, default=None, help="training steps of each stage (default: the preset's)")
     t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

@@ -4,7 +4,7 @@ row-level terms that the table of role rules (:mod:`algos.roles`) names.
 ``A_t = A^GRPO_L,i`` on Leader tokens (group: the G workflows of a question),
 ``A^GRPO_A,i,j`` on Answerer tokens (group: the C candidates of workflow i), and
 ``A^OPD_S,t = beta * M_t * (log pi_T - log pi_old)`` on Searcher tokens. The Searcher's
-signal is swappable for the paper's diagnostics: ``outcome``, ``none``, ``critic``.
+signal is swappable for the paper's diagnostics: one term per signal row of the table.
 Suffixes name dimensions: ``_G`` workflows of a question, ``_C`` candidates, ``_T`` tokens.
 
 A row-level term is a function ``term(rows, context) -> values``: given every row one rule
@@ -37,16 +37,6 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> np.ndarray:
     return (r - r.mean()) / (r.std(ddof=1) + eps)
 
 
-def leader_advantages(leader_rewards_G: Sequence[float]) -> np.ndarray:
-    """``A^GRPO_L,i`` over the G workflows of one question (rewards R_L,i)."""
-    return group_advantages(leader_rewards_G)
-
-
-def answerer_advantages(candidate_em_C: Sequence[float]) -> np.ndarray:
-    """``A^GRPO_A,i,j`` within one workflow over its C candidates (rewards c_i,j)."""
-    return group_advantages(candidate_em_C)
-
-
 def opd_advantages(teacher_logp_T: np.ndarray, old_logp_T: np.ndarray, mask_T: np.ndarray,
                    beta: float = 0.01) -> np.ndarray:
     """``beta * M_t * (log pi_T(a_t|h_t) - log pi_old(a_t|h_t))`` per token.
@@ -60,12 +50,6 @@ def opd_advantages(teacher_logp_T: np.ndarray, old_logp_T: np.ndarray, mask_T: n
     if not teacher.shape == old.shape == mask.shape:
         raise ValueError(f"shapes differ: teacher {teacher.shape}, old {old.shape}, mask {mask.shape}")
     return beta * mask * np.where(mask > 0, teacher - old, 0.0)
-
-
-def outcome_advantages(team_em_G: Sequence[float]) -> np.ndarray:
-    """The ``outcome`` diagnostic: each Searcher token gets its workflow's GRPO advantage of
-    the team outcome R_EM (the signal that collapses search in Table 2)."""
-    return group_advantages(team_em_G)
 
 
 def critic_rewards(team_em: float, scores: Sequence[float], em_weight: float = 0.5) -> np.ndarray:
@@ -115,11 +99,12 @@ def own_reward_grpo(rows: Sequence[Row], ctx: AdvantageContext) -> Values:
 
 
 def candidate_grpo(rows: Sequence[Row], ctx: AdvantageContext) -> Values:
-    """GRPO of each Answerer's candidate EM within its own workflow (the C candidates)."""
+    """``A^GRPO_A,i,j``: GRPO of each Answerer's candidate EM ``c_i,j`` within its own workflow
+    (the C candidates)."""
     out: Values = []
     for row in rows:
         candidate = int(row.segment.agent.rsplit("_", 1)[1])
-        out.append(float(answerer_advantages(row.episode.candidate_em)[candidate]))
+        out.append(float(group_advantages(row.episode.candidate_em)[candidate]))
     return out
 
 
@@ -135,8 +120,9 @@ def opd_term(rows: Sequence[Row], ctx: AdvantageContext) -> Values:
 
 
 def team_outcome_grpo(rows: Sequence[Row], ctx: AdvantageContext) -> Values:
-    """GRPO of the team outcome R_EM over the G workflows of the row's question."""
-    return [float(outcome_advantages([ep.team_em for ep in ctx.groups[row.group]])[ctx.workflow_index(row)])
+    """The ``outcome`` diagnostic: GRPO of the team outcome R_EM over the G workflows of the
+    row's question, on every token (the signal that collapses search in Table 2)."""
+    return [float(group_advantages([ep.team_em for ep in ctx.groups[row.group]])[ctx.workflow_index(row)])
             for row in rows]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from agents.registry import ROLLOUT_BACKENDS
 from algos.losses import AGGREGATIONS
-from algos.roles import SEARCHER_SIGNALS, SIGNAL_NEEDS_TEACHER, STAGES
+from algos.roles import STAGES, needs_teacher, rules_for, searcher_signals
 
 
 @dataclass
@@ -31,10 +31,11 @@ class TrainConfig:
     """The base model pi_0: ``smollm2``, ``micro`` (the SFT-warmed micro model), a hub id or a path."""
     teacher: str | None = None
     """Stage II only: a Stage-I checkpoint directory, or ``base`` (the base-model-teacher
-    diagnostic). None in Stage II means no Teacher: only ``searcher_signal`` other than
-    ``opd`` and ``kl_coef=0`` are then allowed."""
+    diagnostic). None in Stage II means no Teacher: only a Searcher signal whose role rule
+    needs none (``algos.roles``) and ``kl_coef=0`` are then allowed."""
     searcher_signal: str = "opd"
-    """Stage II Searcher signal: ``opd`` | ``outcome`` | ``none`` | ``critic`` (Table 2)."""
+    """Stage II Searcher signal: a signal row of the table of role rules
+    (``algos.roles.searcher_signals()``; Table 2)."""
     out_dir: str = "runs/mopd"
     """Checkpoints, metrics.jsonl, TensorBoard events and summary.json go here."""
 
@@ -58,7 +59,7 @@ class TrainConfig:
     beta: float = 0.01
     """OPD advantage scale (PAPER: 0.01)."""
     kl_coef: float = 1e-3
-    """KL toward the Teacher on Leader and Answerer tokens (PAPER: 1e-3)."""
+    """KL toward the Teacher on the tokens of roles whose rule has ``kl`` (PAPER: 1e-3)."""
     aggregation: str = "token-mean"
     critic_em_weight: float = 0.5
     """Prompted Critic: Searcher reward = w R_EM + (1 - w) score (ours)."""
@@ -157,11 +158,11 @@ class TrainConfig:
         _check_field_types(self, bad)
         if self.stage not in STAGES:
             raise bad("stage", f"must be one of {STAGES}")
-        if self.searcher_signal not in SEARCHER_SIGNALS:
-            raise bad("searcher_signal", f"must be one of {SEARCHER_SIGNALS}")
+        if self.searcher_signal not in searcher_signals():
+            raise bad("searcher_signal", f"must be one of {searcher_signals()}")
         if self.aggregation not in AGGREGATIONS:
             raise bad("aggregation", f"must be one of {AGGREGATIONS}")
-        if self.stage == "team" and self.teacher is None and self.searcher_signal in SIGNAL_NEEDS_TEACHER:
+        if self.teacher is None and needs_teacher(rules_for(self.stage, self.searcher_signal)):
             raise bad("teacher", f"the {self.searcher_signal} Searcher signal needs a Teacher: a Stage-I "
                       "checkpoint or 'base'")
         if self.stage == "team" and self.teacher is None and self.kl_coef != 0:

@@ -1,12 +1,14 @@
 """The table of role rules: for each stage, role (and Stage-II Searcher signal), which
 advantage the role's tokens get, whether the KL to the Teacher applies to them, whether
-the Teacher scores them, and whether its rows are trained.
+the Teacher scores them, whether its rows are trained, and what its advantage term needs
+(Teacher log-probs, the Prompted Critic).
 
 Every consumer reads this table and nothing else: advantage routing
-(:func:`assign_advantages`), the loss's KL mask (``algos.trainer``), Teacher scoring
-(``algos.teacher``), metrics and the configuration's choice of Searcher signal
-(:data:`SEARCHER_SIGNALS`). Adding a Searcher signal or a role is one :class:`RoleRule`
-below plus its advantage term in :mod:`algos.advantages`.
+(:func:`assign_advantages`), the loss's KL mask and the Critic's loading (``algos.trainer``),
+Teacher scoring (``algos.teacher``), metrics, the configuration's choice of Searcher signal
+(:func:`searcher_signals`) and its refusal of a signal without the Teacher it needs.
+Adding a Searcher signal or a role is one :class:`RoleRule` (in :data:`RULES` below, or
+:func:`add_rule` from another module) plus its advantage term.
 
 >>> rules = rules_for("team", "opd")
 >>> rules["searcher"].kl, rules["leader"].kl
@@ -15,9 +17,9 @@ below plus its advantage term in :mod:`algos.advantages`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +27,6 @@ from algos import advantages as A
 
 if TYPE_CHECKING:
     from algos.batch import Row
-    from algos.config import TrainConfig
-    from envs.episode import Episode
 
 STAGES = ("teacher", "team")
 """``teacher``: Stage I (the cascade, GRPO); ``team``: Stage II (the hierarchy, GRPO + OPD)."""
@@ -50,10 +50,16 @@ class RoleRule:
     scored too when ``kl_coef > 0``: see :meth:`scored_by_teacher`."""
     trained: bool
     """Its rows reach the loss (False: they move only through shared parameters)."""
+    needs_teacher: bool = False
+    """Its advantage term reads Teacher log-probs: the config refuses a run of this rule
+    without a Teacher, and the Teacher scores its tokens."""
+    needs_critic: bool = False
+    """Its advantage term reads the Prompted Critic (``AdvantageContext.critic``): the
+    Trainer loads one for a run of this rule."""
 
     def scored_by_teacher(self, kl_coef: float) -> bool:
         """Whether a run with this ``kl_coef`` needs Teacher log-probs for these tokens."""
-        return self.teacher_scores or (self.kl and kl_coef > 0)
+        return self.teacher_scores or self.needs_teacher or (self.kl and kl_coef > 0)
 
 
 RULES: tuple[RoleRule, ...] = (
@@ -66,26 +72,49 @@ RULES: tuple[RoleRule, ...] = (
     RoleRule("team", "answerer", None, A.candidate_grpo, kl=True, teacher_scores=False, trained=True),
     # ... and the Searchers by the chosen signal (Table 2), never with the KL: their tokens
     # are the ones distilled, and OPD already pulls them toward the Teacher.
-    RoleRule("team", "searcher", "opd", A.opd_term, kl=False, teacher_scores=True, trained=True),
+    RoleRule("team", "searcher", "opd", A.opd_term, kl=False, teacher_scores=True, trained=True,
+             needs_teacher=True),
     RoleRule("team", "searcher", "outcome", A.team_outcome_grpo, kl=False, teacher_scores=True, trained=True),
     RoleRule("team", "searcher", "none", A.no_term, kl=False, teacher_scores=True, trained=False),
-    RoleRule("team", "searcher", "critic", A.critic_grpo, kl=False, teacher_scores=True, trained=True),
+    RoleRule("team", "searcher", "critic", A.critic_grpo, kl=False, teacher_scores=True, trained=True,
+             needs_critic=True),
 )
+"""The table; :func:`add_rule` extends it (every reader looks it up when called)."""
 
-SEARCHER_SIGNALS: tuple[str, ...] = tuple(r.signal for r in RULES if r.signal is not None)
-"""Stage-II Searcher signals, in table order: ``opd``, ``outcome``, ``none``, ``critic``."""
 
-SIGNAL_NEEDS_TEACHER: tuple[str, ...] = tuple(r.signal for r in RULES if r.advantage is A.opd_term)
-"""Signals whose advantage reads Teacher log-probs (a Stage-II run with one needs a Teacher)."""
+def add_rule(rule: RoleRule) -> None:
+    """Add ``rule`` to :data:`RULES`: a new Searcher signal (or role) from outside this file.
+    Raises ValueError for an unknown stage or a (stage, role, signal) the table has."""
+    global RULES
+    if rule.stage not in STAGES:
+        raise ValueError(f"RoleRule stage {rule.stage!r} is not one of {STAGES}")
+    if any((r.stage, r.role, r.signal) == (rule.stage, rule.role, rule.signal) for r in RULES):
+        raise ValueError(f"the table already has a rule for {(rule.stage, rule.role, rule.signal)}")
+    RULES = (*RULES, rule)
+
+
+def searcher_signals() -> tuple[str, ...]:
+    """Stage-II Searcher signals, in table order (``opd``, the method, first)."""
+    return tuple(dict.fromkeys(r.signal for r in RULES if r.signal is not None))
 
 
 def rules_for(stage: str, searcher_signal: str = "opd") -> dict[str, RoleRule]:
     """The rule of every role in ``stage`` (``searcher_signal`` picks among signal rows)."""
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r} is not one of {STAGES}")
-    if searcher_signal not in SEARCHER_SIGNALS:
-        raise ValueError(f"searcher_signal {searcher_signal!r} is not one of {SEARCHER_SIGNALS}")
+    if searcher_signal not in searcher_signals():
+        raise ValueError(f"searcher_signal {searcher_signal!r} is not one of {searcher_signals()}")
     return {r.role: r for r in RULES if r.stage == stage and r.signal in (None, searcher_signal)}
+
+
+def needs_teacher(rules: Mapping[str, RoleRule]) -> bool:
+    """Whether a run of ``rules`` (:func:`rules_for`) cannot go without a Teacher."""
+    return any(r.needs_teacher for r in rules.values())
+
+
+def needs_critic(rules: Mapping[str, RoleRule]) -> bool:
+    """Whether a run of ``rules`` needs the Prompted Critic loaded."""
+    return any(r.needs_critic for r in rules.values())
 
 
 def rule_of(rules: dict[str, RoleRule], role: str) -> RoleRule:
@@ -98,17 +127,14 @@ def rule_of(rules: dict[str, RoleRule], role: str) -> RoleRule:
                          "add a RoleRule in algos/roles.py") from None
 
 
-def assign_advantages(rows: list[Row], groups: Sequence[Sequence[Episode]], cfg: TrainConfig,
-                      critic: Any = None) -> None:
+def assign_advantages(rows: list[Row], rules: Mapping[str, RoleRule], ctx: A.AdvantageContext) -> None:
     """Fill ``row.advantages`` (N,) and ``row.trained`` for every row from its role's rule.
 
-    ``groups``: the batch's Episodes by question (``row.group`` indexes it). ``critic``: the
-    Prompted Critic when a rule's term needs one (``score_rows(rows) -> list[float]``).
-    Each rule's term sees all of the rows it applies to at once (group-relative terms
-    need the whole group).
+    ``rules``: the run's rules (:func:`rules_for`). ``ctx``: what the terms read besides the
+    rows (the batch's Episodes by question, ``row.group`` indexing them; ``beta``; the
+    Prompted Critic when a rule :attr:`~RoleRule.needs_critic`). Each rule's term sees all
+    of the rows it applies to at once (group-relative terms need the whole group).
     """
-    rules = rules_for(cfg.stage, cfg.searcher_signal)
-    ctx = A.AdvantageContext(groups=groups, beta=cfg.beta, critic_em_weight=cfg.critic_em_weight, critic=critic)
     by_rule: dict[str, list[Row]] = {}
     for row in rows:
         by_rule.setdefault(rule_of(rules, row.role).role, []).append(row)

@@ -52,11 +52,12 @@ from algos.losses import LossOutput, Totals, policy_loss
 from algos.models import load_model
 from algos.precision import precision_for
 from algos.report import truncate_metrics
-from algos.roles import RoleRule, assign_advantages, rule_of, rules_for
+from algos.roles import RoleRule, assign_advantages, needs_critic, rule_of, rules_for
 from algos.samples import keep_sample
 from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts, question_record
 from envs.protocol import TAGS
+from envs.retrieval.factory import make_retriever
 
 
 class NonFiniteLoss(RuntimeError):
@@ -65,21 +66,13 @@ class NonFiniteLoss(RuntimeError):
     not count toward ``TrainConfig.steps``."""
 
 
-__all__ = ["NonFiniteLoss", "Trainer", "assign_advantages", "rollout_metrics", "validation_path"]
+__all__ = ["NonFiniteLoss", "Trainer", "rollout_metrics", "validation_path"]
 
 
 def validation_path(out_dir: str | Path, step: int) -> Path:
     """Where a run's validation at ``step`` writes its per-question records (JSONL in the
     format of ``benchmarks.metrics``; step 0 is the base model)."""
     return Path(out_dir) / "validation" / f"step_{step:06d}.jsonl"
-
-
-def make_retriever(spec: str, index: str | None = None, progress: bool = True) -> Any:
-    """The retriever a ``retriever`` setting names, with the ``retriever_index`` kind:
-    ``envs.retrieval.make_retriever``."""
-    from envs.retrieval.factory import make_retriever as from_spec
-
-    return from_spec(spec, index=index, progress=progress)
 
 
 def load_questions(data: str, datasets: Sequence[str], split: str, limit: int | None = None) -> list[Any]:
@@ -148,7 +141,7 @@ class Trainer:
         self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
         self.rules = rules_for(cfg.stage, cfg.searcher_signal)
         self.critic = None
-        if any(rule.advantage is A.critic_grpo for rule in self.rules.values()):
+        if needs_critic(self.rules):  # a rule's term reads the Prompted Critic (algos.roles)
             from algos.critic import PromptedCritic
 
             base, _ = load_model(cfg.model, cfg.device, cfg.dtype)
@@ -162,7 +155,7 @@ class Trainer:
         self.engine_sleeps = self.backend.can_sleep and str(cfg.device).startswith("cuda")
         """An in-process engine (vLLM) that shares the learner's GPU sleeps from the end of the
         rollouts until the updated weights are pushed into it."""
-        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, cfg.retriever_index,
+        self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, index=cfg.retriever_index,
                                                                                progress=self.progress)
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
@@ -344,7 +337,9 @@ class Trainer:
         if self.dist is not None:  # every rank gets every row's scores: advantages as in one process
             self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
         # 4. per-token advantages by role (and which rows are trained)
-        assign_advantages(rows, groups, cfg, critic=self.critic)
+        ctx = A.AdvantageContext(groups=groups, beta=cfg.beta, critic_em_weight=cfg.critic_em_weight,
+                                 critic=self.critic)
+        assign_advantages(rows, self.rules, ctx)
         t2 = time.perf_counter()
         # 5. the update
         try:

@@ -4,17 +4,9 @@ starts from that seed's base (a recipe builds one per seed, so the spread over s
 includes the base's).
 
 Variants (Leader and Answerer objectives fixed: GRPO with the KL toward the Teacher; only
-the Searchers' signal or the Teacher changes):
-
-=========  ==================================================  ======================
-variant    Searcher signal                                     Teacher
-=========  ==================================================  ======================
-opd        on-policy distillation from the Teacher (the method)  the seed's Stage-I run
-outcome    the team's outcome (GRPO on R_EM)                    the seed's Stage-I run
-none       no direct supervision (Searcher rows not trained)    the seed's Stage-I run
-critic     the Prompted Critic's score (M-GRPO style)           the seed's Stage-I run
-base       on-policy distillation from the base model           ``base``
-=========  ==================================================  ======================
+the Searchers' signal or the Teacher changes): one per Searcher signal of the table of role
+rules (``algos.roles``; ``opd``, the method, first), each taught by the seed's Stage-I run,
+and ``base``: on-policy distillation from the base model.
 
 Every run of a seed has the same ``seed``: the same training questions in the same order,
 the same rollout and validation sampler seeds, validated on the same held-out questions at
@@ -50,7 +42,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algos.roles import SEARCHER_SIGNALS
+from algos.roles import searcher_signals
 
 if TYPE_CHECKING:
     from algos.config import TrainConfig
@@ -59,7 +51,7 @@ if TYPE_CHECKING:
 # parser and the table (benchmarks.table2) read this module without loading torch.
 
 VARIANT_SETTINGS: dict[str, dict[str, str]] = {
-    **{signal: {"searcher_signal": signal} for signal in SEARCHER_SIGNALS},
+    **{signal: {"searcher_signal": signal} for signal in searcher_signals()},
     "base": {"searcher_signal": "opd", "teacher": "base"},
 }
 """What each variant sets over the Stage-II config: one per Searcher signal of the table of

@@ -654,9 +654,11 @@ def learner(bench: Bench) -> None:
     a no-grad forward."""
     from agents.collect import collect
     from agents.scripted import ScriptedPolicy
+    from algos.advantages import AdvantageContext
     from algos.batch import Row, pad_rows, rows_from_episodes, score_rows
     from algos.config import TrainConfig
-    from algos.trainer import Trainer, assign_advantages
+    from algos.roles import assign_advantages
+    from algos.trainer import Trainer
 
     s = bench.settings
     groups = collect(bench.env_fn(), ScriptedPolicy(seed=s.seed), bench.pick(2), 2, seed=s.seed)
@@ -672,7 +674,7 @@ def learner(bench: Bench) -> None:
                           retriever=bench.retriever)
         for row, logp in zip(rows, score_rows(bench.model, rows, pad_id=pad)):
             row.old_logp = logp
-        assign_advantages(rows, groups, config)
+        assign_advantages(rows, trainer.rules, AdvantageContext(groups=groups, beta=config.beta))
         for row in rows:  # scripted rows may hold all-zero advantages; the cost is the same
             row.trained = True
         ids, mask, targets = (t.to(device) for t in pad_rows(rows, pad))

@@ -42,7 +42,10 @@ def test_each_variant_differs_from_opd_only_in_the_searcher_signal_or_the_teache
             assert cfg["out_dir"] == str(tmp_path / f"seed{seed}" / variant)
         # the base-model Teacher needs no Stage-I run; the others wait for the seed's
         assert {v: r.needs for v, r in mine.items()} == {
-            "teacher": None, "base": None, **{v: f"seed{seed}/teacher" for v in ("opd", "outcome", "none", "critic")}}
+            "teacher": None, "base": None, **{v: f"seed{seed}/teacher" for v in VARIANTS if v != "base"}}
+    from algos.roles import searcher_signals
+
+    assert VARIANTS == (*searcher_signals(), "base")  # one per Searcher signal of the table, then base
 
 
 def test_a_plan_of_only_the_base_teacher_has_no_stage_one_run(tmp_path):

@@ -3,14 +3,7 @@
 import numpy as np
 import pytest
 
-from algos.advantages import (
-    answerer_advantages,
-    critic_rewards,
-    group_advantages,
-    leader_advantages,
-    opd_advantages,
-    outcome_advantages,
-)
+from algos.advantages import critic_rewards, group_advantages, opd_advantages
 
 
 def test_group_advantage_by_hand():
@@ -27,7 +20,7 @@ def test_zero_variance_and_single_groups_give_zero(rewards):
 
 def test_leader_group_is_over_workflows():
     # R_L of 3 workflows: 0.95, 0.05, 0.9 -> mean 0.633.., sample std 0.5058
-    adv = leader_advantages([0.95, 0.05, 0.9])
+    adv = group_advantages([0.95, 0.05, 0.9])
     mean, std = np.mean([0.95, 0.05, 0.9]), np.std([0.95, 0.05, 0.9], ddof=1)
     assert adv == pytest.approx([(0.95 - mean) / std, (0.05 - mean) / std, (0.9 - mean) / std], abs=1e-5)
     assert adv.sum() == pytest.approx(0.0, abs=1e-9)
@@ -35,9 +28,9 @@ def test_leader_group_is_over_workflows():
 
 def test_answerer_group_is_within_one_workflow():
     # candidates 1,1,0,0,1: mean 0.6, sample std sqrt(0.3) = 0.547723
-    adv = answerer_advantages([1, 1, 0, 0, 1])
+    adv = group_advantages([1, 1, 0, 0, 1])
     assert adv == pytest.approx([0.730297, 0.730297, -1.095445, -1.095445, 0.730297], abs=1e-5)
-    assert np.all(answerer_advantages([1, 1, 1, 1, 1]) == 0)
+    assert np.all(group_advantages([1, 1, 1, 1, 1]) == 0)
 
 
 def test_opd_tokens_by_hand():
@@ -53,7 +46,7 @@ def test_opd_tokens_by_hand():
 
 
 def test_outcome_and_critic():
-    assert outcome_advantages([1, 0]) == pytest.approx([0.707106, -0.707106], abs=1e-5)
-    assert np.all(outcome_advantages([0, 0, 0, 0]) == 0)  # the collapse: no signal when all fail
+    assert group_advantages([1, 0]) == pytest.approx([0.707106, -0.707106], abs=1e-5)
+    assert np.all(group_advantages([0, 0, 0, 0]) == 0)  # the collapse: no signal when all fail
     assert critic_rewards(1.0, [0.2, 1.4, -1]) == pytest.approx([0.6, 1.0, 0.5])
     assert critic_rewards(0.0, [0.5], em_weight=0.8) == pytest.approx([0.1])

@@ -70,17 +70,18 @@ def test_one_policy_registry_serves_agents_and_benchmarks(tiny_dirs, tmp_path):
 
 def test_trainer_env_and_suite_retrievers_come_from_the_one_factory(tmp_path, monkeypatch):
     import envs.retrieval.factory as factory
-    import envs.search_team
-    from algos.trainer import make_retriever as trainer_retriever
     from benchmarks.suite import build_retriever
     from envs.retrieval import RemoteRetriever, make_retriever
 
     monkeypatch.setattr(factory, "default_retriever", lambda index="auto", progress=True: "the default")
-    assert make_retriever("default") == trainer_retriever("default") == envs.search_team.default_retriever()
+    import algos.trainer
+
+    assert algos.trainer.make_retriever is make_retriever is factory.make_retriever  # no wrapper between
+    assert make_retriever("default") == "the default"
     assert build_retriever("synthetic", None, None) == ("the default", "synthetic world corpus (MiniLM, flat)")
     remote, desc = build_retriever("synthetic", None, "http://127.0.0.1:1")
     assert isinstance(remote, RemoteRetriever) and remote.url == "http://127.0.0.1:1/retrieve"
-    assert desc == "http://127.0.0.1:1" and trainer_retriever("https://h:2/r").url == "https://h:2/r"
+    assert desc == "http://127.0.0.1:1" and make_retriever("https://h:2/r").url == "https://h:2/r"
     assert make_retriever("http://h:3", timeout=1.5).timeout == 1.5
     with pytest.raises(SystemExit, match="--corpus FILE or --retriever-url"):
         build_retriever(str(tmp_path), None, None)

@@ -14,6 +14,7 @@ from test_trainer import _trainer
 
 from agents.hf import HFPolicy
 from agents.models import tiny_causal_lm
+from algos.advantages import AdvantageContext
 from algos.batch import rows_from_episodes, score_rows
 from algos.checkpoint import latest_checkpoint, load_checkpoint
 from algos.report import truncate_metrics
@@ -155,7 +156,7 @@ def _scored_rows(make_env, tokenizer, trainer):
                              initializer_range=0.3)
     for r, old, ref in zip(rows, score_rows(trainer.model, rows), score_rows(teacher, rows)):
         r.old_logp, r.teacher_logp = old, ref
-    assign_advantages(rows, groups, trainer.config)
+    assign_advantages(rows, trainer.rules, AdvantageContext(groups=groups, beta=trainer.config.beta))
     return rows
 
 

@@ -432,7 +432,6 @@ def test_corpus_files_that_do_not_decode_are_refused_with_file_and_line(tmp_path
 def test_the_trainers_retriever_takes_its_progress_setting(tmp_path, monkeypatch):
     """`train --no-progress` reaches the retriever it builds: a corpus spec and the default
     world's retriever are made with progress off (their encoding line and bar stay quiet)."""
-    from algos.trainer import make_retriever as trainer_retriever
     from envs.retrieval import factory
 
     corpus = tmp_path / "corpus.jsonl"
@@ -440,8 +439,8 @@ def test_the_trainers_retriever_takes_its_progress_setting(tmp_path, monkeypatch
     made = []
     monkeypatch.setattr(dense, "DenseRetriever", lambda *a, **kw: made.append(kw) or kw)
     monkeypatch.setattr(factory, "_DEFAULTS", {})
-    trainer_retriever(str(corpus), "flat", progress=False)
-    trainer_retriever("default", None, progress=False)
+    factory.make_retriever(str(corpus), index="flat", progress=False)  # as the Trainer calls it
+    factory.make_retriever("default", index=None, progress=False)
     assert [(kw["index"], kw["progress"]) for kw in made] == [("flat", False), ("auto", False)]
     assert factory.default_retriever() is factory.default_retriever("auto")  # built once per index
     assert len(made) == 2

@@ -1,13 +1,25 @@
-"""The table of role rules: what each role gets, by stage and Searcher signal."""
+"""The table of role rules: what each role gets, by stage and Searcher signal; a new
+Searcher signal is one row plus one term, from a module of its own."""
 
+import sys
+import textwrap
+
+import numpy as np
 import pytest
+from conftest import run_script
+from test_env_flow import GOOD
+from test_trainer import _trainer
 
 from algos import advantages as A
-from algos.roles import RULES, SEARCHER_SIGNALS, rule_of, rules_for
+from algos import roles
+from algos.roles import RULES, needs_critic, needs_teacher, rule_of, rules_for, searcher_signals
 
 
 def test_the_table_by_hand():
-    assert SEARCHER_SIGNALS == ("opd", "outcome", "none", "critic")
+    assert searcher_signals() == ("opd", "outcome", "none", "critic")
+    assert [s for s in searcher_signals() if needs_teacher(rules_for("team", s))] == ["opd"]
+    assert [s for s in searcher_signals() if needs_critic(rules_for("team", s))] == ["critic"]
+    assert not needs_teacher(rules_for("teacher")) and not needs_critic(rules_for("teacher"))
     stage1 = rules_for("teacher", "opd")
     assert sorted(stage1) == ["answerer", "searcher"]  # the cascade has no Leader
     assert not any(r.kl or r.teacher_scores for r in stage1.values())  # nor a Teacher
@@ -51,3 +63,100 @@ def test_rollout_metrics_average_per_workflow_and_read_roles_from_the_table():
     assert m["team/invalid_rate"] == pytest.approx(4 / 20)  # invalid turns over all turns
     assert m["team/em"] == pytest.approx(2 / 3)
     assert m["reward/leader"] == pytest.approx(0.6) and "reward/searcher" not in m
+
+
+SIGNAL_MODULE = '''
+import numpy as np
+
+from algos import advantages as A
+from algos.roles import RoleRule, add_rule
+
+CALLS = []
+
+
+def opd_clipped_term(rows, ctx):
+    """OPD, each token's advantage clipped to [-1, 1]."""
+    out = [np.clip(v, -1.0, 1.0) for v in A.opd_term(rows, ctx)]
+    CALLS.append((sorted({r.role for r in rows}), out))
+    return out
+
+
+def half_critic_term(rows, ctx):
+    """The Prompted Critic's score alone, halved."""
+    return [0.5 * s for s in ctx.critic.score_rows(list(rows))]
+
+
+add_rule(RoleRule("team", "searcher", "opd_clipped", opd_clipped_term, kl=False, teacher_scores=True,
+                  trained=True, needs_teacher=True))
+add_rule(RoleRule("team", "searcher", "half_critic", half_critic_term, kl=False, teacher_scores=True,
+                  trained=True, needs_critic=True))
+'''
+
+
+@pytest.fixture
+def new_signals(tmp_path, monkeypatch):
+    """Two new Searcher signals, each one row plus one term in a module of their own (the
+    table is restored afterwards)."""
+    monkeypatch.setattr(roles, "RULES", roles.RULES)
+    (tmp_path / "new_signals.py").write_text(textwrap.dedent(SIGNAL_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "new_signals", raising=False)
+    import new_signals
+
+    yield new_signals
+    sys.modules.pop("new_signals", None)
+
+
+def test_a_new_searcher_signal_needs_nothing_but_its_row_and_term(new_signals, make_env, capsys):
+    from algos.__main__ import main as algos_main
+    from algos.config import TrainConfig
+    from algos.teacher import rows_to_score
+
+    assert searcher_signals()[-2:] == ("opd_clipped", "half_critic")
+    with pytest.raises(ValueError, match="the table already has a rule"):
+        roles.add_rule(roles.RULES[-1])
+    # the config reads what it needs from the row: a Teacher for the OPD-like signal
+    with pytest.raises(ValueError, match="TrainConfig.teacher=None: the opd_clipped Searcher signal needs a Teacher"):
+        TrainConfig(stage="team", searcher_signal="opd_clipped", kl_coef=0.0)
+    assert TrainConfig(stage="team", searcher_signal="half_critic", kl_coef=0.0).teacher is None
+    # the command line offers it (argparse would raise SystemExit on an unknown choice); the
+    # preflight then looks for the preset's Teacher, and says so in one line
+    assert algos_main(["train", "--stage", "team", "--signal", "opd_clipped", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("python -m algos: error: teacher='/nonexistent/x/teacher'")
+    clipped = rules_for("team", "opd_clipped")
+    assert needs_teacher(clipped) and not needs_critic(clipped)
+    assert needs_critic(rules_for("team", "half_critic")) and not needs_teacher(rules_for("team", "half_critic"))
+    assert [r for r in clipped if clipped[r].kl] == ["leader", "answerer"]
+
+    from algos.batch import rows_from_episodes
+
+    groups = [[run_script(make_env(), GOOD) for _ in range(2)]]
+    rows = rows_from_episodes(groups, 4096)
+    assert {r.role for r in rows_to_score(rows, 0.0, clipped)} == {"searcher"}  # the Teacher scores them
+    for r in rows:
+        r.old_logp = np.full(int(r.mask.sum()), -4.0)
+        r.teacher_logp = np.full(int(r.mask.sum()), -1.0)
+    ctx = A.AdvantageContext(groups=groups, beta=1.0)
+    roles.assign_advantages(rows, clipped, ctx)
+    searchers = [r for r in rows if r.role == "searcher"]
+    assert searchers and all(np.all(r.advantages == 1.0) for r in searchers)  # opd alone: 3.0
+    roles.assign_advantages(rows, rules_for("team", "opd"), ctx)
+    assert all(np.all(r.advantages == 3.0) for r in searchers)
+
+
+def test_the_trainer_runs_a_new_signal_and_loads_what_its_row_asks_for(new_signals, tmp_path, tiny_dirs):
+    from conftest import QUESTION
+
+    from agents.scripted import ScriptedPolicy
+
+    trainer = _trainer(tmp_path / "clipped", tiny_dirs, steps=1, searcher_signal="opd_clipped", beta=5.0,
+                       max_turn_tokens=64, max_context_tokens=1024, max_row_tokens=1024)
+    assert trainer.critic is None and trainer.teacher is not None
+    trainer.train_questions = [QUESTION]
+    trainer.policy = ScriptedPolicy(seed=0)  # a team whose Searchers search: rows for the new term
+    metrics = trainer.train_step()
+    assert np.isfinite(metrics["losses/policy"]) and metrics["losses/tokens"] > 0
+    (role_names, values), = new_signals.CALLS
+    assert role_names == ["searcher"] and values and all(np.all(np.abs(v) <= 1.0) for v in values)
+    critic_run = _trainer(tmp_path / "critic", tiny_dirs, steps=1, searcher_signal="half_critic")
+    assert critic_run.critic is not None  # loaded because the row says so

@@ -11,10 +11,12 @@ from test_env_flow import GOOD
 
 from agents.hf import token_logprobs
 from agents.models import tiny_causal_lm
+from algos.advantages import AdvantageContext
 from algos.batch import pad_rows, rows_from_episodes, score_rows
 from algos.config import TrainConfig
 from algos.losses import policy_loss
-from algos.trainer import Trainer, assign_advantages
+from algos.roles import assign_advantages, rules_for
+from algos.trainer import Trainer
 
 TINY = dict(steps=3, questions_per_step=1, group_size=2, learning_rate=1e-3, max_turn_tokens=8,
             max_context_tokens=512, max_waves=1, max_searchers=1, max_searcher_turns=2, num_candidates=2,
@@ -65,15 +67,15 @@ def test_assign_advantages_routes_by_role(make_env):
     for r in rows:
         r.old_logp = np.full(int(r.mask.sum()), -2.0)
         r.teacher_logp = np.full(int(r.mask.sum()), -1.0)
-    cfg = TrainConfig(stage="team", teacher="base", beta=0.01)
-    assign_advantages(rows, groups, cfg)
+    ctx = AdvantageContext(groups=groups, beta=0.01)
+    assign_advantages(rows, rules_for("team", "opd"), ctx)
     leaders = [r for r in rows if r.role == "leader"]
     assert leaders[0].advantages[0] == pytest.approx(0.7071, abs=1e-3) and leaders[1].advantages[0] < 0
     searcher = next(r for r in rows if r.role == "searcher")
     assert np.allclose(searcher.advantages, 0.01)  # beta * (teacher - old) = 0.01 * 1
     answerers = [r.advantages[0] for r in rows if r.role == "answerer" and r.episode is groups[0][0]]
     assert answerers == pytest.approx([0.7303, 0.7303, -1.0954, -1.0954, 0.7303], abs=1e-3)
-    assign_advantages(rows, groups, TrainConfig(stage="team", teacher="base", searcher_signal="none"))
+    assign_advantages(rows, rules_for("team", "none"), ctx)
     assert all(not r.trained for r in rows if r.role == "searcher")
 
 
@@ -83,7 +85,7 @@ def test_teacher_equal_to_policy_gives_zero_opd_and_kl(tmp_path, tiny_dirs, make
     model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2)
     for r, old, teacher in zip(rows, score_rows(model, rows), score_rows(model, rows)):
         r.old_logp, r.teacher_logp = old, teacher
-    assign_advantages(rows, groups, TrainConfig(stage="team", teacher="base"))
+    assign_advantages(rows, rules_for("team", "opd"), AdvantageContext(groups=groups))
     searchers = [r for r in rows if r.role == "searcher"]
     assert searchers and all(np.all(r.advantages == 0.0) for r in searchers)
     # and through the trainer: the same checkpoint as policy and Teacher, KL exactly 0
