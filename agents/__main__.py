@@ -2,12 +2,15 @@
 
     python -m agents play --question "Who directed 'The Glass Harbor'?" --policy human
     python -m agents play --dataset hotpotqa --index 3 --leader scripted --searcher hf:smollm2
+    python -m agents play --policy 'hf:smollm2?temperature=0.7&top_p=0.9' --leader 'hf:smollm2?temperature=0'
     python -m agents replay episodes.jsonl [--index 0] [--all]
     python -m agents view runs/micro/team/samples/step_000012.jsonl [--index N] [--out page.html] [--serve]
     python -m agents demo [--per-dataset 20] [--policy scripted]
 
 Policies: scripted, random, human, hf:<model>, openai:<model>@<url>, python:<module>:<Class>
-(see ``agents.registry``).
+(see ``agents.registry``). An LM policy samples with its spec's ``?temperature=...`` settings,
+else ``--temperature``/``--top-p``/``--max-new-tokens``, else the model's generation config
+(greedy when it does not sample, as SmolLM2's); see ``agents.sampling``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,19 @@ from typing import Any
 from agents.collect import collect
 from agents.registry import check_policy, make_policy
 from agents.router import RoleRouter
+from agents.sampling import add_sampling_arguments, describe_team, sampling_of_args, team_settings
 from agents.simple import HumanPolicy, last_user_message
-from envs.episode import Episode, load_episodes, save_episodes
+from envs.episode import Episode, save_episodes
 from envs.protocol import render_passages, render_search_failure
-from envs.terminal import Quit, team_line
+from envs.terminal import Quit, team_line, terminal_safe
 
 RULE = "─" * 72
+
+
+def _terminal(out: Callable[[str], Any]) -> Callable[[str], None]:
+    """``out`` behind :func:`envs.terminal.terminal_safe`: play and replay show passages,
+    questions and model turns, whose escape sequences must be shown, not obeyed."""
+    return lambda text: out(terminal_safe(text))
 
 
 def _question(args: argparse.Namespace) -> Any:
@@ -41,17 +51,20 @@ def _question(args: argparse.Namespace) -> Any:
 
 def _policy(args: argparse.Namespace, vocab_size: int) -> Any:
     roles = {r: getattr(args, r) for r in ("leader", "searcher", "answerer") if getattr(args, r)}
-    base = make_policy(args.policy, seed=args.seed, vocab_size=vocab_size)
+    sampling = sampling_of_args(args)
+    base = make_policy(args.policy, seed=args.seed, vocab_size=vocab_size, sampling=sampling)
     if not roles:
         return base
-    return RoleRouter({r: make_policy(s, seed=args.seed, vocab_size=vocab_size) for r, s in roles.items()},
-                      default=base)
+    return RoleRouter({r: make_policy(s, seed=args.seed, vocab_size=vocab_size, sampling=sampling)
+                       for r, s in roles.items()}, default=base)
 
 
 def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episode:
-    """Step one episode through the AEC API, showing every turn and what the env wrote."""
+    """Step one episode through the AEC API, showing every turn and what the env wrote
+    (through :func:`envs.terminal.terminal_safe`, as the human policy's prompts)."""
     from envs import make_env
 
+    out = _terminal(out)
     env = make_env(wrapped=True, workflow=args.workflow, step_mode=args.mode)
     env.reset(seed=args.seed, options={"question": _question(args)})
     raw = env.unwrapped
@@ -59,7 +72,10 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
     for p in (policy, *getattr(policy, "policies", {}).values(), getattr(policy, "default", None)):
         if isinstance(p, HumanPolicy):
             p.show_context = False  # the loop below shows each new context once
+            p.output_fn = _terminal(p.output_fn)
     out(team_line(raw.possible_agents))
+    settings = team_settings(policy)
+    out(f"Sampling: {describe_team(settings)}")
     out(f"Question: {raw.question.question}")
     shown: dict[str, int] = {}
     shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
@@ -99,8 +115,9 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
             failed = info.get("search_error")
             out(render_search_failure(failed) if failed else render_passages(seen[-1] if seen else []))
         elif info.get("invalid"):  # the correction the env wrote back at once
-            out(last_user_message(raw.context_text(agent)))
+            out(last_user_message(raw.messages(agent)))
     ep = raw.episode
+    ep.sampling = settings
     out(RULE)
     _summary(ep, out)
     if args.save:
@@ -133,9 +150,18 @@ def replay_steps(ep: Episode, decode: Callable[[list[int]], str]) -> list[str]:
 
 def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
            read: Callable[[str], str] = input) -> int:
+    """Step through a saved episode (``--all``: every turn at once), shown through
+    :func:`envs.terminal.terminal_safe`. A file that is not an episode file (bad JSON, a
+    record of the wrong shape or types) is one line on stderr naming file and line: 2."""
+    from agents.viewer.records import ViewError, read_records
     from envs.tokenizer import load_tokenizer
 
-    episodes = load_episodes(args.file)
+    out = _terminal(out)
+    try:  # the viewer's checks: every record's fields and types, its turns inside its segments
+        episodes = [ep for ep, _ in read_records(args.file)]
+    except ViewError as err:
+        print(f"python -m agents replay: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
+        return 2
     if not 0 <= args.index < len(episodes):
         raise SystemExit(f"--index {args.index} is out of range: {args.file} holds {len(episodes)} episodes")
     ep = episodes[args.index]
@@ -166,13 +192,14 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
     from envs import env_fn
     from envs.data import DATASETS, load_qa
 
-    policy = make_policy(args.policy, seed=args.seed)
+    policy = make_policy(args.policy, seed=args.seed, sampling=sampling_of_args(args))
     tokenizer = getattr(policy, "tokenizer", None)  # an LM policy plays with its own tokenizer
     questions = [q for name in DATASETS for q in load_qa(name, args.split, root="synthetic")[: args.per_dataset]]
     results: dict[str, dict[str, float]] = {}
     for workflow in args.workflows.split(","):
         groups = collect(env_fn(workflow=workflow, tokenizer=tokenizer, max_turn_tokens=args.max_turn_tokens),
-                         policy, questions, seed=args.seed)  # every question in one batch
+                         policy, questions, seed=args.seed,  # every question in one batch
+                         progress=False if args.no_progress else workflow)
         rows = {}
         for name in DATASETS:
             eps = [g[0] for g, q in zip(groups, questions) if q.dataset == name]
@@ -183,7 +210,8 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
             }
         rows["macro"] = {k: sum(r[k] for r in rows.values()) / len(rows) for k in ("em", "searches", "invalid")}
         results[workflow] = rows
-        out(f"\n{args.policy} team, {workflow} workflow, synthetic {args.split} ({args.per_dataset} per dataset)")
+        out(f"\n{args.policy} team, {workflow} workflow, synthetic {args.split} ({args.per_dataset} per dataset; "
+            f"sampling: {describe_team(team_settings(policy))})")
         out(f"{'dataset':<18}{'EM':>7}{'searches':>10}{'invalid':>9}")
         for name, r in rows.items():
             out(f"{name:<18}{100 * r['em']:>7.1f}{r['searches']:>10.2f}{100 * r['invalid']:>8.1f}%")
@@ -212,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="step mode: a step is a whole turn (default) or one token")
     p.add_argument("--save", default=None, help="write the episode as JSONL")
     p.add_argument("--seed", type=int, default=0, help="seeds the env and the policies (default 0)")
+    add_sampling_arguments(p)
     r = sub.add_parser("replay", help="step through a saved episode, forward and backward")
     r.add_argument("file", help="episodes JSONL, e.g. from play --save FILE")
     r.add_argument("--index", type=int, default=0, help="which episode of the file (default 0)")
@@ -227,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--workflows", default="hierarchical,cascade", help="comma list of workflows to run")
     d.add_argument("--max-turn-tokens", type=int, default=256, help="per-turn token budget")
     d.add_argument("--seed", type=int, default=0, help="seeds the env and the policy (default 0)")
+    add_sampling_arguments(d)
+    d.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     for option in ("policy", "leader", "searcher", "answerer"):  # before the env or a model loads
         try:

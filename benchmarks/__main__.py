@@ -2,6 +2,7 @@
 
     python -m benchmarks run --policy scripted --quick --out results/scripted
     python -m benchmarks run --policy ckpt:runs/micro/team --workflow hierarchical --out results/opd
+    python -m benchmarks run --policy 'hf:smollm2?temperature=0.7&top_p=0.9' --quick --out results/smollm2
     python -m benchmarks run --policy scripted --data ../shared/realdata --datasets hotpotqa,2wikimultihopqa \\
         --split dev --corpus ../shared/realdata/corpora/hotpotqa_2wiki_dev.jsonl --out results/real
     python -m benchmarks compare results/opd results/scripted
@@ -11,7 +12,10 @@
     python -m benchmarks perf
 
 Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
-python:<module>:<Class>, or per role leader=...,searcher=...,answerer=...
+python:<module>:<Class>, or per role leader=...,searcher=...,answerer=... An LM policy samples
+with its spec's ?temperature=&top_p=&max_new_tokens=, else --temperature/--top-p/--max-new-tokens,
+else the model's generation config (greedy when it does not sample, as SmolLM2's); summary.json
+and every episode record the settings, and `compare` pairs only runs sampled alike.
 
 A run that cannot work (a ``ckpt:`` folder without a checkpoint, an offline ``hf:`` hub id,
 a missing corpus, a retrieval server that does not answer) stops before anything loads
@@ -70,25 +74,28 @@ def _records(path: Path) -> list[dict]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from agents.sampling import sampling_of_args
     from algos.sft_cli import threads_line
-    from benchmarks.suite import QUICK, check_run, run_suite
+    from benchmarks.suite import QUICK, check_datasets, check_run, run_suite
 
     if args.threads < 1:
         from algos.preflight import PreflightError
 
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
-    # a run that cannot work says so in one line before anything else is printed
+    # a run that cannot work says so in one line before anything else is printed; so does a
+    # bad row in any dataset file it would read, before the first episode
+    datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
     check_run(args.policy, data=args.data, corpus=args.corpus, retriever_url=args.retriever_url)
+    check_datasets(args.data, datasets, args.split)
     print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
     limit, runs = args.limit, args.runs
     if args.quick:
         limit = limit or QUICK["limit"]
         runs = runs or QUICK["runs"]
-    datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
               seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress,
-              threads=args.threads, keep_episodes=not args.no_episodes)
+              threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args))
     return 0
 
 
@@ -105,10 +112,19 @@ def _env_kwargs(pairs: list[str]) -> dict[str, int]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from agents.sampling import describe_team, same_settings
     from benchmarks.metrics import paired_macro_difference
     from benchmarks.suite import label_of, markdown_table, plot_results
 
     loaded = [_load(d) for d in args.results]
+    base_sampling = loaded[-1][0].get("meta", {}).get("sampling")
+    for d, (s, _) in zip(args.results[:-1], loaded[:-1]):
+        sampling = s.get("meta", {}).get("sampling")
+        if not args.allow_different_settings and not same_settings(sampling, base_sampling):
+            print(f"python -m benchmarks compare: error: {d} ({describe_team(sampling)}) and {args.results[-1]} "
+                  f"({describe_team(base_sampling)}) sampled differently; pass --allow-different-settings "
+                  "to pair them anyway", file=sys.stderr)
+            return 2
     rows = [(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]
     print(markdown_table(rows))
     base_records = loaded[-1][1]
@@ -196,6 +212,9 @@ def _dispatch(argv: list[str] | None) -> int:
                    help="torch/faiss intra-op threads (default 1: the same numbers on any machine, and the "
                         "faster choice on a busy one; summary.json records it)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from agents.sampling import add_sampling_arguments
+
+    add_sampling_arguments(r)
     r.add_argument("--no-episodes", action="store_true",
                    help="do not keep the episodes (episodes.jsonl, for python -m agents view; ~2,800 in a full run)")
     c = sub.add_parser("compare", help="systems side by side; CI of each against the last")
@@ -204,6 +223,9 @@ def _dispatch(argv: list[str] | None) -> int:
     c.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples (default 10000)")
     c.add_argument("--seed", type=int, default=0, help="seeds the bootstrap (default 0)")
     c.add_argument("--out", default=None, help="also write comparison plots here")
+    c.add_argument("--allow-different-settings", action="store_true",
+                   help="pair runs whose LM policies sampled with different settings (temperature, top-p, "
+                        "max new tokens; summary.json's meta.sampling)")
     v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
     v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
     v.add_argument("--out", default=None,

@@ -17,6 +17,7 @@ from typing import Any
 
 from agents.collect import collect
 from agents.registry import POLICY_KINDS, check_policy, make_policy, register_policy
+from agents.sampling import Sampling, hf_policy, team_settings
 from agents.viewer.records import tokenizer_record
 from algos.preflight import PreflightError, check_retriever
 from benchmarks.metrics import summarize
@@ -29,12 +30,13 @@ NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "Hotp
 QUICK = {"limit": 20, "runs": 4}
 
 
-def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None, **hf_kwargs: Any) -> Any:
-    """``ckpt:<dir>``: a learner run (its latest checkpoint) or one checkpoint, as HFPolicy."""
-    from agents.hf import HFPolicy
+def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None, sampling: Sampling | None = None,
+                       **hf_kwargs: Any) -> Any:
+    """``ckpt:<dir>``: a learner run (its latest checkpoint) or one checkpoint, as HFPolicy
+    (unset sampling settings from the checkpoint's generation config, greedy without one)."""
     from algos.checkpoint import resolve_model_path
 
-    return HFPolicy(resolve_model_path(arg), seed=seed, **hf_kwargs)
+    return hf_policy(resolve_model_path(arg), sampling=sampling, seed=seed, **hf_kwargs)
 
 
 TRAIN_HINT = "`python -m algos train --preset micro` writes runs/micro/teacher and runs/micro/team"
@@ -53,13 +55,14 @@ def _check_checkpoint(arg: str) -> None:
                          f"{TRAIN_HINT}")
 
 
-register_policy("ckpt", _checkpoint_policy, check=_check_checkpoint)
+register_policy("ckpt", _checkpoint_policy, check=_check_checkpoint, samples=True)
 
 
-def build_policy(spec: str, seed: int = 0) -> Any:
+def build_policy(spec: str, seed: int = 0, sampling: Sampling | None = None) -> Any:
     """A policy from its spec: ``agents.registry.make_policy``, which knows ``ckpt:<dir>``
-    once this module is imported (kept as a name for callers of the suite)."""
-    return make_policy(spec, seed=seed)
+    once this module is imported (kept as a name for callers of the suite). ``sampling``:
+    the command line's settings (``agents.sampling``)."""
+    return make_policy(spec, seed=seed, sampling=sampling)
 
 
 def policy_tokenizer(policy: Any) -> Any:
@@ -98,6 +101,28 @@ def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None
                 raise PreflightError(f"{option} {spec}: {reason}") from None
 
 
+def check_datasets(data: str, datasets: Sequence[str], split: str) -> None:
+    """Read every row of every dataset file a run will play, before the first episode: an
+    unknown dataset name or a malformed row anywhere (``golden_answers`` not a list of
+    strings, no ``question``, bad JSON, a line nested too deep, bytes that are not UTF-8)
+    raises :class:`algos.preflight.PreflightError`, one line naming the file and line
+    (``envs.data.load_qa``'s message). A missing dataset or split passes: the run skips it."""
+    import warnings
+
+    from envs.terminal import terminal_safe
+
+    root = "synthetic" if data == "synthetic" else data
+    for name in datasets:
+        try:  # the whole file, past any --limit: a run must not end halfway on a bad row
+            with warnings.catch_warnings():  # rows left out are reported when the run loads them
+                warnings.simplefilter("ignore")
+                load_qa(name, split, root=root)
+        except FileNotFoundError:
+            continue
+        except ValueError as err:
+            raise PreflightError(f"--data {data}: {terminal_safe(str(err), one_line=True)}") from None
+
+
 def build_retriever(data: str, corpus: str | None, retriever_url: str | None) -> tuple[Any, str]:
     """The retriever of a suite run (``envs.retrieval.make_retriever``) and how the result
     files name it."""
@@ -111,7 +136,8 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               datasets: Sequence[str] = DATASETS, split: str = "test", runs: int = 4, limit: int | None = None,
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
               env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print,
-              threads: int | None = None, keep_episodes: bool = True) -> dict[str, Any]:
+              threads: int | None = None, keep_episodes: bool = True,
+              sampling: Sampling | None = None) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
     files into ``out_dir``: ``questions.jsonl`` (one record per question; ``episode_index``
     lists its runs' lines in ``episodes.jsonl``), ``episodes.jsonl`` (every episode, dataset
@@ -120,13 +146,16 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
     see :func:`check_run`) before anything loads; ``out_dir`` is created only when there
     are results to write, so a failed run leaves no empty folder behind. ``threads``: torch's
     and faiss's intra-op threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1),
-    recorded in ``summary.json``'s ``meta``."""
+    recorded in ``summary.json``'s ``meta``. ``sampling``: the command line's settings for
+    the LM policies whose spec sets none (``agents.sampling``); what each role sampled with
+    is ``meta["sampling"]`` and every episode's ``sampling``."""
     from algos.reproducible import run_threads
 
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
+    check_datasets(data, datasets, split)
     with run_threads(threads) as n:
         return _run_suite(policy, out_dir, workflow, data, datasets, split, runs, limit, corpus, retriever_url,
-                          seed, env_kwargs, progress, log, n, keep_episodes)
+                          seed, env_kwargs, progress, log, n, keep_episodes, sampling)
 
 
 EPISODES = "episodes.jsonl"
@@ -136,7 +165,7 @@ EPISODES = "episodes.jsonl"
 def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datasets: Sequence[str], split: str,
                runs: int, limit: int | None, corpus: str | None, retriever_url: str | None, seed: int,
                env_kwargs: dict[str, Any] | None, progress: bool, log: Any, threads: int,
-               keep_episodes: bool = True) -> dict[str, Any]:
+               keep_episodes: bool = True, sampling: Sampling | None = None) -> dict[str, Any]:
     from envs import env_fn as make_env_fn
 
     out = Path(out_dir)
@@ -145,7 +174,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
     # then replaces episodes.jsonl beside the other result files; a failed run removes it, so
     # it leaves neither a mix of two runs nor a folder of its own
     partial = out / f"{EPISODES}.partial"
-    agent = build_policy(policy, seed)
+    agent = build_policy(policy, seed, sampling)
     tokenizer = policy_tokenizer(agent)
     retriever, retriever_desc = build_retriever(data, corpus, retriever_url)
     root = "synthetic" if data == "synthetic" else data
@@ -179,7 +208,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
         summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
                            "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
                            "seed": seed, "threads": threads, "env_kwargs": env_kwargs, "skipped": skipped,
-                           "seconds": round(time.perf_counter() - start, 1)}
+                           "sampling": team_settings(agent), "seconds": round(time.perf_counter() - start, 1)}
         if keep_episodes:  # what `python -m agents view` decodes the episodes with
             summary["meta"]["tokenizer"] = tokenizer_record(tokenizer)
         out.mkdir(parents=True, exist_ok=True)

@@ -111,5 +111,6 @@ def test_the_readme_reports_the_scale_out_ratios_and_the_guarantees():
     command, and what the reliability section guarantees."""
     text = README.read_text()
     for name in ("collect.ray_workers_speedup", "learner.ddp_step_ratio", "ray start --head", "ray_address=auto",
-                 "docs/retrieval_server.md", "weights_only", "non-finite", "never raises on model output"):
+                 "docs/retrieval_server.md", "weights_only", "non-finite", "never raises on model output",
+                 "docs/reliability.md"):
         assert name in text, name
