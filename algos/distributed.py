@@ -24,12 +24,20 @@ end of this file give the Trainer its gathered replica (:func:`copy_into`), froz
 the shards (:func:`sharded_masks`) and a checkpoint's optimizer state in one process's layout
 (:func:`full_optimizer_state`); see ``docs/scaleout.md``.
 
+The Trainer always holds a :class:`Dist` (:func:`this_process`): outside torchrun a
+:class:`OneProcess`, rank 0 of 1, whose collectives are the identity, so the Trainer tells the
+one-process story and calls them unconditionally. How the trained model lies on the ranks is
+chosen once (:func:`layout_for`): :class:`Replicated` (one process, or the summed gradients
+above) or :class:`Sharded` (FSDP2: sharding, lock-step chunk padding, the loss scaled by the
+world, frozen masks on the shards, the gathered replica and optimizer state).
+
 A rank that raises stops the job: :func:`run_main` prints ``rank R of K failed: <error>``
 and exits non-zero, and torchrun then stops the other ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -43,8 +51,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Dist", "apply_masks", "copy_into", "from_env", "full_optimizer_state", "full_state", "fully_shard_model",
-           "load_full_optimizer_state", "local_norm", "run_main", "shard_by_tokens", "sharded_masks"]
+__all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "apply_masks", "copy_into", "from_env",
+           "full_optimizer_state", "full_state", "fully_shard_model", "layout_for", "load_full_optimizer_state",
+           "local_norm", "local_tensor", "run_main", "shard_by_tokens", "sharded_masks", "this_process"]
 
 
 DIST_TIMEOUT_S = 2 * 3600
@@ -91,11 +100,15 @@ def _array_json(value: Any) -> list[Any] | None:
 
 @dataclass
 class Dist:
-    """This process's place in a ``torch.distributed`` job (world size >= 1)."""
+    """This process's place in a ``torch.distributed`` job (world size >= 1). Outside torchrun
+    the Trainer holds a :class:`OneProcess`, the same object whose every method is trivial."""
 
     rank: int
     world: int
     device: torch.device
+
+    launched = True
+    """Whether torchrun started this process (False: :class:`OneProcess`)."""
 
     @property
     def is_main(self) -> bool:
@@ -191,6 +204,30 @@ class Dist:
     def barrier(self) -> None:
         torch.distributed.barrier()
 
+    def metrics(self) -> dict[str, float]:
+        """What a step's metrics say about the job (``dist/world_size``)."""
+        return {"dist/world_size": float(self.world)}
+
+    def collect(self, env_fn: Callable[[], Any], policy: Any, questions: Sequence[Any], group_size: int,
+                seed: int) -> list[list[Any]]:
+        """``group_size`` Episodes per question, every rank's share of ``questions`` rolled
+        with its own policy, each group with its own seed (``agents.ray_rollout.collect_groups``:
+        the batch does not depend on the world size), gathered on every rank."""
+        from agents.ray_rollout import collect_groups
+        from envs.episode import groups_from_dicts, groups_to_dicts
+
+        part = np.array_split(np.arange(len(questions)), self.world)[self.rank]
+        first = int(part[0]) if len(part) else 0
+        mine = collect_groups(env_fn, policy, [questions[i] for i in part], group_size, seed=seed, first_index=first)
+        return [g for share in self.all_gather_objects(groups_to_dicts(mine)) for g in groups_from_dicts(share)]
+
+    def share_groups(self, groups: list[list[Any]] | None) -> list[list[Any]]:
+        """Rank 0's Episodes grouped by question (the Ray workers' batch) on every rank; the
+        other ranks pass None. They travel as JSON (``envs.episode.groups_to_dicts``)."""
+        from envs.episode import groups_from_dicts, groups_to_dicts
+
+        return groups_from_dicts(self.broadcast_object(groups_to_dicts(groups or [])))
+
     def close(self) -> None:
         """Wait for every rank, then destroy the process group: a rank that tears gloo down
         while another still finishes its last collective aborts that rank (``terminate
@@ -205,6 +242,64 @@ class Dist:
             gc.collect()
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
+
+
+class OneProcess(Dist):
+    """The :class:`Dist` of a process that torchrun did not start: rank 0 of 1. Every
+    collective is the identity on this rank's values and sends nothing, so code written for
+    K ranks runs its one-process story unchanged (and computes the same numbers)."""
+
+    launched = False
+
+    def __init__(self, device: str | torch.device = "cpu"):
+        super().__init__(rank=0, world=1, device=torch.device(device))
+
+    def shard(self, rows: Sequence[Any]) -> list[Any]:
+        return list(rows)
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def gather_row_values(self, rows: Sequence[Any], mine: Sequence[Any], attrs: Sequence[str]) -> None:
+        """Nothing to gather: this process scored every row."""
+
+    def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter],
+                         bucket_bytes: int = GRAD_BUCKET_BYTES) -> None:
+        """Nothing to sum (a missing gradient stays None, as in any one-process step)."""
+
+    def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
+        return dict(values)
+
+    def any(self, flag: bool) -> bool:
+        return bool(flag)
+
+    def barrier(self) -> None:
+        """No other rank to wait for."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def collect(self, env_fn: Callable[[], Any], policy: Any, questions: Sequence[Any], group_size: int,
+                seed: int) -> list[list[Any]]:
+        """Every question here, one batch (``agents.collect.collect``)."""
+        from agents.collect import collect
+
+        return collect(env_fn, policy, questions, group_size, seed=seed)
+
+    def share_groups(self, groups: list[list[Any]] | None) -> list[list[Any]]:
+        return groups if groups is not None else []
+
+    def close(self) -> None:
+        """No process group to destroy."""
+
+
+def this_process(device: str = "cpu", timeout_s: float | None = None) -> Dist:
+    """This process's :class:`Dist`: :func:`from_env`'s under torchrun, else a :class:`OneProcess`."""
+    dist = from_env(device, timeout_s)
+    return dist if dist is not None else OneProcess(device)
 
 
 def from_env(device: str = "cpu", timeout_s: float | None = None) -> Dist | None:
@@ -349,3 +444,138 @@ def load_full_optimizer_state(model: Any, optimizer: Any, plain: dict[str, Any])
 def local_norm(norm: Any) -> float:
     """A gradient norm as a float (an FSDP2 norm is a DTensor: its full value)."""
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def local_tensor(t: Any) -> torch.Tensor:
+    """This rank's part of ``t`` (an FSDP2 DTensor's shard; a plain tensor itself)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+class FullOptimizer:
+    """An FSDP2 ``optimizer`` as ``algos.checkpoint`` sees it: one process's state dict layout,
+    ``gathered`` (:func:`full_optimizer_state`, by every rank) before a save; a loaded one is
+    scattered back onto the shards."""
+
+    def __init__(self, model: Any, optimizer: Any, gathered: dict[str, Any] | None = None):
+        self.model, self.optimizer, self.gathered = model, optimizer, gathered
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return self.gathered
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_full_optimizer_state(self.model, self.optimizer, state)
+
+
+class Replicated:
+    """How the trained model lies on the ranks when every rank holds all of it: one process,
+    or torchrun's ranks whose gradients are summed once per minibatch (the DDP-equivalent
+    path, module docstring). The trained model is also the replica that generates, scores,
+    validates and is saved; frozen parts are kept by gradient hooks (``algos.freeze.frozen``)."""
+
+    chunk_elements: int | None = None
+    """``agents.hf.token_logprobs``' output layer chunking (None: its default)."""
+
+    def __init__(self, dist: Dist):
+        self.dist = dist
+
+    def prepare(self, model: Any, precision: Any) -> Any:
+        """Lay ``model`` (the trained one) out; returns the replica that reads its weights."""
+        return model
+
+    def frozen(self, model: Any) -> contextlib.AbstractContextManager[Any]:
+        """The context of an update: what ``model`` declares frozen gets no gradient."""
+        from algos.freeze import frozen
+
+        return frozen(model)
+
+    def mask_frozen_grads(self) -> None:
+        """(The hooks of :meth:`frozen` did it.)"""
+
+    def chunk_count(self, chunks: int) -> int:
+        """How many chunks this rank runs in a minibatch where it has ``chunks``."""
+        return chunks
+
+    def scaled(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss whose backward gives this rank's share of the summed gradient."""
+        return loss
+
+    def any_rank(self, flag: bool) -> bool:
+        """``flag`` where every rank must act on it together (FSDP2's lock-step); here this rank's."""
+        return flag
+
+    def reduce_grads(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the ranks' gradients after a minibatch's backwards."""
+        self.dist.all_reduce_grads(parameters)
+
+    def sync_replica(self, replica: Any, model: Any) -> None:
+        """Bring the replica up to the trained weights (it is the trained model: nothing)."""
+
+    def checkpoint_optimizer(self, model: Any, optimizer: Any, gather: bool = False) -> Any:
+        """What a checkpoint saves or loads as the optimizer (one process's layout). ``gather``:
+        for a save (every rank calls it)."""
+        return optimizer
+
+
+class Sharded(Replicated):
+    """FSDP2 (``TrainConfig.fsdp``): each rank holds a shard of the trained model
+    (:func:`fully_shard_model`) and a gathered plain replica for generation, scoring,
+    validation and checkpoints, refreshed after every update (:func:`copy_into`). Every rank
+    runs as many chunks per minibatch (each forward and backward gathers and scatters
+    collectively; a rank with fewer runs zero-loss padding), a non-finite value on one rank
+    stops all together, each loss is multiplied by the world size (the reduce-scatter averages,
+    the step needs the sum), frozen parts are masked on the shards (:func:`sharded_masks`), and
+    the optimizer state is gathered for a checkpoint in one process's layout."""
+
+    chunk_elements = 0  # the model's own forward: FSDP2 gathers parameters in the root module's
+
+    def __init__(self, dist: Dist):
+        super().__init__(dist)
+        self.masks: list[tuple[Any, Any]] = []
+
+    def prepare(self, model: Any, precision: Any) -> Any:
+        import copy
+
+        from algos.freeze import frozen_masks
+
+        replica = copy.deepcopy(model)
+        masks = frozen_masks(model)  # full shapes, before sharding
+        fully_shard_model(model, mp_policy=precision.fsdp_policy())
+        self.masks = sharded_masks(model, masks)
+        return replica
+
+    def frozen(self, model: Any) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # (masks on the shards: mask_frozen_grads)
+
+    def mask_frozen_grads(self) -> None:
+        apply_masks(self.masks)
+
+    def chunk_count(self, chunks: int) -> int:
+        most = torch.tensor([chunks], device=self.dist.device)
+        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+        return int(most.item())
+
+    def scaled(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.dist.world
+
+    def any_rank(self, flag: bool) -> bool:
+        return self.dist.any(flag)
+
+    def reduce_grads(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """(The reduce-scatter in each backward did it.)"""
+
+    def sync_replica(self, replica: Any, model: Any) -> None:
+        copy_into(replica, model)
+
+    def checkpoint_optimizer(self, model: Any, optimizer: Any, gather: bool = False) -> Any:
+        return FullOptimizer(model, optimizer, full_optimizer_state(model, optimizer) if gather else None)
+
+
+def layout_for(dist: Dist, fsdp: bool) -> Replicated:
+    """The trained model's layout for this job: :class:`Sharded` with ``fsdp``, else
+    :class:`Replicated`. ``fsdp`` outside torchrun is refused (one process has nothing to shard)."""
+    if not fsdp:
+        return Replicated(dist)
+    if not dist.launched:
+        raise ValueError("fsdp=true shards the model over torchrun's ranks: run under `torchrun "
+                         "--nproc-per-node K -m algos train ...` (one process has nothing to shard)")
+    return Sharded(dist)

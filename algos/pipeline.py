@@ -16,7 +16,7 @@ from typing import Any
 
 from algos.checkpoint import latest_checkpoint
 from algos.config import TrainConfig
-from algos.distributed import from_env
+from algos.distributed import this_process
 from algos.presets import prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
@@ -70,9 +70,8 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
         if owned_group and torch_dist.is_initialized():
             torch_dist.destroy_process_group()  # no barrier: the other ranks may never come
         raise
-    dist = from_env() if owned_group else None
-    if dist is not None:
-        dist.close()  # rank 0 may still be writing the summary: every rank waits for it
+    if owned_group:  # rank 0 may still be writing the summary: every rank waits for it (one process: nothing)
+        this_process().close()
     return summary
 
 
@@ -85,21 +84,21 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     overrides = dict(overrides or {})
     summary: dict[str, Any] = {"preset": preset, "threads": threads, "stages": {}}
     bases: dict[str, dict[str, Any]] = {}
-    dist = None
+    main = True  # rank 0 (one process: the only one)
     trainer: Trainer | None = None
     for stage in stages:
         if trainer is not None:  # the last stage's engine, models and optimizer go before the next's come
             trainer.close()
             trainer = None
         cfg = stage_config(preset, stage, out, overrides)
-        dist = from_env(cfg.device)  # None outside torchrun
-        main = dist is None or dist.is_main
+        dist = this_process(cfg.device)  # (one process: rank 0 of 1, every collective trivial)
+        main = dist.is_main
         if not main:  # rank 0 speaks for the job
             progress, log = False, _silent
         # the settings are valid: now a preset's own model (micro's base) may be built, by
         # rank 0 alone (two ranks building one cache folder would race); the others take its path
         model = prepare_model(cfg.model, seed=cfg.seed, progress=progress) if main else None
-        cfg = dataclasses.replace(cfg, model=model if dist is None else dist.broadcast_object(model))
+        cfg = dataclasses.replace(cfg, model=dist.broadcast_object(model))
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
                                     "or pass --set teacher=base")
@@ -117,8 +116,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
                 f"({base_line(base, cfg.seed, threads)})")
         history = trainer.train(validate_first=False)["history"]
-        if dist is not None:
-            dist.barrier()  # rank 0 has written the stage's checkpoint (Stage II's Teacher)
+        dist.barrier()  # rank 0 has written the stage's checkpoint (Stage II's Teacher)
         if not main:  # no validation records here: rank 0 compares
             summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
                                         "rank": dist.rank}
@@ -137,7 +135,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
                                     "val_questions": len(trainer.val_questions)}
     if trainer is not None:
         trainer.close()
-    if dist is not None and not dist.is_main:
+    if not main:
         return summary
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
     if curves:

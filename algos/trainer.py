@@ -17,7 +17,6 @@ All roles share one set of parameters: one model plays every agent.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
 import json
@@ -47,7 +46,7 @@ from algos.checkpoint import (
     usable_checkpoint,
 )
 from algos.config import TrainConfig
-from algos.freeze import declared_frozen, frozen, frozen_masks
+from algos.freeze import declared_frozen
 from algos.losses import LossOutput, Totals, policy_loss
 from algos.models import load_model
 from algos.precision import precision_for
@@ -55,7 +54,7 @@ from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, needs_critic, rule_of, rules_for
 from algos.samples import keep_sample
 from algos.teacher import load_teacher, score_with_teacher
-from envs.episode import Episode, groups_from_dicts, groups_to_dicts, question_record
+from envs.episode import Episode, question_record
 from envs.protocol import TAGS
 from envs.retrieval.factory import make_retriever
 
@@ -91,12 +90,11 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False, progress: bool = True,
                  model: Any = None, tokenizer: Any = None, retriever: Any = None):
         self.config = cfg = config
-        self.dist = D.from_env(cfg.device)  # None outside torchrun
-        if cfg.fsdp and self.dist is None:
-            raise ValueError("fsdp=true shards the model over torchrun's ranks: run under `torchrun "
-                             "--nproc-per-node K -m algos train ...` (one process has nothing to shard)")
-        self.fsdp = bool(cfg.fsdp)
-        self.is_main = self.dist is None or self.dist.is_main  # rank 0 writes metrics and checkpoints
+        # this process's place among torchrun's ranks (one process: rank 0 of 1, every collective
+        # trivial) and how the trained model lies on them (FSDP2 shards; else every rank holds it)
+        self.dist: D.Dist = D.this_process(cfg.device)
+        self.layout = D.layout_for(self.dist, cfg.fsdp)
+        self.is_main = self.dist.is_main  # rank 0 writes metrics and checkpoints
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.progress = progress and self.is_main
@@ -105,7 +103,7 @@ class Trainer:
             checkpoint = usable_checkpoint(self.out) if self.is_main else usable_checkpoint(self.out, log=_quiet)
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-        if not resume and self.is_main and (self.out / "metrics.jsonl").exists():
+        if not resume and (self.out / "metrics.jsonl").exists():
             raise FileExistsError(f"{self.out} already holds a run (metrics.jsonl); a new run there "
                                   "would mix its metrics into the old ones. Pass --resume to continue "
                                   "it, or give another --out")
@@ -129,14 +127,9 @@ class Trainer:
                 self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # FSDP2: the trained model is sharded; generation, scoring, validation and checkpoints
-        # read a gathered plain replica, refreshed after every update (algos.distributed)
-        self.full_model, self.frozen_shards = self.model, None
-        if self.fsdp:
-            self.full_model = copy.deepcopy(self.model)
-            masks = frozen_masks(self.model)  # full shapes, before sharding
-            D.fully_shard_model(self.model, mp_policy=self.precision.fsdp_policy())
-            self.frozen_shards = D.sharded_masks(self.model, masks)
+        # generation, scoring, validation and checkpoints read the replica: the trained model
+        # itself, or (FSDP2) a gathered copy of its shards, refreshed after every update
+        self.full_model = self.layout.prepare(self.model, self.precision)
         # (the config allows a Teacher in Stage II only)
         self.teacher = load_teacher(cfg.teacher, cfg.model, cfg.device, cfg.dtype) if cfg.teacher else None
         self.rules = rules_for(cfg.stage, cfg.searcher_signal)
@@ -157,7 +150,7 @@ class Trainer:
         rollouts until the updated weights are pushed into it."""
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, index=cfg.retriever_index,
                                                                                progress=self.progress)
-        self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else None
+        self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else _NoWorkers()
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
         self.rng = np.random.default_rng(cfg.seed)
@@ -165,13 +158,12 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, _FullOptimizer(self) if self.fsdp else self.optimizer)
+            state = load_checkpoint(checkpoint, self.layout.checkpoint_optimizer(self.model, self.optimizer))
             self._set_state(state)
             if self.is_main:  # (one writer: ranks replacing the same file would race)
                 truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
         self.writer = _tensorboard(self.out / "tb") if self.is_main else None
-        if self.dist is not None:
-            self.dist.barrier()  # no rank starts before every rank has checked and loaded
+        self.dist.barrier()  # no rank starts before every rank has checked and loaded
 
     @property
     def policy(self) -> RolloutBackend:
@@ -201,10 +193,8 @@ class Trainer:
         """The updated weights into the engines that generate with their own copy: the Ray
         workers (the next version in the object store) and a vLLM engine; under FSDP2 first
         the gathered replica (every rank)."""
-        if self.fsdp:
-            D.copy_into(self.full_model, self.model)
-        if self.pool is not None:
-            self.pool.push_weights(self.full_model)
+        self.layout.sync_replica(self.full_model, self.model)
+        self.pool.push_weights(self.full_model)
         self.backend.load_weights(self.full_model.named_parameters())  # (HF on this very model: nothing to copy)
 
     def _rollout_pool(self, retriever: Any) -> Any:
@@ -234,7 +224,7 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         self.backend = self.pool = self.writer = None
-        self.model = self.full_model = self.optimizer = self.teacher = self.critic = self.frozen_shards = None
+        self.model = self.full_model = self.optimizer = self.teacher = self.critic = self.layout = None
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -300,21 +290,11 @@ class Trainer:
         questions = [self.train_questions[i] for i in picks]
         seed = cfg.seed + 1_000_003 * (self.step + 1)
         self.full_model.eval()
-        if self.pool is not None or (self.dist is not None and cfg.rollout_workers):
-            groups = self.pool.collect(questions, cfg.group_size, seed=seed) if self.pool is not None else None
-            self.rollout_stats = dict(self.pool.last_stats) if self.pool is not None else {}
-            if self.dist is None:
-                return groups
-            return groups_from_dicts(self.dist.broadcast_object(groups_to_dicts(groups or [])))
-        if self.dist is not None:
-            from agents.ray_rollout import collect_groups
-
-            part = np.array_split(np.arange(len(questions)), self.dist.world)[self.dist.rank]
-            first = int(part[0]) if len(part) else 0
-            mine = collect_groups(self.env_fn(), self.policy, [questions[i] for i in part], cfg.group_size,
-                                  seed=seed, first_index=first)
-            return [g for share in self.dist.all_gather_objects(groups_to_dicts(mine)) for g in groups_from_dicts(share)]
-        return collect(self.env_fn(), self.policy, questions, cfg.group_size, seed=seed)
+        if cfg.rollout_workers:  # rank 0 drives the Ray workers; every rank gets their batch
+            groups = self.dist.share_groups(self.pool.collect(questions, cfg.group_size, seed=seed))
+            self.rollout_stats = dict(self.pool.last_stats)
+            return groups
+        return self.dist.collect(self.env_fn(), self.policy, questions, cfg.group_size, seed)
 
     def learn(self, groups: list[list[Episode]], rollout_s: float = 0.0) -> dict[str, float]:
         """Steps 2-5 on a batch of Episodes grouped by question (every rank passes the
@@ -325,7 +305,7 @@ class Trainer:
             self.backend.sleep()  # weights wake it (_push_weights -> load_weights)
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
-        mine = self.dist.shard(rows) if self.dist is not None else rows  # scoring split by tokens
+        mine = self.dist.shard(rows)  # scoring split across the ranks by tokens
         with self.precision.compute():  # the dtype the update's forward computes in
             for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
                                                   pad_id=self.pad_id, temperature=cfg.temperature)):
@@ -334,8 +314,8 @@ class Trainer:
             if self.teacher is not None:
                 score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
                                    max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
-        if self.dist is not None:  # every rank gets every row's scores: advantages as in one process
-            self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
+        # every rank gets every row's scores: the advantages are the one-process ones everywhere
+        self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
         # 4. per-token advantages by role (and which rows are trained)
         ctx = A.AdvantageContext(groups=groups, beta=cfg.beta, critic_em_weight=cfg.critic_em_weight,
                                  critic=self.critic)
@@ -355,8 +335,7 @@ class Trainer:
         metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
         metrics.update(getattr(self, "rollout_stats", {}))
-        if self.dist is not None:
-            metrics["dist/world_size"] = float(self.dist.world)
+        metrics.update(self.dist.metrics())
         tokens = sum(ep.output_tokens for g in groups for ep in g)
         metrics.update({"perf/rollout_s": rollout_s, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
                         "perf/generated_tokens_per_s": tokens / max(rollout_s, 1e-9),
@@ -391,15 +370,12 @@ class Trainer:
         snapshot = self._snapshot() if len(parts) > 1 else None
         self.model.train()
         # what the model declares frozen (config.mopd_frozen) stays put (FSDP2: masks on the shards)
-        with contextlib.nullcontext() if self.fsdp else frozen(self.model):
+        with self.layout.frozen(self.model):
             for m, part in enumerate(parts):
                 where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
                 mb = [trained[i] for i in part]
                 self.optimizer.zero_grad(set_to_none=True)
-                if self.dist is None:
-                    stats = self._backward(mb, kl_of, snapshot, where)
-                else:  # this rank's rows, over the whole minibatch's denominators; gradients summed
-                    stats = self._backward_shard(mb, kl_of, snapshot, where)
+                stats = self._backward_shard(mb, kl_of, snapshot, where)
                 mb_tokens, mb_kl_tokens = stats.pop("tokens"), stats.pop("kl_tokens")
                 sums["policy"] += stats["policy"] * mb_tokens / total.tokens
                 sums["kl"] += stats["kl"] * mb_kl_tokens / max(total.kl_tokens, 1.0)
@@ -407,19 +383,15 @@ class Trainer:
                 sums["approx_kl"] += stats["approx_kl"] * mb_tokens / total.tokens
                 if cfg.freeze_embeddings:
                     self.model.get_input_embeddings().weight.grad = None
-                if self.frozen_shards:
-                    D.apply_masks(self.frozen_shards)
+                self.layout.mask_frozen_grads()
                 norm = D.local_norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
                 if not math.isfinite(norm):
                     self._abandon(snapshot, f"gradient norm {norm} in {where}")
                 grad_norms.append(norm)
                 self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        finite = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
-                     for p in self.model.parameters())
-        if self.fsdp and self.dist.any(not finite):  # a shard's overflow stops every rank
-            finite = False
-        if not finite:
+        overflow = not all(bool(torch.isfinite(D.local_tensor(p)).all()) for p in self.model.parameters())
+        if self.layout.any_rank(overflow):  # (FSDP2: a shard's overflow stops every rank)
             if snapshot is None:  # finite gradients that still overflow a weight: nothing to go back to
                 raise RuntimeError(f"step {self.step + 1} made a weight non-finite (learning rate "
                                    f"{cfg.learning_rate}?); the last good checkpoint is {latest_checkpoint(self.out)}")
@@ -431,21 +403,19 @@ class Trainer:
 
     def _backward_shard(self, mb: list[Row], kl_of: dict[int, bool], snapshot: Any,
                         where: str) -> dict[str, float]:
-        """:meth:`_backward` on this rank's share of ``mb`` with ``mb``'s :class:`Totals`,
-        then the gradients and the statistics summed over the ranks: the one-process
-        minibatch's gradient and means. A non-finite loss on any rank skips the step on all."""
+        """The gradient of minibatch ``mb`` and its means: :meth:`_backward` on this rank's share
+        of ``mb`` (one process: all of it) over ``mb``'s :class:`Totals`, then the gradients
+        and the statistics summed over the ranks. A non-finite loss on any rank skips the step
+        on all."""
         totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
-        failed: NonFiniteLoss | None = None
-        stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
         try:
             stats = self._backward(self.dist.shard(mb), kl_of, snapshot, where, totals=totals, pad_row=mb[0])
-        except NonFiniteLoss as err:
-            failed = err
-            self.nonfinite_in_a_row -= 1  # counted once, below, on every rank
-        if self.dist.any(failed is not None):
-            self._abandon(snapshot, str(failed) if failed is not None else f"a non-finite loss on another rank in {where}")
-        if not self.fsdp:  # (FSDP2 reduce-scattered the gradients in each backward)
-            self.dist.all_reduce_grads(list(self.model.parameters()))
+        except NonFiniteLoss:
+            self.dist.any(True)  # (the other ranks learn of it below)
+            raise
+        if self.dist.any(False):
+            self._abandon(snapshot, f"a non-finite loss on another rank in {where}")
+        self.layout.reduce_grads(list(self.model.parameters()))
         sums = self.dist.sum_floats({k: stats[k] for k in ("policy", "kl", "clip", "approx_kl", "loss")})
         return {**sums, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
 
@@ -466,22 +436,17 @@ class Trainer:
             totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
         stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
         chunks: list[list[Row] | None] = list(batches_by_tokens(mb, self.config.max_tokens_per_batch))
-        if self.fsdp:
-            most = torch.tensor([len(chunks)], device=self.dist.device)
-            torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
-            chunks += [None] * (int(most.item()) - len(chunks))
+        chunks += [None] * (self.layout.chunk_count(len(chunks)) - len(chunks))  # (FSDP2's lock-step)
         for chunk in chunks:
             out = self._chunk_loss(chunk if chunk is not None else [pad_row], totals)
             bad = chunk is not None and not bool(torch.isfinite(out.loss))
-            if self.fsdp and self.dist.any(bad):
+            if self.layout.any_rank(bad):
                 self._abandon(snapshot, f"loss {out.loss.item()} in {where}" if bad
                               else f"a non-finite loss on another rank in {where}")
-            if bad:
-                self._abandon(snapshot, f"loss {out.loss.item()} in {where}")
             if chunk is None:  # lock-step padding: the collectives run, the gradient is 0
                 (out.loss * 0.0).backward()
                 continue
-            (out.loss * self.dist.world if self.fsdp else out.loss).backward()
+            self.layout.scaled(out.loss).backward()
             share = sum(r.num_targets for r in chunk) / totals.tokens
             stats["policy"] += out.policy_loss  # chunk shares of the minibatch's means: they add up
             stats["kl"] += out.kl
@@ -535,7 +500,8 @@ class Trainer:
         # (N,) with graph; FSDP2 gathers parameters in the root module's forward, which the
         # chunked output layer (decoder, then head) bypasses: the model's own forward there
         with self.precision.compute(cache=False):  # (the backward runs outside: autocast recorded each op's dtype)
-            flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature, chunk_elements=0 if self.fsdp else None)
+            flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature,
+                                  chunk_elements=self.layout.chunk_elements)
 
         def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
             return torch.nn.utils.rnn.pad_sequence(
@@ -598,27 +564,17 @@ class Trainer:
     def save(self) -> Path | None:
         """Rank 0 writes the checkpoint (every rank calls it: under FSDP2 the optimizer state
         is gathered first, in one process's layout, so it resumes at any world size)."""
-        optimizer = _FullOptimizer(self) if self.fsdp else self.optimizer
-        if self.fsdp:
-            optimizer.gathered = D.full_optimizer_state(self.model, self.optimizer)
+        optimizer = self.layout.checkpoint_optimizer(self.model, self.optimizer, gather=True)
         if not self.is_main:  # the replicas are equal: rank 0 writes the one checkpoint
             return None
         return save_checkpoint(self.out, self.step, self.full_model, self.tokenizer, optimizer,
                                self._get_state(), self.config.to_dict(), keep=self.config.keep_checkpoints)
 
     def _get_state(self) -> dict[str, Any]:
-        sampler = self._sampler()
         return {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
-                "policy_rng": sampler.get_state() if sampler is not None else None}
-
-    def _sampler(self) -> Any:
-        """What holds the rollout policy's random state: HF's torch generator, or the vLLM
-        policy itself (its per-request seeds); None for a policy with neither."""
-        if hasattr(self.policy, "generator"):
-            return self.policy.generator
-        return self.policy if hasattr(self.policy, "set_state") else None
+                "policy_rng": self.backend.get_state()}  # (the rollout sampler's; None: it keeps none)
 
     def _set_state(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -626,23 +582,24 @@ class Trainer:
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        sampler = self._sampler()
-        if sampler is not None and state.get("policy_rng") is not None:
-            sampler.set_state(state["policy_rng"])
+        if state.get("policy_rng") is not None:
+            self.backend.set_state(state["policy_rng"])
 
 
-class _FullOptimizer:
-    """An FSDP2 Trainer's optimizer as ``algos.checkpoint`` sees it: one process's state dict
-    layout (gathered in :meth:`Trainer.save`; scattered back on ``--resume``)."""
+class _NoWorkers:
+    """The Ray worker pool where there is none (no ``rollout_workers``, or a rank other than
+    0, which receives rank 0's batch): nothing to collect, push or shut down."""
 
-    def __init__(self, trainer: Trainer):
-        self.trainer, self.gathered = trainer, None
+    last_stats: dict[str, float] = {}
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.gathered
+    def collect(self, questions: Sequence[Any], group_size: int, seed: int = 0) -> None:
+        return None
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        D.load_full_optimizer_state(self.trainer.model, self.trainer.optimizer, state)
+    def push_weights(self, model: Any) -> None:
+        """No worker holds a copy."""
+
+    def shutdown(self) -> None:
+        """No worker to stop."""
 
 
 # ---------------------------------------------------------------------- metrics

@@ -6,6 +6,7 @@ all zero). For Stage I and for Stage II with every Searcher signal and teacher=b
 the loss mask, the old and the Teacher log-probs, the advantage and the KL mask of each row.
 """
 
+import importlib
 import random
 
 import numpy as np
@@ -94,7 +95,8 @@ def run_one_step(tmp_path, tiny_dirs, monkeypatch, **overrides):
     trainer.policy = FaultyTeam(seed=cfg.seed)
     base = AutoModelForCausalLM.from_pretrained(tiny_dirs["policy"]).eval()
     groups_seen, fed, calls = [], [], []
-    original_collect, original_chunk = algos.trainer.collect, trainer._chunk_loss
+    collect_module = importlib.import_module("agents.collect")  # (the package's `collect` is the function)
+    original_collect, original_chunk = collect_module.collect, trainer._chunk_loss
 
     def recording_collect(*args, **kwargs):
         groups = original_collect(*args, **kwargs)
@@ -118,7 +120,7 @@ def run_one_step(tmp_path, tiny_dirs, monkeypatch, **overrides):
         return out
 
     original_loss = algos.trainer.policy_loss
-    monkeypatch.setattr(algos.trainer, "collect", recording_collect)
+    monkeypatch.setattr(collect_module, "collect", recording_collect)  # (the one-process Dist's rollouts)
     monkeypatch.setattr(algos.trainer, "policy_loss", recording_loss)
     trainer._chunk_loss = recording_chunk
     trainer.train_step()
