@@ -26,7 +26,13 @@ from agents.router import RoleRouter
 from agents.sampling import add_sampling_arguments, describe_team, sampling_of_args, team_settings
 from agents.simple import HumanPolicy, last_user_message
 from envs.episode import Episode, save_episodes
-from envs.protocol import render_passages, render_search_failure
+from envs.protocol import (
+    DEFAULT_PROMPTS,
+    PROMPT_SETS,
+    prompt_set,
+    render_passages,
+    render_search_failure,
+)
 from envs.terminal import Quit, team_line, terminal_safe
 
 RULE = "─" * 72
@@ -65,7 +71,8 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
     from envs import make_env
 
     out = _terminal(out)
-    env = make_env(wrapped=True, workflow=args.workflow, step_mode=args.mode)
+    env = make_env(wrapped=True, workflow=args.workflow, step_mode=args.mode,
+                   prompts=getattr(args, "prompts", DEFAULT_PROMPTS))
     env.reset(seed=args.seed, options={"question": _question(args)})
     raw = env.unwrapped
     policy = _policy(args, raw.vocab_size)
@@ -187,6 +194,11 @@ def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
         i = min(i + 1, len(blocks) - 1) if key == "n" else max(i - 1, 0) if key == "p" else i
 
 
+def _add_prompts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", default=DEFAULT_PROMPTS, metavar="NAME",
+                        help=f"the env's prompt set: {', '.join(PROMPT_SETS)} (default {DEFAULT_PROMPTS})")
+
+
 def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
     """A policy over the synthetic world's questions, every style, both workflows."""
     from envs import env_fn
@@ -197,7 +209,8 @@ def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[s
     questions = [q for name in DATASETS for q in load_qa(name, args.split, root="synthetic")[: args.per_dataset]]
     results: dict[str, dict[str, float]] = {}
     for workflow in args.workflows.split(","):
-        groups = collect(env_fn(workflow=workflow, tokenizer=tokenizer, max_turn_tokens=args.max_turn_tokens),
+        groups = collect(env_fn(workflow=workflow, tokenizer=tokenizer, max_turn_tokens=args.max_turn_tokens,
+                                prompts=getattr(args, "prompts", DEFAULT_PROMPTS)),
                          policy, questions, seed=args.seed,  # every question in one batch
                          progress=False if args.no_progress else workflow)
         rows = {}
@@ -239,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="turn", choices=["turn", "token"],
                    help="step mode: a step is a whole turn (default) or one token")
     p.add_argument("--save", default=None, help="write the episode as JSONL")
+    _add_prompts_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seeds the env and the policies (default 0)")
     add_sampling_arguments(p)
     r = sub.add_parser("replay", help="step through a saved episode, forward and backward")
@@ -255,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--split", default="dev", help="synthetic split (default dev)")
     d.add_argument("--workflows", default="hierarchical,cascade", help="comma list of workflows to run")
     d.add_argument("--max-turn-tokens", type=int, default=256, help="per-turn token budget")
+    _add_prompts_argument(d)
     d.add_argument("--seed", type=int, default=0, help="seeds the env and the policy (default 0)")
     add_sampling_arguments(d)
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -265,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"python -m agents: error: --{option} {err}", file=sys.stderr)
             return 2
+    try:
+        prompt_set(getattr(args, "prompts", DEFAULT_PROMPTS))
+    except ValueError as err:
+        print(f"python -m agents: error: --prompts: {err}", file=sys.stderr)
+        return 2
     if args.command == "play":
         try:
             play(args)

@@ -30,6 +30,7 @@ import os
 import sys
 from pathlib import Path
 
+from envs import protocol as P
 from envs.data import DATASETS
 
 
@@ -76,7 +77,7 @@ def _records(path: Path) -> list[dict]:
 def _run(args: argparse.Namespace) -> int:
     from agents.sampling import sampling_of_args
     from algos.sft_cli import threads_line
-    from benchmarks.suite import QUICK, check_datasets, check_run, run_suite
+    from benchmarks.suite import QUICK, check_datasets, check_prompts, check_run, run_suite
 
     if args.threads < 1:
         from algos.preflight import PreflightError
@@ -85,6 +86,10 @@ def _run(args: argparse.Namespace) -> int:
     # a run that cannot work says so in one line before anything else is printed; so does a
     # bad row in any dataset file it would read, before the first episode
     datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
+    env_kwargs = _env_kwargs(args.env)
+    if args.prompts != P.DEFAULT_PROMPTS:  # the default stays out: paper runs' env_kwargs as before
+        env_kwargs["prompts"] = args.prompts
+    check_prompts(args.prompts)
     check_run(args.policy, data=args.data, corpus=args.corpus, retriever_url=args.retriever_url)
     check_datasets(args.data, datasets, args.split)
     print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
@@ -94,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         runs = runs or QUICK["runs"]
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
-              seed=args.seed, env_kwargs=_env_kwargs(args.env), progress=not args.no_progress,
+              seed=args.seed, env_kwargs=env_kwargs, progress=not args.no_progress,
               threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args))
     return 0
 
@@ -206,6 +211,9 @@ def _dispatch(argv: list[str] | None) -> int:
     r.add_argument("--quick", action="store_true", help="small defaults that finish in minutes")
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="SearchTeam setting, e.g. --env max_turn_tokens=96 (integers)")
+    r.add_argument("--prompts", default=P.DEFAULT_PROMPTS, metavar="NAME",
+                   help=f"the env's prompt set: {', '.join(P.PROMPT_SETS)} (default {P.DEFAULT_PROMPTS}; "
+                        "summary.json records it)")
     r.add_argument("--out", required=True, help="result folder (created only when results are written)")
     r.add_argument("--seed", type=int, default=0, help="seeds the policy and the episodes (default 0)")
     r.add_argument("--threads", type=int, default=1,

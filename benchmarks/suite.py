@@ -21,6 +21,7 @@ from agents.sampling import Sampling, hf_policy, team_settings
 from agents.viewer.records import tokenizer_record
 from algos.preflight import PreflightError, check_retriever
 from benchmarks.metrics import summarize
+from envs import protocol as P
 from envs.data import DATASETS, load_qa
 from envs.episode import question_record, save_episodes
 from envs.retrieval.factory import make_retriever
@@ -73,6 +74,14 @@ def policy_tokenizer(policy: Any) -> Any:
     from envs.search_team import default_tokenizer
 
     return default_tokenizer()
+
+
+def check_prompts(name: str) -> None:
+    """PreflightError (one line listing the sets) unless ``name`` is an env prompt set."""
+    try:
+        P.prompt_set(name)
+    except ValueError as err:
+        raise PreflightError(f"--prompts: {err}") from None
 
 
 def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None,
@@ -152,6 +161,7 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
     from algos.reproducible import run_threads
 
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
+    check_prompts((env_kwargs or {}).get("prompts", P.DEFAULT_PROMPTS))
     check_datasets(data, datasets, split)
     with run_threads(threads) as n:
         return _run_suite(policy, out_dir, workflow, data, datasets, split, runs, limit, corpus, retriever_url,
@@ -208,6 +218,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
         summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
                            "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
                            "seed": seed, "threads": threads, "env_kwargs": env_kwargs, "skipped": skipped,
+                           "prompts": env_kwargs.get("prompts", P.DEFAULT_PROMPTS),
                            "sampling": team_settings(agent), "seconds": round(time.perf_counter() - start, 1)}
         if keep_episodes:  # what `python -m agents view` decodes the episodes with
             summary["meta"]["tokenizer"] = tokenizer_record(tokenizer)
@@ -240,7 +251,9 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
 def label_of(summary: dict[str, Any]) -> str:
     meta = summary.get("meta", {})
     short = {"hierarchical": "H-MAS", "cascade": "C-MAS"}.get(meta.get("workflow"), meta.get("workflow", ""))
-    return f"{short} {meta.get('policy', '?')}".strip()
+    prompts = meta.get("prompts", P.DEFAULT_PROMPTS)
+    tail = f" [{prompts} prompts]" if prompts != P.DEFAULT_PROMPTS else ""
+    return f"{short} {meta.get('policy', '?')}{tail}".strip()
 
 
 def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:

@@ -100,6 +100,9 @@ class Episode:
     """``[segment index, start, end]`` of every turn in play order: the turn's tokens are
     ``segments[i].token_ids[start:end]`` (replay, per-turn analysis)."""
     seed: int | None = None
+    prompts: str = "paper"
+    """The env's prompt set (``envs.protocol.PROMPT_SETS``); records from before it was
+    kept were all played with ``paper``."""
     sampling: dict[str, Any] | None = None
     """What each role's policy sampled with, ``{role: {"temperature", "top_p",
     "max_new_tokens"} or None}`` (``agents.sampling.team_settings``; None: not recorded)."""

@@ -74,6 +74,54 @@ FORMAT_REMINDERS: dict[str, str] = {
 }
 
 
+# --------------------------------------------------------------------------- prompt sets
+# What each role is told (system prompt) and reminded of (after an invalid turn) is a
+# named, swappable set; the tags, the parser and every other template stay the same.
+
+SHORT_SYSTEM_PROMPTS: dict[str, str] = {
+    LEADER: ("Send up to {max_searchers} searches as <subtask>...</subtask>, then pick reports "
+             "with <select>...</select>. Example: <subtask>Who directed Titanic?</subtask>"),
+    SEARCHER: ("Search with <search>...</search>, then report with <summary>...</summary>. "
+               "Example: <search>capital of France</search>"),
+    ANSWERER: "Answer with <answer>...</answer>. Example: <answer>Paris</answer>",
+}
+"""One line per role, each with one concrete example of its tag, for small models (a
+135M model lost in the paper's paragraph answered in prose, docs/benchmarks.md)."""
+
+SHORT_FORMAT_REMINDERS: dict[str, str] = {
+    LEADER: "Example: <subtask>Who directed Titanic?</subtask> or <select>1</select>",
+    SEARCHER: "Example: <search>capital of France</search> or <summary>Paris</summary>",
+    ANSWERER: "Example: <answer>Paris</answer>",
+}
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The words that tell each role its protocol: ``system`` (templates filled with the
+    team's budgets ``{max_searchers}``, ``{max_waves}``, ``{max_searches}``) and
+    ``reminders`` (appended to the reason after an invalid turn)."""
+
+    name: str
+    system: dict[str, str]
+    reminders: dict[str, str]
+
+
+PROMPT_SETS: dict[str, PromptSet] = {
+    "paper": PromptSet("paper", SYSTEM_PROMPTS, FORMAT_REMINDERS),
+    "short": PromptSet("short", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS),
+}
+"""The env's prompt sets by name: ``paper`` (the default; every recorded number used it)
+and ``short`` (one line per role with an example)."""
+DEFAULT_PROMPTS = "paper"
+
+
+def prompt_set(name: str) -> PromptSet:
+    """The prompt set called ``name``; ValueError (one line listing the sets) otherwise."""
+    if not isinstance(name, str) or name not in PROMPT_SETS:
+        raise ValueError(f"unknown prompt set {name!r}; the sets are {', '.join(PROMPT_SETS)}")
+    return PROMPT_SETS[name]
+
+
 # --------------------------------------------------------------------------- the env's words
 # Every string the env writes into a context (or its render log) is one of these templates,
 # filled by name. Policies never parse them back: the structure they need is in
@@ -269,9 +317,10 @@ def render_evidence(question: str, reports: Sequence[tuple[int, str]]) -> str:
     return ANSWERER_USER.format(question=question, evidence=items or NO_EVIDENCE)
 
 
-def render_corrective(role: str, reason: str) -> str:
-    """The observation after an invalid turn: why, and the role's format reminder."""
-    return INVALID_TURN.format(reason=reason, reminder=FORMAT_REMINDERS[role])
+def render_corrective(role: str, reason: str, prompts: str = DEFAULT_PROMPTS) -> str:
+    """The observation after an invalid turn: why, and the role's format reminder in the
+    prompt set ``prompts``."""
+    return INVALID_TURN.format(reason=reason, reminder=prompt_set(prompts).reminders[role])
 
 
 def render_search_failure(error: BaseException | str) -> str:

@@ -56,6 +56,12 @@ the Leader's ``reports`` ``[(number, sub-task, report, wave)]``, ``waves_done``,
 and ``queries``; an Answerer's ``evidence`` ``[(number, report)]``. Policies read these,
 never the prompt text: every word the env writes is a template in ``envs.protocol``.
 
+**Prompt sets.** ``prompts="paper"`` (the default) tells each role its protocol in the
+paper's paragraph; ``prompts="short"`` in one line with an example, for small models
+(``envs.protocol.PROMPT_SETS``). Only the system prompts and the format reminders differ:
+the tags, the parser and the other templates are the same. ``config.prompts`` and every
+``episode.prompts`` record the set.
+
 **One turn path, a batched API.** ``envs.observation.apply_turns`` is the only code that
 plays a turn; ``step()`` calls it for one agent, ``play_turns`` for several agents of one
 env, and ``agents.collect`` for every awaiting agent of many envs (one retriever call per
@@ -171,6 +177,7 @@ class raw_env(AECEnv):
         max_answerer_turns: int = 2,
         rewards: RewardConfig | dict[str, float] | None = None,
         render_mode: str | None = None,
+        prompts: str = P.DEFAULT_PROMPTS,
         search_retries: int = 2,
         search_backoff: float = 0.1,
     ):
@@ -186,7 +193,7 @@ class raw_env(AECEnv):
             max_searcher_turns=max_searcher_turns, max_leader_turns=max_leader_turns,
             max_answerer_turns=max_answerer_turns, num_candidates=num_candidates, top_k=top_k,
             max_turn_tokens=max_turn_tokens, max_context_tokens=max_context_tokens,
-            rewards=rewards or RewardConfig(),
+            rewards=rewards or RewardConfig(), prompts=prompts,
         )
         self.step_mode = step_mode
         self.render_mode = render_mode

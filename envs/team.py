@@ -51,6 +51,9 @@ class TeamConfig:
     max_context_tokens: int = 4096
     """Most tokens in one agent's context; also the observation array's length."""
     rewards: RewardConfig = field(default_factory=RewardConfig)
+    prompts: str = P.DEFAULT_PROMPTS
+    """The prompt set (``envs.protocol.PROMPT_SETS``): what each role is told and reminded
+    of. ``paper`` is the default; the tags and the parser are the same in every set."""
 
     def __post_init__(self) -> None:
         if self.workflow not in WORKFLOWS:
@@ -59,6 +62,7 @@ class TeamConfig:
                      "num_candidates", "top_k", "max_turn_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        P.prompt_set(self.prompts)  # an unknown name stops here, listing the sets
         if self.max_leader_turns < 0:
             raise ValueError(f"max_leader_turns must be >= 0, got {self.max_leader_turns}")
         if self.max_context_tokens < 4 * MIN_TURN_ROOM + self.max_turn_tokens:
@@ -97,10 +101,10 @@ def check_room(config: TeamConfig, chat: P.ChatFormat) -> None:
 
 
 def system_prompts(config: TeamConfig) -> dict[str, str]:
-    """Each role's system prompt, filled with the team's budgets."""
+    """Each role's system prompt in the config's prompt set, filled with the team's budgets."""
     return {role: text.format(max_searchers=config.max_searchers, max_waves=config.max_waves,
                               max_searches=config.max_searcher_turns - 1)
-            for role, text in P.SYSTEM_PROMPTS.items()}
+            for role, text in P.prompt_set(config.prompts).system.items()}
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ class TeamEpisode:
             question={"id": self.question.id, "question": self.question.question,
                       "golden_answers": list(self.question.golden_answers),
                       "dataset": self.question.dataset},
-            workflow=config.workflow, seed=seed,
+            workflow=config.workflow, seed=seed, prompts=config.prompts,
             tag_counts=dict.fromkeys(P.TAGS, 0),
         )
         self.live: dict[str, Segment] = {}
@@ -462,7 +466,7 @@ class TeamEpisode:
         return True
 
     def _corrective(self, role: str, reason: str) -> str:
-        return P.render_corrective(role, reason)
+        return P.render_corrective(role, reason, self.config.prompts)
 
     def _await(self, agent: str) -> None:
         """Put ``agent`` back among the awaiting, keeping the cycle order."""
