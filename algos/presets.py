@@ -1,5 +1,6 @@
 """The preset registry: named settings for :class:`algos.config.TrainConfig` (``micro`` and
-``tiny`` for CPUs, ``smollm2``, ``paper`` for GPUs) and the recipes behind some of them.
+``tiny`` for CPUs, ``smollm2``, ``paper`` for GPUs, ``paper_cpu``: the paper's structure as a
+CPU dry run) and the recipes behind some of them.
 
 Only the command line, the pipeline and the benchmarks read this module; the learner
 (trainer, SFT, losses, ...) imports :mod:`algos.config` and knows no recipe.
@@ -12,6 +13,7 @@ from typing import Any
 
 from algos.config import TrainConfig
 from algos.recipes.micro import preset as micro_recipe
+from algos.recipes.paper_cpu import preset as paper_cpu_recipe
 from algos.recipes.tiny import preset as tiny_recipe
 
 __all__ = ["PRESETS", "RECIPES", "model_tokenizer", "prepare_model", "preset_config"]
@@ -33,6 +35,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                   learning_rate=1e-6, max_turn_tokens=512, max_context_tokens=8192, device="cuda",
                   dtype="bfloat16", generation_batch_size=8, max_tokens_per_batch=16384,
                   gradient_checkpointing=True, max_row_tokens=8192),
+    # The paper's structure on CPU (a random Qwen3 of 2.4M parameters, activation checkpointing,
+    # both stages, fsdp=True with Ray workers): a dry run of the wiring under `torchrun
+    # --nproc-per-node 2` (algos/recipes/paper_cpu/, docs/scaleout.md).
+    "paper_cpu": paper_cpu_recipe.TRAIN,
 }
 
 
@@ -43,7 +49,7 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
     return TrainConfig(**{**PRESETS[preset], **overrides})
 
 
-RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe}
+RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe, "paper_cpu": paper_cpu_recipe}
 """The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
 pipeline, never the learner: ``MODEL`` (the model name its settings train),
 ``prepare_model(seed=, progress=, build=)`` (builds or reuses that model; returns its directory;

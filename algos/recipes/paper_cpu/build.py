@@ -1,0 +1,57 @@
+"""The paper_cpu base: ``Qwen3ForCausalLM`` from a shrunk ``Qwen3Config`` over the micro
+tokenizer, randomly initialised from a seed, saved once and cached (nothing downloaded)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from algos.recipes.paper_cpu.settings import ENV, QWEN3
+from envs.paths import cache_dir
+
+BUILD_VERSION = 1
+"""Bumped whenever the build changes (cached bases are then rebuilt)."""
+
+
+def qwen3_model(tokenizer: Any, seed: int = 0) -> Any:
+    """A random ``Qwen3ForCausalLM`` of :data:`~algos.recipes.paper_cpu.settings.QWEN3`'s shape
+    over ``tokenizer``'s vocabulary, with its EOS and pad ids; the same weights for a seed."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=ENV["max_context_tokens"] + 64,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=pad, **QWEN3)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Qwen3ForCausalLM(config)
+
+
+def build_paper_cpu_base(out_dir: str | Path | None = None, *, seed: int = 0, progress: bool = False,
+                         build: bool = True) -> Path:
+    """The base's directory (model, tokenizer and ``paper_cpu_build.json``; loadable by path),
+    built the first time (a second) and reused after. ``out_dir`` defaults to
+    ``cache_dir("models", "paper-cpu-<key>")``, keyed by every setting. ``build=False``: only
+    find an existing build (``FileNotFoundError`` when there is none)."""
+    from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
+
+    settings = {"qwen3": QWEN3, "env": ENV, "seed": seed, "version": BUILD_VERSION}
+    if out_dir is None:
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        out_dir = cache_dir("models") / f"paper-cpu-{key}"
+    out_dir = Path(out_dir)
+    if (out_dir / "paper_cpu_build.json").exists() and (out_dir / "config.json").exists():
+        return out_dir
+    if not build:
+        raise FileNotFoundError(f"no paper_cpu base built at {out_dir} for these settings")
+    tokenizer = micro_tokenizer()
+    model = qwen3_model(tokenizer, seed)
+    record = {"settings": settings, "parameters": sum(p.numel() for p in model.parameters())}
+    save_atomically(Saver([model, tokenizer], {"paper_cpu_build.json": record}), out_dir,
+                    replace=out_dir.parent == cache_dir("models"))
+    if progress:
+        print(f"paper_cpu base: a random Qwen3 of {record['parameters']:,} parameters; saved to {out_dir}")
+    return out_dir
