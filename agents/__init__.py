@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from agents.base import Action, Observation, Policy
-from agents.collect import collect, observations_of
+from agents.collect import collect
 from agents.router import RoleRouter
 
 _LAZY = {
@@ -23,7 +23,7 @@ _LAZY = {
     "make_policy": "agents.registry",
 }
 
-__all__ = ["Action", "Observation", "Policy", "RoleRouter", "collect", "observations_of", *_LAZY]
+__all__ = ["Action", "Observation", "Policy", "RoleRouter", "collect", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,9 +20,6 @@ from agents.sampling import team_settings
 from envs.episode import Episode, save_episodes
 from envs.observation import apply_turns, observe_awaiting
 
-observations_of = observe_awaiting
-"""One Observation per agent awaiting a turn in a SearchTeam env (after reset)."""
-
 
 def collect(
     env_fn: Callable[[], Any],
@@ -77,7 +74,7 @@ def collect(
 def _advance(live, policy, results, bar, settings=None) -> tuple[list, int]:
     """One batched step over the live copies; returns the copies still running and the
     number of turns played."""
-    observations = [obs for n, (env, _, _) in enumerate(live) for obs in observations_of(env, n)]
+    observations = [obs for n, (env, _, _) in enumerate(live) for obs in observe_awaiting(env, n)]
     actions = policy.act(observations)
     if len(actions) != len(observations):
         raise ValueError(f"policy returned {len(actions)} actions for {len(observations)} observations")

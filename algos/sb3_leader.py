@@ -78,7 +78,7 @@ def make_leader_env(questions: Sequence[Any], *, others: str | Any = "scripted",
     if isinstance(others, str):
         others = make_policy(others, seed=seed)
     if retriever is None:
-        from envs.search_team import default_retriever
+        from envs.retrieval.factory import default_retriever
 
         retriever = default_retriever()
     raw = make_env(tokenizer=tokenizer or _tokenizer_of(others), retriever=MemoRetriever(retriever),

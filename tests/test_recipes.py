@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import algos.micro
 from algos.presets import PRESETS, RECIPES, prepare_model, preset_config
-from algos.recipes.micro import measure, preset, settings
+from algos.recipes.micro import preset, settings
 
 
 class Stop(Exception):
@@ -37,17 +36,12 @@ def hooks(monkeypatch, tmp_path):
 
 def test_the_micro_preset_is_defined_once():
     assert PRESETS["micro"] is settings.TRAIN and RECIPES["micro"] is preset
-    assert preset.ENV is settings.ENV and algos.micro.MICRO_ENV is settings.ENV
+    assert preset.ENV is settings.ENV
     assert {k: settings.TRAIN[k] for k in settings.ENV} == settings.ENV
     shape = preset_config("micro", stage="teacher").env_shape()
     assert {k: shape[k] for k in settings.ENV} == {"max_turn_tokens": 64, "max_context_tokens": 1024,
                                                    "max_waves": 2, "max_searchers": 2,
                                                    "max_searcher_turns": 3}
-
-
-def test_the_alias_module_reexports_the_recipe():
-    assert algos.micro.searcher_skip_probability is measure.searcher_skip_probability
-    assert all(hasattr(algos.micro, name) for name in algos.micro.__all__)
 
 
 def test_only_a_recipes_model_name_is_prepared(hooks):

@@ -32,7 +32,7 @@ def tiny_base(torch_one_thread):
 
 @pytest.fixture(scope="module")
 def word_retriever():
-    from algos.recipes.tiny.retriever import WordOverlapRetriever
+    from envs.retrieval.lexical import WordOverlapRetriever
 
     return WordOverlapRetriever()
 

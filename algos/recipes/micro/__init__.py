@@ -10,6 +10,5 @@
 - ``build``: the SFT-warmed base, built once and cached.
 - ``seeds``: the spread over seeds (a base per seed, both stages, pooled summaries).
 
-Notes and measurements: ``README.md`` in this folder. ``algos.micro`` re-exports the public
-names.
+Notes and measurements: ``README.md`` in this folder.
 """

@@ -111,7 +111,7 @@ def build_micro_base(
     also learns to predict the contexts (prompts, passages, reports) at this weight (see
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
-    team searches (default: ``envs.search_team.default_retriever()``, MiniLM over the
+    team searches (default: ``envs.retrieval.factory.default_retriever()``, MiniLM over the
     synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's and
     faiss's intra-op threads during the build (restored after; None: the command's choice,
     :func:`algos.reproducible.current_threads`, 1 unless it said otherwise). The thread

@@ -57,7 +57,7 @@ def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any 
     """A function that makes one micro-preset SearchTeam env (``settings.ENV`` + overrides)
     over the synthetic world; for :func:`agents.collect.collect`."""
     from envs import env_fn
-    from envs.search_team import default_retriever
+    from envs.retrieval.factory import default_retriever
 
     return env_fn(workflow=workflow, tokenizer=tokenizer, retriever=retriever or default_retriever(),
                   **{**ENV, **overrides})
@@ -77,7 +77,7 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
     """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
     dataset in ``split``, one per question and workflow, in the micro env, for each world
     seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
-    serves world 0 (default: ``envs.search_team.default_retriever()``); any other world is
+    serves world 0 (default: ``envs.retrieval.factory.default_retriever()``); any other world is
     searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk).
     ``skip_search``: the share of Searcher tasks the scripted team reports on without
     searching (``agents.scripted.ScriptedPolicy``)."""
