@@ -19,7 +19,7 @@ import numpy as np
 
 from agents.base import Action, Observation
 from envs import protocol as P
-from envs.terminal import read_turn, terminal_safe
+from envs.terminal import answer_turn, read_turn, terminal_safe
 
 TEXT, TOKENS = "text", "tokens"
 
@@ -115,6 +115,9 @@ class HumanPolicy:
     whose it is), and ``:all ANSWER`` makes ANSWER the candidate of this Answerer and of
     every later Answerer of the same env and question, without asking again.
 
+    An Answerer's bare answer is accepted: ``Paris`` is sent as ``<answer>Paris</answer>``
+    (a line that has the ``<answer>`` tag is sent as typed).
+
     An empty line asks again. ``:quit`` raises ``envs.terminal.Quit`` and end of input
     ``EOFError`` (``Quit`` is one), so a session ends cleanly on either.
 
@@ -164,6 +167,7 @@ class HumanPolicy:
         self.output_fn(f"[{hint} ':help' lists the commands, ':ctx' shows the whole context.]")
         typed = read_turn(obs.agent, obs.role, lambda: obs.text, input_fn=self.input_fn,
                           output_fn=self.output_fn)
+        text = answer_turn(typed.text) if obs.role == P.ANSWERER else typed.text
         if typed.for_all:
-            self._for_all[obs.env_index] = (question, typed.text)
-        return typed.text
+            self._for_all[obs.env_index] = (question, text)
+        return text

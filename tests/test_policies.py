@@ -289,7 +289,7 @@ def test_human_policy_drives_an_episode_with_typed_turns(make_env):
     env = make_env(workflow="cascade", num_candidates=2)
     typed = iter(["", ":ctx", "<search>Velmora Quist born</search>",
                   "<search>Port Velm</search>", "<summary>Port Velm is in Ostria.</summary>",
-                  "   ", "<answer>Ostria</answer>", "<answer>Kesh</answer>"])
+                  "   ", "<answer>Ostria</answer>", " Kesh "])  # a bare answer is wrapped
     prompts, shown = [], []
 
     def fake_input(prompt):

@@ -116,6 +116,30 @@ def test_the_base_cache_key_changes_with_what_changes_the_weights(monkeypatch, t
     assert len(distinct) == 8, sorted(p.name for p in distinct)
 
 
+def test_the_tiny_base_records_its_threads_and_seed_as_the_micro_base_does(monkeypatch, tmp_path):
+    """A run of the tiny preset names its base's seed and thread count (summary.json's
+    ``base``): the build runs on the command's threads, keys its folder by them and records
+    them in ``tiny_build.json``."""
+    import algos.recipes.tiny.build as tiny
+
+    monkeypatch.setenv("MOPD_CACHE", str(tmp_path))
+    built = []
+
+    def fake_build(out_dir, settings, *_):
+        built.append(torch.get_num_threads())
+        out_dir.mkdir(parents=True)
+        (out_dir / "tiny_build.json").write_text(json.dumps({"settings": settings}))
+        (out_dir / "config.json").write_text("{}")
+
+    monkeypatch.setattr(tiny, "_build", fake_build)
+    one = tiny.build_tiny_base(seed=3)
+    with run_threads(2):
+        two = tiny.build_tiny_base(seed=3)
+    assert built == [1, 2] and one != two and tiny.build_tiny_base(seed=3) == one  # reused, not rebuilt
+    assert {k: describe_base(one)[k] for k in ("seed", "threads")} == {"seed": 3, "threads": 1}
+    assert {k: describe_base(two)[k] for k in ("seed", "threads")} == {"seed": 3, "threads": 2}
+
+
 def test_the_build_record_carries_the_saved_weights_hash(tmp_path):
     from algos.recipes.micro.tokenizer import micro_tokenizer
 

@@ -39,18 +39,28 @@ BUILD_VERSION = 2
 
 
 def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None, seed: int = 0,
-                    progress: bool = False, build: bool = True, **options: Any) -> Path:
+                    progress: bool = False, build: bool = True, threads: int | None = None,
+                    **options: Any) -> Path:
     """The tiny base's directory (model, tokenizer and ``tiny_build.json``; loadable by
     path), built the first time and reused after. ``out_dir`` defaults to
     ``cache_dir("models", "tiny-sft-<key>")``, keyed by every setting. ``retriever``: what
     the scripted team searches (default: :class:`~envs.retrieval.lexical.WordOverlapRetriever`
     over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`.
+    ``threads``: torch's and faiss's intra-op threads during the build (None: the command's,
+    :func:`algos.reproducible.current_threads`); with the torch and transformers versions
+    and the CPU's kernel set (the micro build's ``arithmetic``) it is part of the key, and
+    ``tiny_build.json`` records it with the seed, so a run's summary names both
+    (:func:`algos.reproducible.describe_base`), as the micro preset's does.
     ``build=False``: only find an existing build (``FileNotFoundError`` when there is none)."""
+    from algos.recipes.micro.build import arithmetic
+    from algos.reproducible import current_threads, run_threads
+
     unknown = sorted(set(options) - set(BUILD_DEFAULTS))
     if unknown:
         raise ValueError(f"build_tiny_base: unknown options {unknown}; known: {sorted(BUILD_DEFAULTS)}")
     settings = {**BUILD_DEFAULTS, **options, "seed": seed, "env": ENV, "version": BUILD_VERSION,
-                "retriever": None if retriever is None else type(retriever).__name__}
+                "retriever": None if retriever is None else type(retriever).__name__,
+                **arithmetic(current_threads() if threads is None else threads)}
     settings["datasets"] = list(settings["datasets"])
     if out_dir is None:
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
@@ -60,7 +70,8 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
         return out_dir
     if not build:
         raise FileNotFoundError(f"no tiny base built at {out_dir} for these settings")
-    _build(out_dir, settings, retriever, progress)
+    with run_threads(settings["threads"]):
+        _build(out_dir, settings, retriever, progress)
     return out_dir
 
 
