@@ -91,7 +91,7 @@ def _step(monkeypatch, capsys, retriever, lines: list[str]) -> tuple[int, str]:
     the typed lines fed on stdin."""
     from envs.__main__ import main
 
-    monkeypatch.setattr("envs.search_team.default_retriever", lambda: retriever)
+    monkeypatch.setattr("envs.retrieval.factory.default_retriever", lambda *a, **k: retriever)
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
     status = main(["step", "--workflow", "cascade", "--question", "Where was Velmora Quist born?"])
     return status, capsys.readouterr().out
