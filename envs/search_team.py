@@ -136,14 +136,6 @@ def default_tokenizer() -> Any:
     return load_tokenizer()
 
 
-def default_retriever() -> Any:
-    """MiniLM over the synthetic world's corpus (index cached on disk), one per process:
-    ``envs.retrieval.factory.default_retriever``."""
-    from envs.retrieval.factory import default_retriever as shared
-
-    return shared()
-
-
 @functools.lru_cache(maxsize=1)
 def default_questions() -> tuple[Any, ...]:
     """The synthetic world's training questions, all seven styles."""
@@ -198,7 +190,11 @@ class raw_env(AECEnv):
         self.step_mode = step_mode
         self.render_mode = render_mode
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
-        self.retriever = retriever if retriever is not None else default_retriever()
+        if retriever is None:  # MiniLM over the synthetic world's corpus, one per process
+            from envs.retrieval.factory import default_retriever
+
+            retriever = default_retriever()
+        self.retriever = retriever
         self.questions = list(questions) if questions is not None else list(default_questions())
         if not self.questions:
             raise ValueError("questions is empty: give at least one QA item (or None for the synthetic world)")
