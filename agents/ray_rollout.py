@@ -244,10 +244,6 @@ class RayRolloutPool:
             raise ValueError(f"rollout_workers must be >= 1 for a pool, got {num_workers}")
         if not ray.is_initialized():
             if address is None:  # a local Ray with room for every worker even on a small machine
-                # Ray >= 2.5x turns token authentication on for a cluster it starts and warns that
-                # it did unless RAY_AUTH_MODE is set; say "token" (what it does anyway), unless
-                # the user chose otherwise, so the first run prints no warning
-                os.environ.setdefault("RAY_AUTH_MODE", "token")
                 ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False)
             else:  # (workers' logs reach the driver: a worker's traceback is not hidden)
                 ray.init(address=address)

@@ -418,10 +418,15 @@ def _fqn_order(model: Any) -> list[str]:
 def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
     """The FSDP2 ``optimizer``'s whole state in the layout ``optimizer.state_dict()`` of a
     plain AdamW over ``model.parameters()`` has (parameters numbered in that order), so a
-    checkpoint loads at any world size, one process included. Every rank calls it."""
+    checkpoint loads at any world size, one process included. Every rank calls it; the
+    state is gathered into rank 0's CPU memory (the other ranks get ``{}``: only rank 0
+    writes), never whole on any GPU (the AdamW state is twice the model)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    sd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    sd = get_optimizer_state_dict(model, optimizer,
+                                  options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not sd.get("param_groups"):  # not rank 0
+        return {}
     index = {name: i for i, name in enumerate(_fqn_order(model))}
     groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[n] for n in g["params"]]}
               for g in sd["param_groups"]]

@@ -25,11 +25,11 @@ def test_human_plays_a_cascade_episode_in_a_terminal(tmp_path):
         child.sendline("<summary>Directed by Debra Tilell.</summary>")
         for j in range(5):
             child.expect(f"answerer_{j}> ")
-            child.sendline("<answer>Debra Tilell</answer>" if j != 4 else "no tags here")
+            child.sendline("<answer>Debra Tilell</answer>" if j != 4 else "<answer>never closed")
             if j == 4:  # an invalid turn gets a corrective observation and another go
                 child.expect("Invalid turn: no <answer> tag")
                 child.expect("answerer_4> ")
-                child.sendline("<answer>Somebody Else</answer>")
+                child.sendline("Somebody Else")  # a bare answer is wrapped in <answer> tags
         child.expect("Final answer: 'Debra Tilell'")
         child.expect("EM 1")
         child.expect(pexpect.EOF)
@@ -37,3 +37,4 @@ def test_human_plays_a_cascade_episode_in_a_terminal(tmp_path):
         child.close()
     assert child.exitstatus == 0
     assert save.exists() and "Debra Tilell" in save.read_text()
+    assert "Somebody Else" in save.read_text()  # the bare answer became a candidate
