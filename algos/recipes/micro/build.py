@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from algos.recipes.cache import build_dir
 from algos.recipes.micro.episodes import WORKFLOWS, imitated, scripted_episodes
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
@@ -139,8 +140,7 @@ def build_micro_base(
         raise ValueError("a build with a custom retriever needs an explicit out_dir (the "
                          "default cache directory is keyed for the default retriever)")
     if out_dir is None:
-        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-        out_dir = cache_dir("models") / f"micro-sft-{key}"
+        out_dir = build_dir("micro-sft", settings)
     out_dir = Path(out_dir)
     if _is_build(out_dir):
         _declare_frozen_circuit(out_dir)

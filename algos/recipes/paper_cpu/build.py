@@ -3,11 +3,10 @@ tokenizer, randomly initialised from a seed, saved once and cached (nothing down
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
+from algos.recipes.cache import build_dir
 from algos.recipes.paper_cpu.settings import ENV, QWEN3
 from envs.paths import cache_dir
 
@@ -40,8 +39,7 @@ def build_paper_cpu_base(out_dir: str | Path | None = None, *, seed: int = 0, pr
 
     settings = {"qwen3": QWEN3, "env": ENV, "seed": seed, "version": BUILD_VERSION}
     if out_dir is None:
-        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-        out_dir = cache_dir("models") / f"paper-cpu-{key}"
+        out_dir = build_dir("paper-cpu", settings)
     out_dir = Path(out_dir)
     if (out_dir / "paper_cpu_build.json").exists() and (out_dir / "config.json").exists():
         return out_dir

@@ -11,12 +11,11 @@ but not always, at temperature 1, so a group of workflows has mixed rewards.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from algos.recipes.cache import build_dir
 from algos.recipes.tiny.settings import ENV
 from envs.paths import cache_dir
 
@@ -63,8 +62,7 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
                 **arithmetic(current_threads() if threads is None else threads)}
     settings["datasets"] = list(settings["datasets"])
     if out_dir is None:
-        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-        out_dir = cache_dir("models") / f"tiny-sft-{key}"
+        out_dir = build_dir("tiny-sft", settings)
     out_dir = Path(out_dir)
     if (out_dir / "tiny_build.json").exists() and (out_dir / "config.json").exists():
         return out_dir
