@@ -74,54 +74,6 @@ FORMAT_REMINDERS: dict[str, str] = {
 }
 
 
-# --------------------------------------------------------------------------- prompt sets
-# What each role is told (system prompt) and reminded of (after an invalid turn) is a
-# named, swappable set; the tags, the parser and every other template stay the same.
-
-SHORT_SYSTEM_PROMPTS: dict[str, str] = {
-    LEADER: ("Send up to {max_searchers} searches as <subtask>...</subtask>, then pick reports "
-             "with <select>...</select>. Example: <subtask>Who directed Titanic?</subtask>"),
-    SEARCHER: ("Search with <search>...</search>, then report with <summary>...</summary>. "
-               "Example: <search>capital of France</search>"),
-    ANSWERER: "Answer with <answer>...</answer>. Example: <answer>Paris</answer>",
-}
-"""One line per role, each with one concrete example of its tag, for small models (a
-135M model lost in the paper's paragraph answered in prose, docs/benchmarks.md)."""
-
-SHORT_FORMAT_REMINDERS: dict[str, str] = {
-    LEADER: "Example: <subtask>Who directed Titanic?</subtask> or <select>1</select>",
-    SEARCHER: "Example: <search>capital of France</search> or <summary>Paris</summary>",
-    ANSWERER: "Example: <answer>Paris</answer>",
-}
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    """The words that tell each role its protocol: ``system`` (templates filled with the
-    team's budgets ``{max_searchers}``, ``{max_waves}``, ``{max_searches}``) and
-    ``reminders`` (appended to the reason after an invalid turn)."""
-
-    name: str
-    system: dict[str, str]
-    reminders: dict[str, str]
-
-
-PROMPT_SETS: dict[str, PromptSet] = {
-    "paper": PromptSet("paper", SYSTEM_PROMPTS, FORMAT_REMINDERS),
-    "short": PromptSet("short", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS),
-}
-"""The env's prompt sets by name: ``paper`` (the default; every recorded number used it)
-and ``short`` (one line per role with an example)."""
-DEFAULT_PROMPTS = "paper"
-
-
-def prompt_set(name: str) -> PromptSet:
-    """The prompt set called ``name``; ValueError (one line listing the sets) otherwise."""
-    if not isinstance(name, str) or name not in PROMPT_SETS:
-        raise ValueError(f"unknown prompt set {name!r}; the sets are {', '.join(PROMPT_SETS)}")
-    return PROMPT_SETS[name]
-
-
 # --------------------------------------------------------------------------- the env's words
 # Every string the env writes into a context (or its render log) is one of these templates,
 # filled by name. Policies never parse them back: the structure they need is in
@@ -160,6 +112,71 @@ LOG_REWARDS = "Rewards: {rewards}"
 LOG_REWARD_ITEM = "{agent}={reward:.3f}"
 LOG_ROLE_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  reward: {reward:.3f}"
 """Lines of ``render()``'s log (for people, never in a context)."""
+
+
+# --------------------------------------------------------------------------- prompt sets
+# What each role is told (system prompt, worked exchanges) and reminded of (after an invalid
+# turn) is a named, swappable set; the tags, the parser and every other template stay the same.
+
+SHORT_SYSTEM_PROMPTS: dict[str, str] = {
+    LEADER: ("Send up to {max_searchers} searches as <subtask>...</subtask>, then pick reports "
+             "with <select>...</select>. Example: <subtask>Who directed Titanic?</subtask>"),
+    SEARCHER: ("Search with <search>...</search>, then report with <summary>...</summary>. "
+               "Example: <search>capital of France</search>"),
+    ANSWERER: "Answer with <answer>...</answer>. Example: <answer>Paris</answer>",
+}
+"""One line per role, each with one concrete example of its tag, for small models (a
+135M model lost in the paper's paragraph answered in prose, docs/benchmarks.md)."""
+
+SHORT_FORMAT_REMINDERS: dict[str, str] = {
+    LEADER: "Example: <subtask>Who directed Titanic?</subtask> or <select>1</select>",
+    SEARCHER: "Example: <search>capital of France</search> or <summary>Paris</summary>",
+    ANSWERER: "Example: <answer>Paris</answer>",
+}
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The words that tell each role its protocol: ``system`` (templates filled with the
+    team's budgets ``{max_searchers}``, ``{max_waves}``, ``{max_searches}``), ``reminders``
+    (appended to the reason after an invalid turn) and ``demos``."""
+
+    name: str
+    system: dict[str, str]
+    reminders: dict[str, str]
+    demos: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """Per role, worked exchanges ``(user, assistant)`` the env writes between the system
+    prompt and the real first user message (env text: loss mask 0, never the agent's)."""
+
+
+ONESHOT_DEMOS: dict[str, tuple[tuple[str, str], ...]] = {
+    LEADER: ((LEADER_USER.format(question="Who directed Titanic?"),
+              "<subtask>Who directed Titanic?</subtask>"),),
+    SEARCHER: ((SEARCHER_USER.format(task="What is the capital of France?"),
+                "<search>capital of France</search>"),),
+    ANSWERER: ((ANSWERER_USER.format(question="What is the capital of France?",
+                                     evidence=EVIDENCE_ITEM.format(number=1, report="Paris is the capital of France.")),
+                "<answer>Paris</answer>"),),
+}
+"""One worked exchange per role (the ``short`` set's examples, played as a turn): a 135M
+model copies a demonstrated turn where it ignores a described one (docs/benchmarks.md)."""
+
+PROMPT_SETS: dict[str, PromptSet] = {
+    "paper": PromptSet("paper", SYSTEM_PROMPTS, FORMAT_REMINDERS),
+    "short": PromptSet("short", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS),
+    "oneshot": PromptSet("oneshot", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS, ONESHOT_DEMOS),
+}
+"""The env's prompt sets by name: ``paper`` (the default; every recorded number used it),
+``short`` (one line per role with an example) and ``oneshot`` (``short`` plus one worked
+exchange per role before the real question)."""
+DEFAULT_PROMPTS = "paper"
+
+
+def prompt_set(name: str) -> PromptSet:
+    """The prompt set called ``name``; ValueError (one line listing the sets) otherwise."""
+    if not isinstance(name, str) or name not in PROMPT_SETS:
+        raise ValueError(f"unknown prompt set {name!r}; the sets are {', '.join(PROMPT_SETS)}")
+    return PROMPT_SETS[name]
 
 
 def role_of(agent: str) -> str:
@@ -426,8 +443,18 @@ class ChatFormat:
             self._cache[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
         return self._cache[text]
 
-    def prompt(self, system: str, user: str) -> list[int]:
-        """System and first user message, ending in the assistant's header."""
+    def prompt(self, system: str, user: str, demos: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """System and first user message, ending in the assistant's header; ``demos``
+        (``(user, assistant)`` exchanges, env text) come between them, each reply closed as
+        an agent's turn is."""
+        if demos:
+            (first, reply), rest = demos[0], demos[1:]
+            ids = self.prompt(system, first) + self.encode(reply)
+            ids += self.closing(ids)
+            for demo_user, demo_reply in rest:
+                ids += self.observation(demo_user) + self.encode(demo_reply)
+                ids += self.closing(ids)
+            return ids + self.observation(user)
         if self.chatml:
             return (self._markup(f"<|im_start|>system\n{system}<|im_end|>\n") + self._markup("<|im_start|>")
                     + self.encode(f"user\n{user}") + self._markup("<|im_end|>\n<|im_start|>assistant\n"))

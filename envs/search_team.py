@@ -57,10 +57,11 @@ and ``queries``; an Answerer's ``evidence`` ``[(number, report)]``. Policies rea
 never the prompt text: every word the env writes is a template in ``envs.protocol``.
 
 **Prompt sets.** ``prompts="paper"`` (the default) tells each role its protocol in the
-paper's paragraph; ``prompts="short"`` in one line with an example, for small models
-(``envs.protocol.PROMPT_SETS``). Only the system prompts and the format reminders differ:
-the tags, the parser and the other templates are the same. ``config.prompts`` and every
-``episode.prompts`` record the set.
+paper's paragraph; ``prompts="short"`` in one line with an example, for small models;
+``prompts="oneshot"`` as ``short``, plus one worked exchange (an example user message and
+its tagged reply, env text with loss mask 0) before the real one (``envs.protocol.PROMPT_SETS``).
+Only those words differ: the tags, the parser and the other templates are the same.
+``config.prompts`` and every ``episode.prompts`` record the set.
 
 **One turn path, a batched API.** ``envs.observation.apply_turns`` is the only code that
 plays a turn; ``step()`` calls it for one agent, ``play_turns`` for several agents of one

@@ -90,7 +90,8 @@ def check_room(config: TeamConfig, chat: P.ChatFormat) -> None:
     Raises ValueError naming the settings and the smallest ``max_context_tokens`` that fits."""
     prompts = system_prompts(config)
     roles = sorted({P.role_of(a) for a in config.agents}, key=P.ROLES.index)
-    need, worst = max((len(chat.prompt(prompts[role], "")), role) for role in roles)
+    demos = P.prompt_set(config.prompts).demos
+    need, worst = max((len(chat.prompt(prompts[role], "", demos.get(role, ()))), role) for role in roles)
     minimum = need + config.max_turn_tokens + MIN_TURN_ROOM
     if config.max_context_tokens < minimum:
         raise ValueError(
@@ -429,31 +430,36 @@ class TeamEpisode:
         role = P.role_of(agent)
         seg = Segment(agent=agent, role=role, wave=wave, task=task)
         system = self._prompts[role]
-        ids, user = self._fit_prompt(system, user)
+        demos = P.prompt_set(self.config.prompts).demos.get(role, ())
+        ids, user = self._fit_prompt(system, user, demos)
         seg.append(ids, generated=False)
         self.live[agent] = seg
-        self.messages[agent] = [("system", system), ("user", user)]
+        self.messages[agent] = [("system", system)]
+        for demo_user, demo_reply in demos:  # env text: a worked exchange, not the agent's turn
+            self.messages[agent] += [("user", demo_user), ("assistant", demo_reply)]
+        self.messages[agent].append(("user", user))
         if role == P.SEARCHER:
             self.passages[agent], self.queries[agent], self.written_queries[agent] = [], [], []
         self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 
-    def _fit_prompt(self, system: str, user: str) -> tuple[list[int], str]:
+    def _fit_prompt(self, system: str, user: str,
+                    demos: Sequence[tuple[str, str]] = ()) -> tuple[list[int], str]:
         """The prompt's ids and the user text they hold, shortening over-long user text
         so a turn still fits. The
         env refuses at construction a context too short for the system prompt and a turn
         (:func:`check_room`), so the result always leaves ``MIN_TURN_ROOM`` tokens."""
         limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
-        ids = self.chat.prompt(system, user)
+        ids = self.chat.prompt(system, user, demos)
         for _ in range(64):  # each pass cuts about a fifth; the cap only guards a fixed point
             if len(ids) <= limit or len(user) <= 16:
                 break
             shorter = user[: int(len(user) * 0.8 * limit / len(ids))] + " ..."
             if shorter == user:  # the " ..." put back what the cut took: no progress
                 break
-            user, ids = shorter, self.chat.prompt(system, shorter)
+            user, ids = shorter, self.chat.prompt(system, shorter, demos)
         if len(ids) + MIN_TURN_ROOM > self.config.max_context_tokens:
-            user, ids = "", self.chat.prompt(system, "")  # even 16 characters did not fit
+            user, ids = "", self.chat.prompt(system, "", demos)  # even 16 characters did not fit
         return ids, user
 
     def _observe(self, seg: Segment, text: str) -> bool:

@@ -1,6 +1,7 @@
 """The env's prompt sets: ``paper`` stays the default word for word, ``short`` changes only
-what each role is told (system prompt) and reminded of (after an invalid turn), the tags
-and the parser are the same, and an unknown name is refused in one line."""
+what each role is told (system prompt) and reminded of (after an invalid turn),
+``oneshot`` adds one worked exchange the agent never wrote, the tags and the parser are the
+same, and an unknown name is refused in one line."""
 
 from __future__ import annotations
 
@@ -103,11 +104,50 @@ def test_short_prompts_are_one_line_with_an_example_the_parser_accepts():
     assert P.TAGS == ("think", "subtask", "select", "search", "summary", "answer")
 
 
+@pytest.mark.parametrize("workflow", ["hierarchical", "cascade"])
+def test_oneshot_adds_one_worked_exchange_the_agent_did_not_write(tokenizer, workflow):
+    short, oneshot = _play(tokenizer, workflow, prompts="short"), _play(tokenizer, workflow, prompts="oneshot")
+    assert oneshot.prompts == "oneshot" and not P.prompt_set("short").demos and not P.prompt_set("paper").demos
+    assert (short.candidates, short.invalid_turns, short.num_searches) == (
+        oneshot.candidates, oneshot.invalid_turns, oneshot.num_searches)
+    for a, b in zip(short.segments, oneshot.segments, strict=True):
+        [(demo_user, demo_reply)] = P.ONESHOT_DEMOS[b.role]
+        reply_ids = tokenizer.encode(demo_reply, add_special_tokens=False)
+        # the exchange sits between the system prompt and the real first user message, as env text
+        first_turn = next(start for i, start, _ in oneshot.turn_spans if oneshot.segments[i] is b)
+        prompt_text = tokenizer.decode(b.token_ids[:first_turn])
+        assert prompt_text.index(demo_user) < prompt_text.rindex(demo_reply) < prompt_text.rindex("<|im_start|>user\n")
+        assert prompt_text.count("<|im_start|>user\n") == 2
+        assert any(b.token_ids[i:i + len(reply_ids)] == reply_ids for i in range(first_turn))
+        assert not any(b.loss_mask[:first_turn])
+        # the rest is the short set's context token for token: system prompt before, all else after
+        system = system_prompts(TeamConfig(workflow=workflow, prompts="short"))[b.role]
+        head = len(tokenizer.encode(f"<|im_start|>system\n{system}<|im_end|>\n", add_special_tokens=False))
+        tail = len(a.token_ids) - head
+        assert b.token_ids[:head] == a.token_ids[:head] and b.token_ids[-tail:] == a.token_ids[head:]
+        assert len(b.token_ids) - len(a.token_ids) > len(reply_ids)
+        assert [t for t, m in zip(a.token_ids, a.loss_mask) if m] == [t for t, m in zip(b.token_ids, b.loss_mask) if m]
+    parse = {P.LEADER: lambda t: P.parse_leader(t, num_reports=1, max_searchers=3),
+             P.SEARCHER: P.parse_searcher, P.ANSWERER: P.parse_answerer}
+    assert {r: parse[r](demos[0][1]).kind for r, demos in P.ONESHOT_DEMOS.items()} == {
+        P.LEADER: "dispatch", P.SEARCHER: "search", P.ANSWERER: "answer"}
+
+
+def test_oneshot_messages_show_the_exchange(tokenizer):
+    env = search_team_v0.raw_env(workflow="cascade", tokenizer=tokenizer, retriever=KeywordRetriever(DOCS),
+                                 questions=["Where was Ada Quill born?"], prompts="oneshot")
+    env.reset(seed=0)
+    [obs] = env.turn_observations()
+    assert [m["role"] for m in obs.messages] == ["system", "user", "assistant", "user"]
+    assert obs.messages[2]["content"] == "<search>capital of France</search>"
+    assert obs.messages[3]["content"] == "Task: Where was Ada Quill born?"
+
+
 def test_an_unknown_set_is_refused_in_one_line(tokenizer):
     for make in (lambda: TeamConfig(prompts="tiny"),
                  lambda: search_team_v0.raw_env(tokenizer=tokenizer, retriever=KeywordRetriever(DOCS),
                                                 questions=["q"], prompts="tiny")):
-        with pytest.raises(ValueError, match=r"^unknown prompt set 'tiny'; the sets are paper, short$"):
+        with pytest.raises(ValueError, match=r"^unknown prompt set 'tiny'; the sets are paper, short, oneshot$"):
             make()
 
 
@@ -153,6 +193,6 @@ def test_clis_refuse_an_unknown_set_before_anything_loads(tmp_path, capsys):
     assert bench_main(["run", "--policy", "scripted", "--prompts", "tiny", "--out", str(tmp_path / "r")]) == 2
     assert agents_main(["play", "--prompts", "tiny"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["python -m benchmarks: error: --prompts: unknown prompt set 'tiny'; the sets are paper, short",
-                   "python -m agents: error: --prompts: unknown prompt set 'tiny'; the sets are paper, short"]
+    assert err == ["python -m benchmarks: error: --prompts: unknown prompt set 'tiny'; the sets are paper, short, oneshot",
+                   "python -m agents: error: --prompts: unknown prompt set 'tiny'; the sets are paper, short, oneshot"]
     assert not (tmp_path / "r").exists()
