@@ -102,7 +102,8 @@ def test_a_small_request_behind_big_ones_is_served_in_the_next_batch():
 
 
 def test_fair_queue_order_and_counts():
-    from envs.retrieval.server import FairQueue, _Job
+    from envs.retrieval.fair_queue import FairQueue
+    from envs.retrieval.fair_queue import Job as _Job
 
     fair = FairQueue(max_batch=5)
     a, b = _Job([f"a{i}" for i in range(7)], 3, True), _Job(["b0", "b1", "b2"], 3, True)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import json
 import logging
 import os
@@ -56,7 +55,6 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +68,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from envs.data.items import iter_lines
 from envs.retrieval.corpus import JsonlCorpus
+from envs.retrieval.fair_queue import FairQueue, Job, Segment
 from envs.retrieval.passage import Passage, Retriever
 
 log = logging.getLogger(__name__)
@@ -98,97 +97,6 @@ class _HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-@dataclass
-class _Job:
-    """One validated request's queries, served by the batcher a few at a time.
-
-    ``pieces[i]`` is query i's rendered hit list once a batch has served it; ``reply`` is
-    set when every query is served (200) or one of them failed (5xx)."""
-
-    queries: list[str]
-    topk: int
-    return_scores: bool
-    future: asyncio.Future | None = None
-    reply: tuple[int, bytes] | None = field(default=None, repr=False)
-    taken: int = 0
-    """Queries handed to batches so far."""
-    answered: int = 0
-    """Queries served so far."""
-    abandoned: bool = False
-    """The client got its 503 (``request_timeout_s``): serve no more of it."""
-    pieces: list[bytes | None] = field(default_factory=list, repr=False)
-
-
-_Segment = tuple[_Job, int, int]
-"""Queries ``start:stop`` of a job, in one batch."""
-
-
-class FairQueue:
-    """Requests waiting for the retriever, served a query at a time by start-time fair queuing.
-
-    Each request has a tag: the virtual time at which it arrived (the tag of the last query
-    taken), plus one for each of its queries taken since. :meth:`take` fills a batch of up
-    to ``max_batch`` queries, each time from the request with the lowest tag, and among
-    equal tags from the one with the fewest queries left (then the earliest). So requests
-    that wait together progress a query each in turn; a newly arrived request ties with
-    the least-served of them, and a small one goes first: it waits for the batch in flight,
-    not for one query of every request ahead of it. A request alone gets whole batches.
-    The cost counted is queries: encoding them is most of a request's time
-    (docs/retrieval_server.md has the measurement). Used from the event loop only.
-    """
-
-    def __init__(self, max_batch: int):
-        self.max_batch = max_batch
-        self.queued = 0
-        """Queries waiting, not yet taken into a batch."""
-        self._heap: list[tuple[int, int, int, _Job]] = []  # (tag, left, arrival, job)
-        self._vtime = 0
-        self._arrivals = 0
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def add(self, job: _Job) -> None:
-        left = len(job.queries) - job.taken
-        if left > 0:
-            self._arrivals += 1
-            heapq.heappush(self._heap, (self._vtime, left, self._arrivals, job))
-            self.queued += left
-
-    def discard(self, job: _Job) -> None:
-        for n, entry in enumerate(self._heap):
-            if entry[3] is job:
-                self._heap[n] = self._heap[-1]
-                self._heap.pop()
-                heapq.heapify(self._heap)
-                self.queued -= entry[1]
-                return
-
-    def drain(self) -> list[_Job]:
-        jobs = [entry[3] for entry in self._heap]
-        self._heap, self.queued = [], 0
-        return jobs
-
-    def take(self) -> list[_Segment]:
-        """The next batch: (job, start, stop) segments in the order their queries are searched."""
-        batch: list[_Segment] = []
-        room = self.max_batch
-        while room > 0 and self._heap:
-            tag, left, arrival, job = heapq.heappop(self._heap)
-            self._vtime = tag
-            if batch and batch[-1][0] is job:  # the same request again: extend its segment
-                _, start, _ = batch.pop()
-            else:
-                start = job.taken
-            job.taken += 1
-            batch.append((job, start, job.taken))
-            room -= 1
-            self.queued -= 1
-            if left > 1:
-                heapq.heappush(self._heap, (tag + 1, left - 1, arrival, job))
-        return batch
 
 
 # -- the stored documents ---------------------------------------------------------------------
@@ -478,7 +386,7 @@ class RetrievalServer:
         self._fair = FairQueue(max_batch)
         self._arrived: asyncio.Event | None = None  # set while jobs wait in _fair
         self._full: asyncio.Event | None = None  # set when _fair holds a whole batch
-        self._in_flight: list[_Segment] = []
+        self._in_flight: list[Segment] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self.app = self._make_app()
@@ -676,7 +584,7 @@ class RetrievalServer:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def parse_request(self, body: bytes) -> _Job:
+    def parse_request(self, body: bytes) -> Job:
         """Validate a /retrieve body on its own; raise _HttpError(4xx, one line) if it is bad.
         Search-R1's ``queries`` wins when a body has both it and ``query``."""
         req = _parse_json(body)
@@ -707,9 +615,9 @@ class RetrievalServer:
         topk = parsed.topk or self.default_topk  # Search-R1: `if not request.topk` -> default
         if not 1 <= topk <= self.max_topk:
             raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
-        return _Job([_clean(q) for q in queries], topk, parsed.return_scores)
+        return Job([_clean(q) for q in queries], topk, parsed.return_scores)
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: Job) -> None:
         job.pieces = [None] * len(job.queries)
         self._fair.add(job)
         self._arrived.set()
@@ -757,10 +665,10 @@ class RetrievalServer:
             if job.future is not None and not job.future.done():
                 job.future.set_result((status, _error_body(message)))
 
-    def _serve_batch(self, batch: Sequence[_Segment]) -> None:
+    def _serve_batch(self, batch: Sequence[Segment]) -> None:
         """Search for every segment of ``batch`` (worker thread), filling each job's pieces
         and setting the reply of each job that is complete or failed."""
-        by_topk: dict[int, list[_Segment]] = {}
+        by_topk: dict[int, list[Segment]] = {}
         for seg in batch:
             if seg[0].reply is None and not seg[0].abandoned:
                 by_topk.setdefault(seg[0].topk, []).append(seg)
@@ -778,7 +686,7 @@ class RetrievalServer:
                     except Exception as e_alone:
                         _fail(job, e_alone)
 
-    def _search(self, segs: Sequence[_Segment], topk: int) -> None:
+    def _search(self, segs: Sequence[Segment], topk: int) -> None:
         queries = [q for job, start, stop in segs for q in job.queries[start:stop]]
         results = self.retriever.search(queries, top_k=topk)
         if len(results) != len(queries):
@@ -834,17 +742,17 @@ def _documents_for(
     return None
 
 
-def _resolve(job: _Job) -> None:
+def _resolve(job: Job) -> None:
     if job.future is not None and not job.future.done():
         job.future.set_result(job.reply)
 
 
-def _jobs_of(segments: Iterable[_Segment]) -> list[_Job]:
+def _jobs_of(segments: Iterable[Segment]) -> list[Job]:
     """The distinct jobs of ``segments``, in first-seen order."""
     return list({id(job): job for job, _, _ in segments}.values())
 
 
-def _fail(job: _Job, e: Exception) -> None:
+def _fail(job: Job, e: Exception) -> None:
     log.warning("retrieval failed for %d queries: %r", len(job.queries), e)
     job.reply = (500, _error_body(f"retrieval failed: {type(e).__name__}: {e}"))
 
