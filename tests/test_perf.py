@@ -13,6 +13,7 @@ from benchmarks.perf import FullBudgetTeam, PerfSettings, figure, interleaved, m
 SECTIONS = ("decode.", "env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
 
 
+@pytest.mark.slow  # 37 s, and the whole suite stood at 10 minutes: run with -m slow
 def test_perf_suite_smallest_sizes(tmp_path, capsys, world_retriever):
     # world_retriever: the suite's default retriever is the session's one encoding of the world
     out = tmp_path / "perf.json"
