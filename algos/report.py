@@ -8,7 +8,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +76,47 @@ def paired_sign_test(before: Sequence[dict], after: Sequence[dict]) -> dict[str,
             better, worse = better + (delta > 0), worse + (delta < 0)
     if not shared:
         raise ValueError("the two validations share no (dataset, id) question")
+    return {"better": better, "worse": worse, "questions": shared, "p_value": sign_test_p(better, worse)}
+
+
+def sign_test_p(better: int, worse: int) -> float:
+    """The exact two-sided sign test's p-value for ``better`` rises against ``worse`` falls
+    (ties left out before): ``min(1, 2 P[X <= min(better, worse)])``, X ~ Bin(better + worse,
+    1/2). 1 when nothing changed.
+
+    >>> sign_test_p(3, 0), sign_test_p(8, 1)
+    (0.25, 0.0390625)
+    """
     n = better + worse
     tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2**n
-    return {"better": better, "worse": worse, "questions": shared, "p_value": min(1.0, 2 * tail)}
+    return min(1.0, 2 * tail)
+
+
+QUESTIONS_PAIRED = "questions paired, seeds fixed: these runs on new questions"
+"""What an interval over questions paired across variants covers (the runs held fixed)."""
+
+OVER_SEEDS = "over seeds: the training procedure"
+"""What a figure over per-seed differences covers (each trained run one unit)."""
+
+PAIRS_INDEPENDENT = "(seed, question) pairs assumed independent: these runs only"
+"""What a test pooled over every seed's questions covers: it treats a question asked in
+three seeds as three independent pairs, so it speaks of the runs made, not of training."""
+
+TIE = 1e-12
+"""Per-seed differences closer to zero than this are ties: two macros of the same questions
+answered alike can differ in the last bits by the order of their sums."""
+
+
+def seeds_improved(differences: Mapping[str, float]) -> dict[str, Any]:
+    """The sign test over seeds, each seed one unit: how many of the per-seed
+    ``differences`` (seed -> trained minus base, or A minus B) are above zero, below it, and
+    zero (left out of the test), and the exact two-sided p. This is the statement about the
+    training procedure; a sign test over (seed, question) pairs assumes the pairs independent
+    and speaks only of the runs made."""
+    values = list(differences.values())
+    better, worse = sum(v > TIE for v in values), sum(v < -TIE for v in values)
+    return {"covers": OVER_SEEDS, "seeds": len(values), "better": better, "worse": worse,
+            "ties": len(values) - better - worse, "p_value": sign_test_p(better, worse)}
 
 
 def plot_training_curves(paths: Sequence[str | Path], out_png: str | Path) -> Path:

@@ -1,6 +1,7 @@
 """What makes a run repeat bit for bit: one thread count for torch and faiss, set once per
-command, and a hash of a model's weights so that two people can tell whether they trained
-from the same base.
+command, a hash of a model's weights so that two people can tell whether they trained
+from the same base, and a record of the environment (CPU, the kernel set torch uses,
+library versions) outside which a run's print repeats only in distribution.
 
 Why a fixed thread count: torch splits some reductions over its intra-op threads, and the
 split changes the order of the floating-point additions. Measured on 2 cores (torch 2.13,
@@ -139,3 +140,41 @@ def describe_base(model: str | Path) -> dict[str, Any]:
         if isinstance(settings, dict):
             described.update({k: settings.get(k) for k in ("seed", "threads")})
     return described
+
+
+ENVIRONMENT_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "faiss-cpu",
+                        "sentence-transformers", "safetensors", "accelerate")
+"""The libraries whose versions :func:`environment` records: those that do the arithmetic
+of a run (torch's kernels, the tokenizer, the retriever's embeddings and index)."""
+
+
+def environment() -> dict[str, Any]:
+    """What a run's numbers are bit-identical across only when equal: the CPU (``cpu_model``
+    and ``cpu_vendor`` from /proc/cpuinfo, else :func:`platform.processor`), the kernel set
+    torch dispatches to (``cpu_capability``: ``AVX512``, ``AVX2``, ``DEFAULT``...; another
+    set sums in another order), ``logical_cpus``, ``platform``, ``python`` and the versions
+    of :data:`ENVIRONMENT_PACKAGES` (None for one not installed). A run with the same thread
+    count on an equal environment repeats bit for bit; on another CPU or library version it
+    repeats only in distribution (docs/micro_seeds.json is that distribution)."""
+    import os
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    cpu = {"model name": None, "vendor_id": None}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in cpu and cpu[key.strip()] is None:
+                cpu[key.strip()] = value.strip()
+    versions = {}
+    for name in ENVIRONMENT_PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return {"cpu_model": cpu["model name"] or platform.processor() or None,
+            "cpu_vendor": cpu["vendor_id"], "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "versions": versions}

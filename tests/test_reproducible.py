@@ -229,7 +229,7 @@ def test_the_seed_spread_pools_paired_questions_per_seed(tmp_path):
     """Two seeds, one stage: mean and range by hand; the pooled sign test pairs each seed's
     questions with the same seed's (question 1 is better in seed 0 and worse in seed 1:
     pooled, that is one better and one worse, not no change)."""
-    from algos.recipes.micro.seeds import seed_commands, spread
+    from algos.recipes.micro.seeds import headline, seed_commands, spread
     from algos.trainer import validation_path
 
     def write(seed, base, trained):  # per question id: correct at step 0, at step 12
@@ -252,8 +252,15 @@ def test_the_seed_spread_pools_paired_questions_per_seed(tmp_path):
     assert stage["base_em"] == {"mean": 0.25, "min": 0.25, "max": 0.25}
     assert stage["trained_em"] == {"mean": 0.625, "min": 0.5, "max": 0.75}
     # better: seed 0 q0, q1; seed 1 q2, q3 -> 4; worse: seed 1 q1 -> 1; p = 2 * 6/32
-    assert stage["pooled_paired"] == {"better": 4, "worse": 1, "questions": 8,
-                                      "p_value": pytest.approx(0.375)}
+    assert stage["pooled_paired"] == {"covers": "(seed, question) pairs assumed independent: these runs only",
+                                      "better": 4, "worse": 1, "questions": 8, "p_value": pytest.approx(0.375)}
+    # the headline over seeds: both seeds rose (0.25 -> 0.75, 0.25 -> 0.5): 2 of 2, p = 2 * 1/4
+    assert stage["over_seeds"] == {"covers": "over seeds: the training procedure", "seeds": 2, "better": 2,
+                                   "worse": 0, "ties": 0, "p_value": 0.5}
+    assert headline(got["stages"])[0].startswith("teacher: 2 of 2 seeds improved, 0 worse (exact sign test "
+                                                 "over seeds p = 0.5); avg@1 0.250 [0.250, 0.250] -> 0.625")
+    assert "pooled, (seed, question) pairs assumed independent: these runs only: 4 better, 1 worse of 8, " \
+           "p = 0.375" in headline(got["stages"])[0]
     assert got["seeds"]["1"]["stages"]["teacher"]["base"] == {"weight_hash": "h1"}
     sft, train = seed_commands(2, tmp_path)
     assert sft[-8:] == ["micro", "--seed", "2", "--out", str(tmp_path / "seed2" / "base"), "--threads", "1",
@@ -279,3 +286,19 @@ def test_a_cached_base_made_by_other_code_is_reused_with_a_warning(tmp_path, cap
     err = [line for line in capsys.readouterr().err.splitlines() if "micro base" in line]
     assert len(err) == 1 and str(tmp_path / "other") in err[0]
     assert "(agents.scripted changed since)" in err[0] and "remove the folder" in err[0]
+
+
+def test_the_environment_names_the_cpu_its_kernels_and_the_library_versions():
+    import platform
+
+    import torch
+
+    from algos.reproducible import ENVIRONMENT_PACKAGES, environment
+
+    env = environment()
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["versions"]["torch"] == torch.__version__ and env["python"] == platform.python_version()
+    assert set(env["versions"]) == set(ENVIRONMENT_PACKAGES)
+    assert {"faiss-cpu", "transformers", "tokenizers", "numpy", "sentence-transformers"} <= set(env["versions"])
+    assert env["cpu_model"] and env["platform"] and env["logical_cpus"] >= 1
+    json.dumps(env)  # written into table2.json and micro_seeds.json as it is

@@ -1,7 +1,12 @@
 """The micro preset's spread over seeds: each seed builds its own base from scratch and
-trains both stages on it, and the summaries are pooled into ``docs/micro_seeds.json`` (mean
-and range of the base's and the trained team's avg@1 per stage, and a paired sign test
-pooled over every seed's validation questions).
+trains both stages on it, and the summaries are pooled into ``docs/micro_seeds.json``: per
+stage the mean and range of the base's and the trained team's avg@1, the headline
+``over_seeds`` (how many seeds improved, the exact sign test over seeds: a statement about
+the training procedure), and ``pooled_paired``, a sign test over every seed's validation
+questions that treats the (seed, question) pairs as independent, so it speaks only of these
+runs. ``environment`` records the machine and library versions ``collect`` runs on
+(:func:`algos.reproducible.environment`; collect where the seeds ran): a seed's print
+repeats bit for bit only on an equal one.
 
     python -m algos.recipes.micro.seeds run --root runs/micro-seeds --seeds 0 1 2
     python -m algos.recipes.micro.seeds collect --root runs/micro-seeds --out docs/micro_seeds.json
@@ -68,9 +73,9 @@ def _records(path: Path, seed: int) -> list[dict[str, Any]]:
 
 def spread(runs: dict[int, str | Path]) -> dict[str, Any]:
     """The per-seed summaries of ``runs`` (seed -> run directory with ``summary.json``) and,
-    per stage, the mean and range of the base's and the trained team's avg@1, and the exact
-    paired sign test pooled over all seeds' validation questions."""
-    from algos.report import paired_sign_test
+    per stage, :func:`stage_figures` plus the exact paired sign test pooled over all seeds'
+    validation questions (``pooled_paired``, labelled with what it assumes)."""
+    from algos.report import PAIRS_INDEPENDENT, paired_sign_test
     from algos.trainer import validation_path
 
     per_seed: dict[str, Any] = {}
@@ -86,18 +91,49 @@ def spread(runs: dict[int, str | Path]) -> dict[str, Any]:
             stage_dir = Path(run) / stage
             pooled[stage][0].extend(_records(validation_path(stage_dir, 0), seed))
             pooled[stage][1].extend(_records(validation_path(stage_dir, got["steps"]), seed))
-    stages: dict[str, Any] = {}
+    stages = stage_figures(per_seed)
+    for stage, figures in stages.items():
+        figures["pooled_paired"] = {"covers": PAIRS_INDEPENDENT, **paired_sign_test(*pooled[stage])}
+    return {"seeds": per_seed, "stages": stages}
+
+
+def stage_figures(per_seed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage, from the per-seed summaries alone (``spread``'s ``seeds``): how many seeds
+    it holds, the mean and range of ``base_em`` and ``trained_em``, and ``over_seeds``, the
+    sign test over seeds of trained minus base (:func:`algos.report.seeds_improved`)."""
+    from algos.report import seeds_improved
+
+    stages: dict[str, dict[str, Any]] = {}
     for stage in STAGES:
-        rows = [s["stages"][stage] for s in per_seed.values() if stage in s["stages"]]
+        rows = {seed: s["stages"][stage] for seed, s in per_seed.items() if stage in s["stages"]}
         if not rows:
             continue
         stages[stage] = {"seeds": len(rows)}
         for key in ("base_em", "trained_em"):
-            values = [r[key] for r in rows]
+            values = [r[key] for r in rows.values()]
             stages[stage][key] = {"mean": round(statistics.fmean(values), 4),
                                   "min": min(values), "max": max(values)}
-        stages[stage]["pooled_paired"] = paired_sign_test(*pooled[stage])
-    return {"seeds": per_seed, "stages": stages}
+        stages[stage]["over_seeds"] = seeds_improved(
+            {seed: r["trained_em"] - r["base_em"] for seed, r in rows.items()})
+    return stages
+
+
+def headline(stages: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per stage: the seed-level statement first, then the pooled test with what it
+    assumes."""
+    lines = []
+    for stage, f in stages.items():
+        over, base, trained = f["over_seeds"], f["base_em"], f["trained_em"]
+        line = (f"{stage}: {over['better']} of {over['seeds']} seeds improved, {over['worse']} worse "
+                f"(exact sign test over seeds p = {over['p_value']:.3g}); avg@1 {base['mean']:.3f} "
+                f"[{base['min']:.3f}, {base['max']:.3f}] -> {trained['mean']:.3f} "
+                f"[{trained['min']:.3f}, {trained['max']:.3f}]")
+        pooled = f.get("pooled_paired")
+        if pooled:
+            line += (f"; pooled, {pooled['covers']}: {pooled['better']} better, {pooled['worse']} worse "
+                     f"of {pooled['questions']}, p = {pooled['p_value']:.3g}")
+        lines.append(line)
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,9 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"seeds: no summary yet at {', '.join(missing)}", file=sys.stderr)
         return 2
-    result = spread(runs)
+    from algos.reproducible import environment
+
+    result = {**spread(runs), "environment": environment()}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["stages"], indent=1))
+    print("\n".join(headline(result["stages"])))
+    print(f"wrote {args.out}")
     return 0
 
 
