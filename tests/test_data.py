@@ -246,10 +246,15 @@ def test_data_modules_import_no_circle():
     import ast
 
     def imports(name: str) -> set[str]:
-        tree = ast.parse(Path(f"envs/data/{name}.py").read_text())
-        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        return {m.rsplit(".", 1)[1] for m in found if m.startswith("envs.data.")}
+        """The other ``envs.data`` modules that module (or package) ``name`` imports."""
+        path = Path(f"envs/data/{name}")
+        found = set()
+        for file in sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]:
+            tree = ast.parse(file.read_text())
+            found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+            found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        found = {m.split(".")[2] for m in found if m.startswith("envs.data.")}
+        return found - {name}
 
     assert imports("items") == set()
     assert imports("synthwiki") == {"items"}

@@ -15,13 +15,8 @@ import pytest
 
 from envs.data import DATASETS, SINGLE_HOP, build_world, default_world, load_qa, read_jsonl
 from envs.data.cli import main as cli_main
-from envs.data.synthwiki import (
-    _TITLE_ADJECTIVES,
-    _TITLE_NOUNS,
-    COMPARISON_STYLES,
-    SPLITS,
-    write_flashrag,
-)
+from envs.data.synthwiki import COMPARISON_STYLES, SPLITS, write_flashrag
+from envs.data.synthwiki.names import TITLE_ADJECTIVES, TITLE_NOUNS
 
 STYLES = {
     "nq": {"factoid"},
@@ -147,7 +142,7 @@ def test_names_unique_and_look_alikes_present(world):
 
     assert len(one_off(names, letter_masks)) >= 150
     # titles that differ from another title in one ordinary word ("Garden" / "Lantern")
-    vocabulary = set(_TITLE_NOUNS + _TITLE_ADJECTIVES)
+    vocabulary = set(TITLE_NOUNS + TITLE_ADJECTIVES)
 
     def masks(title: str) -> list[str]:
         words = title.split()

@@ -56,7 +56,9 @@ What the other choices fixed: ``README.md`` in this folder.
 """
 
 SOURCES = ("agents.scripted", "agents.collect", "agents.models", "envs.protocol", "envs.team",
-           "envs.observation", "envs.data.synthwiki", "envs.retrieval.dense", "algos.sft",
+           "envs.observation", "envs.data.synthwiki", "envs.data.synthwiki.names",
+           "envs.data.synthwiki.world", "envs.data.synthwiki.render",
+           "envs.data.synthwiki.questions", "envs.retrieval.dense", "algos.sft",
            "algos.freeze", "algos.batch", "algos.recipes.micro.episodes",
            "algos.recipes.micro.circuit", "algos.recipes.micro.model",
            "algos.recipes.micro.tokenizer", "algos.recipes.micro.build")
