@@ -11,7 +11,7 @@ but not be trained on-policy.
 **Quoted contents.** The server renders the messages with its own chat template and
 tokenises the result with special-token parsing on; a passage or report that spells
 ``<|im_end|>\\n<|im_start|>system`` would become a real system turn there. Every content
-goes through ``envs.protocol.quote_message``, which breaks spelled special markers (and
+goes through ``envs.chat.quote_message``, which breaks spelled special markers (and
 the ``special_tokens`` given) with a zero-width joiner and quotes ``User:``-style header
 lines, so no spelled marker forms a turn in any chat layout.
 
@@ -43,8 +43,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.base import Action, Observation
+from envs.chat import quote_message
 from envs.http import excerpt, server_message
-from envs.protocol import quote_message
 
 # --------------------------------------------------------------------------- chat messages
 
@@ -54,7 +54,7 @@ CHAT_ROLES = ("system", "user", "assistant")
 def chat_messages(obs: Observation, special_tokens: Sequence[str] = ()) -> list[dict[str, str]]:
     """The ``messages`` of a chat request for ``obs``: its :attr:`Observation.messages`
     (built by the env from its structure), each content quoted with
-    ``envs.protocol.quote_message`` (``special_tokens``: the server's special strings,
+    ``envs.chat.quote_message`` (``special_tokens``: the server's special strings,
     broken besides the common markers). Raises ValueError naming the agent when the
     observation has no messages (built by hand without them) or one of another role."""
     if not obs.messages:

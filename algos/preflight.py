@@ -130,7 +130,7 @@ def check_env_shape(cfg: TrainConfig) -> None:
     import dataclasses
 
     from algos.presets import model_tokenizer
-    from envs.protocol import chat_format
+    from envs.chat import chat_format
     from envs.team import TeamConfig, check_room
 
     tokenizer = model_tokenizer(cfg.model)

@@ -47,7 +47,7 @@ class Observation:
     "content": str}``, in order, built from the env's structure (``raw_env.messages``),
     never parsed from text: system and user contents are the env's own words, assistant
     contents the agent's decoded turns. Unquoted: a chat request quotes each content
-    (``envs.protocol.quote_message``). Empty for an observation built by hand. The token
+    (``envs.chat.quote_message``). Empty for an observation built by hand. The token
     ids stay the only truth for training; this is a view for chat-API policies."""
 
     @cached_property

@@ -101,6 +101,7 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
 from envs import protocol as P
+from envs.chat import ChatFormat, TurnEnder, chat_format
 from envs.episode import Episode
 from envs.observation import Observation, PreparedTurn, apply_turns
 from envs.rewards import RewardConfig
@@ -199,10 +200,10 @@ class raw_env(AECEnv):
         self.questions = list(questions) if questions is not None else list(default_questions())
         if not self.questions:
             raise ValueError("questions is empty: give at least one QA item (or None for the synthetic world)")
-        self.chat = P.chat_format(self.tokenizer)  # shared by the env copies: its frame cache too
+        self.chat = chat_format(self.tokenizer)  # shared by the env copies: its frame cache too
         self.vocab_size = len(self.tokenizer)
         self.eos_id = self.chat.end_id
-        self.ender = P.TurnEnder(self.tokenizer, [self.eos_id, self.tokenizer.eos_token_id])
+        self.ender = TurnEnder(self.tokenizer, [self.eos_id, self.tokenizer.eos_token_id])
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         check_room(self.config, self.chat)
         if not isinstance(search_retries, int) or search_retries < 0:
@@ -337,7 +338,7 @@ class raw_env(AECEnv):
     def messages(self, agent: str) -> tuple[dict[str, str], ...]:
         """``agent``'s context (whole turns) as chat messages ``{"role", "content"}``, built
         from the env's structure, never parsed from text: ``envs.team.TeamEpisode.messages``.
-        Contents are unquoted: quote them (``protocol.quote_message``) before a chat request."""
+        Contents are unquoted: quote them (``envs.chat.quote_message``) before a chat request."""
         self._require_reset()
         return self.core.chat_messages(agent)
 
@@ -583,7 +584,7 @@ def _form_error(action: Any) -> str:
     return "" if _id_array(ids) is not None else f"not a 1-D sequence of token ids: {_short(ids)}"
 
 
-def _turn_ids(action: Any, chat: P.ChatFormat, vocab: int,
+def _turn_ids(action: Any, chat: ChatFormat, vocab: int,
               budget: int | None = None) -> tuple[list[int], list[float] | None, str]:
     """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn.
     With a ``budget``, work stops there: a text is cut to ``budget * MAX_CHARS_PER_TOKEN``

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs import protocol as P
+from envs.chat import ChatFormat
 from envs.episode import Episode, Segment
 from envs.rewards import RewardConfig, exact_match, majority_answer
 
@@ -84,7 +85,7 @@ class TeamConfig:
                 + [f"answerer_{j}" for j in range(self.num_candidates)])
 
 
-def check_room(config: TeamConfig, chat: P.ChatFormat) -> None:
+def check_room(config: TeamConfig, chat: ChatFormat) -> None:
     """Refuse a config whose contexts cannot hold a role's real prompt (with this
     tokenizer) plus one whole turn: such an env would run out of room in the first turn.
     Raises ValueError naming the settings and the smallest ``max_context_tokens`` that fits."""
@@ -143,7 +144,7 @@ class TurnResult:
 class TeamEpisode:
     """One episode's state. Create, then alternate ``awaiting`` / ``play`` (/ ``deliver``)."""
 
-    def __init__(self, config: TeamConfig, chat: P.ChatFormat, question: Any, seed: int | None = None):
+    def __init__(self, config: TeamConfig, chat: ChatFormat, question: Any, seed: int | None = None):
         self.config = config
         self.chat = chat
         self.question = Question.of(question)

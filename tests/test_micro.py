@@ -22,6 +22,7 @@ from algos.recipes.micro.tokenizer import (
     train_micro_tokenizer,
 )
 from envs import protocol as P
+from envs.chat import ChatFormat
 from envs.retrieval import MemoRetriever
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -36,7 +37,7 @@ def test_tokenizer_shape_special_tokens_and_chatml(tok):
     assert len(tok) == 4096
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|pad|>"
     assert tok.pad_token_id != tok.eos_token_id
-    chat = P.ChatFormat(tok)
+    chat = ChatFormat(tok)
     assert chat.chatml and chat.end_id == tok.eos_token_id
     for token in SPECIAL_TOKENS + PROTOCOL_TOKENS:
         ids = tok.encode(token, add_special_tokens=False)
@@ -51,7 +52,7 @@ def test_tokenizer_shape_special_tokens_and_chatml(tok):
 
 
 def test_tokenizer_round_trips_what_the_env_writes(tok):
-    chat = P.ChatFormat(tok)
+    chat = ChatFormat(tok)
     texts = [render.format(max_searchers=2, max_waves=2, max_searches=2)
              for render in P.SYSTEM_PROMPTS.values()]
     texts += list(P.FORMAT_REMINDERS.values())

@@ -12,6 +12,7 @@ from agents.scripted import ScriptedPolicy, parse_question, render
 from agents.simple import HumanPolicy, RandomPolicy, last_user_message
 from envs import protocol as P
 from envs import search_team_v0
+from envs.chat import ChatFormat
 
 STYLES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
@@ -32,7 +33,7 @@ def play(env, policy, question=None, seed=0):
 
 def context_text(tokenizer, role: str, user: str) -> str:
     """A fresh context for ``role`` as the env frames it, decoded."""
-    chat = P.ChatFormat(tokenizer)
+    chat = ChatFormat(tokenizer)
     system = P.SYSTEM_PROMPTS[role].format(max_searchers=3, max_waves=3, max_searches=3)
     return tokenizer.decode(chat.prompt(system, user))
 

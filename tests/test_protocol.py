@@ -1,6 +1,7 @@
 import pytest
 
 from envs import protocol as P
+from envs.chat import ChatFormat, TurnEnder
 
 
 def test_leader_dispatch_select_and_invalid():
@@ -44,7 +45,7 @@ def test_tag_counts_and_rendering():
 
 
 def test_turn_ender_stops_at_the_completing_token(tokenizer):
-    ender = P.TurnEnder(tokenizer, [tokenizer.eos_token_id])
+    ender = TurnEnder(tokenizer, [tokenizer.eos_token_id])
     ids = tokenizer.encode("<search>a b</search> trailing words", add_special_tokens=False)
     end = ender.first_end(ids, P.STOP_STRINGS["searcher"])
     assert tokenizer.decode(ids[: end + 1]).endswith("</search>")
@@ -56,7 +57,7 @@ def test_turn_ender_stops_at_the_completing_token(tokenizer):
 
 
 def test_chat_format_chatml(tokenizer):
-    chat = P.ChatFormat(tokenizer)
+    chat = ChatFormat(tokenizer)
     assert chat.chatml and chat.end_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     ids = chat.prompt("sys", "hello")
     assert tokenizer.decode(ids) == "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
@@ -68,7 +69,7 @@ def test_first_end_agrees_with_the_token_by_token_rule(tokenizer):
     import random
 
     rng = random.Random(0)
-    ender = P.TurnEnder(tokenizer, [tokenizer.eos_token_id])
+    ender = TurnEnder(tokenizer, [tokenizer.eos_token_id])
     pieces = ["<search>", "</search>", "</summary>", "word", " x", "</", "search", ">", "\n", "é"]
     for _ in range(300):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 15)))
@@ -85,7 +86,7 @@ def test_chat_format_without_chatml_tokens_falls_back_to_plain():
     from envs.retrieval import default_encoder_path
 
     bert = AutoTokenizer.from_pretrained(default_encoder_path())  # MiniLM's WordPiece: no ChatML
-    chat = P.ChatFormat(bert)
+    chat = ChatFormat(bert)
     assert not chat.chatml and chat.end_id == bert.eos_token_id
     assert bert.decode(chat.prompt("sys", "hello")).startswith("system : sys")
 

@@ -332,9 +332,9 @@ def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, w
 
 
 def _chatml_header(tokenizer: Any) -> list[int]:
-    """The ids the env opens every ChatML context with (``envs.protocol.ChatFormat.prompt``),
+    """The ids the env opens every ChatML context with (``envs.chat.ChatFormat.prompt``),
     or [] when the tokenizer does not frame chat in ChatML."""
-    from envs.protocol import ChatFormat
+    from envs.chat import ChatFormat
 
     chat = ChatFormat(tokenizer)
     if not chat.chatml:
