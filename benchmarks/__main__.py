@@ -253,7 +253,7 @@ def _dispatch(argv: list[str] | None) -> int:
     sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "perf":
-        from benchmarks.perf import main as perf_main
+        from benchmarks.perf.cli import main as perf_main
 
         return perf_main(rest)
     if rest:

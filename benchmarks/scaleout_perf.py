@@ -160,7 +160,7 @@ def ddp_step_ratio(model_dir: str, pairs: int, steps: int, timeout: float = 600)
 def measure(model: str = "tiny", pairs: int = 3, only: str | None = None, questions: int = 8,
             group_size: int = 3, steps: int = 3) -> dict[str, Any]:
     """Both ratios (or ``only`` one: ``ray`` or ``ddp``) with the machine they ran on; for
-    ``benchmarks.perf`` to call."""
+    ``benchmarks.perf.runner.add_scaleout`` to call."""
     model_dir = resolve_model(model)
     result: dict[str, Any] = {"model": model, "cores": os.cpu_count(), "load_before": os.getloadavg()[0]}
     if only in (None, "ray"):

@@ -19,7 +19,7 @@ from agents.base import Observation
 from agents.hf import HFPolicy, pad_batch, sequence_logprobs, token_logprobs
 from agents.models import tiny_causal_lm
 from algos.batch import Row, pad_rows, score_rows
-from benchmarks.perf import bare_generate, minimal_decode
+from benchmarks.perf.baselines import bare_generate, minimal_decode
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

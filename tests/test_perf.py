@@ -8,7 +8,10 @@ import math
 
 import pytest
 
-from benchmarks.perf import FullBudgetTeam, PerfSettings, figure, interleaved, main
+from benchmarks.perf.cli import main
+from benchmarks.perf.harness import figure, interleaved
+from benchmarks.perf.scaling import FullBudgetTeam
+from benchmarks.perf.settings import PerfSettings
 
 SECTIONS = ("decode.", "env.", "collect.", "learner.", "teacher.", "retrieval.", "scaling.")
 

@@ -97,12 +97,14 @@ def _fake_perf(seen):
 
 
 def test_perf_threads_and_scaleout_wire_through(tmp_path, monkeypatch):
-    import benchmarks.perf as perf
+    import benchmarks.perf.cli as perf_cli
     import benchmarks.scaleout_perf as scaleout
+    from benchmarks.perf.runner import add_scaleout
+    from benchmarks.perf.settings import PRESETS
 
     seen = {}
     calls = []
-    monkeypatch.setattr(perf, "run_perf", _fake_perf(seen))
+    monkeypatch.setattr(perf_cli, "run_perf", _fake_perf(seen))
 
     def fake_measure(model="tiny", pairs=3, only=None, **kw):
         calls.append((model, pairs, only))
@@ -118,7 +120,7 @@ def test_perf_threads_and_scaleout_wire_through(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "ray" else real_find_spec(name, *a))
     out = tmp_path / "perf.json"
-    assert perf.main(["--tiny-for-tests", "--scaleout", "--threads", "2", "--reps", "3", "--out", str(out)]) == 0
+    assert perf_cli.main(["--tiny-for-tests", "--scaleout", "--threads", "2", "--reps", "3", "--out", str(out)]) == 0
     assert seen == {"threads": 2}
     assert calls == [("tiny", 3, None)]
     figures = json.loads(out.read_text())["figures"]
@@ -132,12 +134,12 @@ def test_perf_threads_and_scaleout_wire_through(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
     result = {"figures": {}, "details": {}}
-    perf.add_scaleout(result, perf.PRESETS["test"], log=lines.append)
+    add_scaleout(result, PRESETS["test"], log=lines.append)
     assert calls[-1] == ("tiny", 2, "ddp")
     assert sorted(result["figures"]) == ["learner.ddp_step_ratio"]
     assert lines[0].startswith("scaleout: collect.ray_workers_speedup skipped: ray is not installed")
 
     # without the flag, nothing is measured
     calls.clear()
-    assert perf.main(["--tiny-for-tests", "--out", str(out)]) == 0
+    assert perf_cli.main(["--tiny-for-tests", "--out", str(out)]) == 0
     assert calls == [] and seen == {"threads": 1}
