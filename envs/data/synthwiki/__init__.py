@@ -78,9 +78,9 @@ The package
 -----------
 This module builds a world (``build_world``) and writes it out; the steps live in
 ``names.py`` (made-up names and titles), ``world.py`` (the entities and how they are
-drawn), ``render.py`` (their passages) and ``questions.py`` (the seven question sets).
-Each step draws from the same seeded generators in a fixed order: reordering draws
-changes every world (``tests/test_synthwiki_stable.py`` notices).
+drawn), ``render.py`` (their passages) and ``questions.py`` (the seven question sets, a
+table of question templates each). Each step draws from seeded generators in a fixed
+order: reordering the draws changes every world (``tests/test_synthwiki_stable.py``).
 """
 
 from __future__ import annotations

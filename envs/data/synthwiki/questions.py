@@ -1,8 +1,14 @@
-"""The seven question sets: one generator per dataset, and the draw of distinct questions.
+"""The seven question sets: a table of question templates per dataset, and the draw.
 
-Each generator turns a random draw of entities into a ``_Draft`` (style, question,
-answers, supporting passages); ``draw_questions`` keeps distinct ones that do not give
-their answer away and deals them out to test, dev and train.
+A dataset's table lists its cases; a question picks one at random, draws the entities it
+is about (``_draw``: a random entity and the ones its relations lead to, e.g. a film, its
+director, the director's birth city), and fills an ``_Ask``: the question template, the
+answer and the supporting passages, all read off the drawn entities. ``draw_questions``
+keeps distinct questions that do not give their answer away and deals them out to test,
+dev and train.
+
+Every random draw is part of the world's bytes: the order of the cases in a table, the
+order of the draws and the number of tries are fixed (``tests/test_synthwiki_stable.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,18 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from envs.data.items import QAItem
-from envs.data.synthwiki.world import ORG_DESCRIPTION, SPLITS, SynthWiki, Work
+from envs.data.synthwiki.world import (
+    ORG_DESCRIPTION,
+    SPLITS,
+    City,
+    Country,
+    Person,
+    SynthWiki,
+    Work,
+)
+
+Draw = Callable[[SynthWiki, random.Random], "tuple[Any, ...] | None"]
+"""Draws the entities one question is about, or None (the case is skipped)."""
 
 
 class _Draft(NamedTuple):
@@ -23,513 +40,496 @@ class _Draft(NamedTuple):
     """Passage ids in hop order."""
 
 
+class _Ask(NamedTuple):
+    """One question template over the drawn entities."""
+
+    question: str | dict[str, str]
+    """A ``str.format`` template over the drawn entities (``{0.name}`` is the first one's
+    name), or one per ``kind`` of the first (a work's or an organisation's)."""
+    answers: Callable[..., list[str]]
+    """The drawn entities -> the answer, then its aliases (an alias is kept only where a
+    supporting passage has it verbatim)."""
+    supporting: Callable[..., list[str]]
+    """The drawn entities -> the ids of the passages needed, in hop order."""
+    style: str = ""
+    """Empty: the table's style."""
+
+
+# ------------------------------------------------------------------- drawing entities
+
+
+def _via(attribute: str, pool: str) -> Callable[[SynthWiki, Any], Any]:
+    """A step from an entity to the one its ``attribute`` points at in ``world.<pool>``
+    (None where it points nowhere: no father, no university)."""
+
+    def step(world: SynthWiki, entity: Any) -> Any:
+        index = getattr(entity, attribute)
+        return None if index is None else getattr(world, pool)[index]
+
+    return step
+
+
+_creator = _via("creator", "people")  # a work's director, author, composer or singer
+_producer = _via("producer", "people")
+_publisher = _via("org", "orgs")  # of a novel (a film's studio, an album's label)
+_founder = _via("founder", "people")
+_father = _via("father", "people")
+_university = _via("university", "orgs")
+_birth_city = _via("birth_city", "cities")
+_country = _via("country", "countries")
+_capital = _via("capital", "cities")
+
+
+def _draw(
+    pool: str,
+    *steps: Callable[[SynthWiki, Any], Any],
+    kinds: tuple[str, ...] = (),
+    keep: Callable[[Any], bool] = lambda entity: True,
+    tries: int = 20,
+) -> Draw:
+    """A random entity of ``world.<pool>`` followed by the entities ``steps`` lead to, each
+    step from the entity before it (``_draw("works", _creator, _birth_city)``: a work, its
+    creator, the creator's birth city). An entity whose kind is not in ``kinds`` (when
+    given), that ``keep`` refuses, or where a step leads nowhere (no father) is drawn again,
+    ``tries`` times in all; then the case is skipped."""
+
+    def draw(world: SynthWiki, rng: random.Random) -> tuple[Any, ...] | None:
+        items = getattr(world, pool)
+        for _ in range(tries):
+            drawn = [rng.choice(items)]
+            if (kinds and drawn[0].kind not in kinds) or not keep(drawn[0]):
+                continue
+            for step in steps:
+                drawn.append(step(world, drawn[-1]))
+                if drawn[-1] is None:
+                    break
+            else:
+                return tuple(drawn)
+        return None
+
+    return draw
+
+
+def _pair(one: Draw, differ: Callable[..., bool]) -> Draw:
+    """Two draws of ``one`` to compare: two different entities for which
+    ``differ(*first, *second)`` holds (the answer is not a tie), else None."""
+
+    def draw(world: SynthWiki, rng: random.Random) -> tuple[Any, ...] | None:
+        a, b = one(world, rng), one(world, rng)
+        if a is None or b is None or a[0] is b[0] or not differ(*a, *b):
+            return None
+        return a + b
+
+    return draw
+
+
+def _two_people(world: SynthWiki, rng: random.Random) -> tuple[Person, Person] | None:
+    """Two people born in different years; half the time the second is a look-alike of the
+    first (a relative or a namesake)."""
+    a = rng.choice(world.people)
+    near = [p for p in world.namesakes[a.surname] + world.namesakes[a.given] if p is not a]
+    b = rng.choice(near) if near and rng.random() < 0.5 else rng.choice(world.people)
+    if a is b or a.born == b.born:
+        return None
+    return a, b
+
+
+_DIRECTOR = _draw("people", keep=lambda p: p.occupation == "film director" and len(p.works) > 0)
+
+
+def _first_film(world: SynthWiki, rng: random.Random) -> tuple[Person, Work, Person] | None:
+    """A film director, their first film and its producer; None when that film has no
+    producer or came out in the same year as the second (no single first film)."""
+    drawn = _DIRECTOR(world, rng)
+    if drawn is None:
+        return None
+    director = drawn[0]
+    first = world.works[director.works[0]]
+    if first.producer is None or (
+        len(director.works) > 1 and world.works[director.works[1]].year == first.year
+    ):
+        return None
+    return director, first, world.people[first.producer]
+
+
+# -------------------------------------------------------------------------- answers
+
+
+def _names(entity: Any) -> list[str]:
+    """An entity's name, then its aliases (a city's or a country's official name)."""
+    if isinstance(entity, City):
+        return [entity.name, entity.official_name or ""]
+    if isinstance(entity, Country):
+        return [entity.name, entity.official_name]
+    if isinstance(entity, Work):
+        return [entity.title]
+    return [entity.name]
+
+
+def _last(*drawn: Any) -> list[str]:
+    """The answer is the last entity drawn (the end of the chain)."""
+    return _names(drawn[-1])
+
+
+def _hops(n: int) -> Callable[..., list[str]]:
+    """The supporting passages are those of the first ``n`` entities drawn, in hop order (a
+    person's first passage: birth, occupation, father)."""
+
+    def supporting(*drawn: Any) -> list[str]:
+        return [e.passages[0] if isinstance(e, Person) else e.passage for e in drawn[:n]]
+
+    return supporting
+
+
+def _river(city: City) -> list[str]:
+    """The river through ``city``, also by its short name."""
+    return [city.river, city.river.removesuffix(" River")]
+
+
+def _occupation(person: Person) -> list[str]:
+    """The person's occupation, and its last word alone (``director``)."""
+    words = person.occupation.split()
+    return [person.occupation] + words[-1:] * (len(words) > 1)
+
+
 def _aliases(world: SynthWiki, names: list[str], supporting: list[str]) -> list[str]:
     """The first name, plus every alias that occurs verbatim in a supporting passage."""
     texts = [world.text(pid) for pid in supporting]
     return [names[0]] + [n for n in names[1:] if n and any(n in t for t in texts)]
 
 
-def _city_answers(world: SynthWiki, c: int, supporting: list[str]) -> list[str]:
-    city = world.cities[c]
-    return _aliases(world, [city.name, city.official_name or ""], supporting)
+# ----------------------------------------------------------------------------- tables
+# A case is (draw, ask) or (draw, ask, ask): a coin decides between two asks, the first
+# on heads. A table's cases are equally likely; a case listed twice is twice as likely.
 
 
-def _country_answers(world: SynthWiki, c: int, supporting: list[str]) -> list[str]:
-    country = world.countries[c]
-    return _aliases(world, [country.name, country.official_name], supporting)
-
-
-def _river_answers(river: str) -> list[str]:
-    return [river, river.removesuffix(" River")]
-
-
-def _occupation_answers(occupation: str) -> list[str]:
-    words = occupation.split()
-    return [occupation] + words[-1:] * (len(words) > 1)
-
-
-def _pick(rng: random.Random, items: list[Any], keep: Callable[[Any], bool]) -> Any | None:
-    """A random item satisfying ``keep``, or None after a few misses (the template is skipped)."""
-    for _ in range(20):
-        item = rng.choice(items)
-        if keep(item):
-            return item
-    return None
-
-
-def _work(
-    world: SynthWiki,
-    rng: random.Random,
-    kinds: tuple[str, ...],
-    keep: Callable[[Work], bool] = lambda w: True,
-) -> Work | None:
-    return _pick(rng, world.works, lambda w: w.kind in kinds and keep(w))
-
-
-_CREATOR_VERB = {"film": "directed", "novel": "wrote", "opera": "composed", "album": "recorded"}
-
-
-def _nq(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Single-hop factoid, lower case without a question mark, like a search-box query."""
-    style, pick = "factoid", rng.randrange(8)
-    if pick < 3:
-        p = rng.choice(world.people)
-        sup = [p.passages[0]]
-        if pick == 0:
-            return _Draft(
-                style, f"where was {p.name} born", _city_answers(world, p.birth_city, sup), sup
-            )
-        if pick == 1:
-            return _Draft(style, f"when was {p.name} born", [str(p.born)], sup)
-        return _Draft(
-            style, f"what does {p.name} do for a living", _occupation_answers(p.occupation), sup
-        )
-    if pick == 3:
-        city = rng.choice(world.cities)
-        sup = [city.passage]
-        if rng.random() < 0.5:
-            return _Draft(
-                style,
-                f"what country is {city.name} in",
-                _country_answers(world, city.country, sup),
-                sup,
-            )
-        return _Draft(
-            style, f"what river runs through {city.name}", _river_answers(city.river), sup
-        )
-    if pick == 4:
-        o = rng.choice(world.orgs)
-        if rng.random() < 0.5:
-            return _Draft(
-                style, f"who founded {o.name}", [world.people[o.founder].name], [o.passage]
-            )
-        return _Draft(style, f"when was {o.name} founded", [str(o.founded)], [o.passage])
-    if pick == 5:
-        country = rng.choice(world.countries)
-        sup = [country.passage]
-        return _Draft(
-            style,
-            f"what is the capital of {country.name}",
-            _city_answers(world, country.capital, sup),
-            sup,
-        )
-    w = rng.choice(world.works)
-    if pick == 6:
-        return _Draft(
-            style,
-            f"who {_CREATOR_VERB[w.kind]} the {w.kind} {w.title}",
-            [world.people[w.creator].name],
-            [w.passage],
-        )
-    return _Draft(style, f"when did the {w.kind} {w.title} come out", [str(w.year)], [w.passage])
-
-
-def _triviaqa(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Single-hop trivia-quiz phrasing, titles in quotes."""
-    style, pick = "trivia", rng.randrange(7)
-    if pick < 2:
-        w = rng.choice(world.works)
-        if pick == 1:
-            return _Draft(
-                style,
-                f"In which year did the {w.kind} '{w.title}' first appear?",
-                [str(w.year)],
-                [w.passage],
-            )
-        question = {
-            "film": f"Which director made the film '{w.title}'?",
-            "novel": f"Which novelist wrote '{w.title}'?",
-            "opera": f"The opera '{w.title}' was composed by whom?",
-            "album": f"'{w.title}' was a {w.year} album by which singer?",
-        }[w.kind]
-        return _Draft(style, question, [world.people[w.creator].name], [w.passage])
-    if pick == 2:
-        city = rng.choice(world.cities)
-        return _Draft(
-            style,
-            f"{city.name}, founded in {city.founded}, is a city in which country?",
-            _country_answers(world, city.country, [city.passage]),
-            [city.passage],
-        )
-    if pick == 3:
-        country = rng.choice(world.countries)
-        return _Draft(
-            style,
-            f"Which city is the capital of {country.name}?",
-            _city_answers(world, country.capital, [country.passage]),
-            [country.passage],
-        )
-    if pick == 4:
-        country = rng.choice(world.countries)
-        return _Draft(
-            style,
-            f"What is the official language of {country.name}?",
-            [country.language],
-            [country.passage],
-        )
-    if pick == 5:
-        o = rng.choice(world.orgs)
-        return _Draft(
-            style,
-            f"Who founded the {ORG_DESCRIPTION[o.kind]} {o.name}?",
-            [world.people[o.founder].name],
-            [o.passage],
-        )
-    p = rng.choice(world.people)
-    sup = [p.passages[0]]
-    return _Draft(
-        style,
-        f"The {p.occupation} {p.name} was born in which city?",
-        _city_answers(world, p.birth_city, sup),
-        sup,
+def _table(style: str, *cases: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+    """The cases, each ask without a style of its own taking ``style``."""
+    return tuple(
+        (draw, *(ask if ask.style else ask._replace(style=style) for ask in asks))
+        for draw, *asks in cases
     )
 
 
-def _popqa(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Single-hop long-tail relations in PopQA's own templates."""
-    style, pick = "relation", rng.randrange(9)
-    people = world.people
-    if pick < 3:
-        p = rng.choice(people) if pick < 2 else _pick(rng, people, lambda p: p.father is not None)
-        if p is None:
-            return None
-        sup = [p.passages[0]]
-        if pick == 0:
-            return _Draft(
-                style, f"What is {p.name}'s occupation?", _occupation_answers(p.occupation), sup
-            )
-        if pick == 1:
-            return _Draft(
-                style,
-                f"In what city was {p.name} born?",
-                _city_answers(world, p.birth_city, sup),
-                sup,
-            )
-        return _Draft(style, f"Who is the father of {p.name}?", [people[p.father].name], sup)
-    if pick == 3:
-        w = _work(world, rng, ("film",), lambda w: w.producer is not None)
-        if w is None:
-            return None
-        return _Draft(
-            style, f"Who was the producer of {w.title}?", [people[w.producer].name], [w.passage]
-        )
-    if pick in (4, 5):
-        w = _work(world, rng, ("film",) if pick == 4 else ("novel", "opera"))
-        if w is None:
-            return None
-        relation = {
-            "film": "Who was the director of",
-            "novel": "Who is the author of",
-            "opera": "Who was the composer of",
-        }[w.kind]
-        return _Draft(style, f"{relation} {w.title}?", [people[w.creator].name], [w.passage])
-    if pick == 6:
-        city = rng.choice(world.cities)
-        return _Draft(
-            style,
-            f"In what country is {city.name}?",
-            _country_answers(world, city.country, [city.passage]),
-            [city.passage],
-        )
-    country = rng.choice(world.countries)
-    if pick == 7:
-        return _Draft(
-            style,
-            f"What is the capital of {country.name}?",
-            _city_answers(world, country.capital, [country.passage]),
-            [country.passage],
-        )
-    capital = world.cities[country.capital]
-    return _Draft(
-        style,
-        f"What is {capital.name} the capital of?",
-        _country_answers(world, capital.country, [capital.passage]),
-        [capital.passage],
-    )
+def _year(attribute: str, of: int = 0) -> Callable[..., list[str]]:
+    """The answer is a year: ``attribute`` of the ``of``-th entity drawn."""
+    return lambda *drawn: [str(getattr(drawn[of], attribute))]
 
 
-def _hotpotqa(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Two-hop bridge (the bridge entity is named by its relation) and comparison."""
-    people, orgs, pick = world.people, world.orgs, rng.randrange(5)
-    if pick == 0:
-        w = _work(world, rng, ("film",))
-        if w is None:
-            return None
-        d = people[w.creator]
-        sup = [w.passage, d.passages[0]]
-        return _Draft(
-            "bridge",
-            f"In which city was the director of '{w.title}' born?",
-            _city_answers(world, d.birth_city, sup),
-            sup,
-        )
-    if pick == 1:
-        o = rng.choice(orgs)
-        f = people[o.founder]
-        return _Draft(
-            "bridge",
-            f"What year was the founder of {o.name} born?",
-            [str(f.born)],
-            [o.passage, f.passages[0]],
-        )
-    if pick == 2:
-        w = _work(world, rng, ("novel",), lambda w: people[w.creator].university is not None)
-        if w is None:
-            return None
-        a = people[w.creator]
-        return _Draft(
-            "bridge",
-            f"Which university did the author of '{w.title}' attend?",
-            [orgs[a.university].name],
-            [w.passage, a.passages[1]],
-        )
-    if pick == 3:
-        a, b = rng.choice(orgs), rng.choice(orgs)
-        if a is b or a.kind != b.kind or a.founded == b.founded:
-            return None
-        first = a if a.founded < b.founded else b
-        return _Draft(
+_NQ = _table(  # single-hop factoids, lower case without a question mark, like a search-box query
+    "factoid",
+    (_draw("people", _birth_city), _Ask("where was {0.name} born", _last, _hops(1))),
+    (_draw("people"), _Ask("when was {0.name} born", _year("born"), _hops(1))),
+    (_draw("people"), _Ask("what does {0.name} do for a living", _occupation, _hops(1))),
+    (
+        _draw("cities", _country),
+        _Ask("what country is {0.name} in", _last, _hops(1)),
+        _Ask("what river runs through {0.name}", lambda city, _: _river(city), _hops(1)),
+    ),
+    (
+        _draw("orgs", _founder),
+        _Ask("who founded {0.name}", _last, _hops(1)),
+        _Ask("when was {0.name} founded", _year("founded"), _hops(1)),
+    ),
+    (_draw("countries", _capital), _Ask("what is the capital of {0.name}", _last, _hops(1))),
+    (
+        _draw("works", _creator),
+        _Ask(
+            {
+                "film": "who directed the film {0.title}",
+                "novel": "who wrote the novel {0.title}",
+                "opera": "who composed the opera {0.title}",
+                "album": "who recorded the album {0.title}",
+            },
+            _last,
+            _hops(1),
+        ),
+    ),
+    (_draw("works"), _Ask("when did the {0.kind} {0.title} come out", _year("year"), _hops(1))),
+)
+
+_TRIVIAQA = _table(  # single-hop trivia-quiz phrasing, titles in quotes
+    "trivia",
+    (
+        _draw("works", _creator),
+        _Ask(
+            {
+                "film": "Which director made the film '{0.title}'?",
+                "novel": "Which novelist wrote '{0.title}'?",
+                "opera": "The opera '{0.title}' was composed by whom?",
+                "album": "'{0.title}' was a {0.year} album by which singer?",
+            },
+            _last,
+            _hops(1),
+        ),
+    ),
+    (
+        _draw("works"),
+        _Ask("In which year did the {0.kind} '{0.title}' first appear?", _year("year"), _hops(1)),
+    ),
+    (
+        _draw("cities", _country),
+        _Ask("{0.name}, founded in {0.founded}, is a city in which country?", _last, _hops(1)),
+    ),
+    (_draw("countries", _capital), _Ask("Which city is the capital of {0.name}?", _last, _hops(1))),
+    (
+        _draw("countries"),
+        _Ask("What is the official language of {0.name}?", lambda c: [c.language], _hops(1)),
+    ),
+    (
+        _draw("orgs", _founder),
+        _Ask(
+            {kind: f"Who founded the {what} {{0.name}}?" for kind, what in ORG_DESCRIPTION.items()},
+            _last,
+            _hops(1),
+        ),
+    ),
+    (
+        _draw("people", _birth_city),
+        _Ask("The {0.occupation} {0.name} was born in which city?", _last, _hops(1)),
+    ),
+)
+
+_POPQA = _table(  # single-hop long-tail relations in PopQA's own templates
+    "relation",
+    (_draw("people"), _Ask("What is {0.name}'s occupation?", _occupation, _hops(1))),
+    (_draw("people", _birth_city), _Ask("In what city was {0.name} born?", _last, _hops(1))),
+    (_draw("people", _father), _Ask("Who is the father of {0.name}?", _last, _hops(1))),
+    (
+        _draw("works", _producer, kinds=("film",)),
+        _Ask("Who was the producer of {0.title}?", _last, _hops(1)),
+    ),
+    (
+        _draw("works", _creator, kinds=("film",)),
+        _Ask("Who was the director of {0.title}?", _last, _hops(1)),
+    ),
+    (
+        _draw("works", _creator, kinds=("novel", "opera")),
+        _Ask(
+            {
+                "novel": "Who is the author of {0.title}?",
+                "opera": "Who was the composer of {0.title}?",
+            },
+            _last,
+            _hops(1),
+        ),
+    ),
+    (_draw("cities", _country), _Ask("In what country is {0.name}?", _last, _hops(1))),
+    (_draw("countries", _capital), _Ask("What is the capital of {0.name}?", _last, _hops(1))),
+    (
+        _draw("countries", _capital),
+        _Ask(
+            "What is {1.name} the capital of?",
+            lambda country, capital: _names(country),
+            lambda country, capital: [capital.passage],
+        ),
+    ),
+)
+
+_HOTPOTQA = _table(  # two-hop bridge (the bridge entity is named by its relation) and comparison
+    "bridge",
+    (
+        _draw("works", _creator, _birth_city, kinds=("film",)),
+        _Ask("In which city was the director of '{0.title}' born?", _last, _hops(2)),
+    ),
+    (
+        _draw("orgs", _founder),
+        _Ask("What year was the founder of {0.name} born?", _year("born", of=1), _hops(2)),
+    ),
+    (
+        _draw("works", _creator, _university, kinds=("novel",)),
+        _Ask(
+            "Which university did the author of '{0.title}' attend?",
+            _last,
+            lambda w, a, u: [w.passage, a.passages[1]],
+        ),
+    ),
+    (
+        _pair(_draw("orgs"), lambda a, b: a.kind == b.kind and a.founded != b.founded),
+        _Ask(
+            "Which was founded first, {0.name} or {1.name}?",
+            lambda a, b: [(a if a.founded < b.founded else b).name],
+            _hops(2),
             "comparison",
-            f"Which was founded first, {a.name} or {b.name}?",
-            [first.name],
-            [a.passage, b.passage],
-        )
-    a, b = rng.choice(world.cities), rng.choice(world.cities)
-    if a is b or a.founded == b.founded:
-        return None
-    later = a if a.founded > b.founded else b
-    return _Draft(
-        "comparison",
-        f"Which city was founded more recently, {a.name} or {b.name}?",
-        [later.name],
-        [a.passage, b.passage],
-    )
-
-
-def _twowiki(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Dated comparison, composition, and bridge comparison, in 2Wiki's phrasing."""
-    people, pick = world.people, rng.randrange(9)
-    if pick < 2:
-        a = rng.choice(people)
-        # Half the time against a look-alike: a relative or a namesake.
-        near = [p for p in world.namesakes[a.surname] + world.namesakes[a.given] if p is not a]
-        b = rng.choice(near) if near and rng.random() < 0.5 else rng.choice(people)
-        if a is b or a.born == b.born:
-            return None
-        earlier = pick == 0
-        answer = a if (a.born < b.born) == earlier else b
-        return _Draft(
+        ),
+    ),
+    (
+        _pair(_draw("cities"), lambda a, b: a.founded != b.founded),
+        _Ask(
+            "Which city was founded more recently, {0.name} or {1.name}?",
+            lambda a, b: [(a if a.founded > b.founded else b).name],
+            _hops(2),
             "comparison",
-            f"Who was born {'first' if earlier else 'later'}, {a.name} or {b.name}?",
-            [answer.name],
-            [a.passages[0], b.passages[0]],
-        )
-    if pick == 2:
-        a, b = _work(world, rng, ("film",)), _work(world, rng, ("film",))
-        if a is None or b is None or a is b or a.year == b.year:
-            return None
-        first = a if a.year < b.year else b
-        return _Draft(
-            "comparison",
-            f"Which film came out first, '{a.title}' or '{b.title}'?",
-            [first.title],
-            [a.passage, b.passage],
-        )
-    if pick == 3:
-        w = _work(world, rng, ("film",), lambda w: people[w.creator].father is not None)
-        if w is None:
-            return None
-        d = people[w.creator]
-        return _Draft(
-            "composition",
-            f"Who is the father of the director of film '{w.title}'?",
-            [people[d.father].name],
-            [w.passage, d.passages[0]],
-        )
-    if pick == 4:
-        p = _pick(
-            rng, people, lambda p: p.father is not None and people[p.father].father is not None
-        )
-        if p is None:
-            return None
-        f = people[p.father]
-        return _Draft(
-            "composition",
-            f"Who is the paternal grandfather of {p.name}?",
-            [people[f.father].name],
-            [p.passages[0], f.passages[0]],
-        )
-    if pick == 5:
-        p = _pick(rng, people, lambda p: p.father is not None)
-        if p is None:
-            return None
-        f = people[p.father]
-        sup = [p.passages[0], f.passages[0]]
-        return _Draft(
-            "composition",
-            f"Where was the father of {p.name} born?",
-            _city_answers(world, f.birth_city, sup),
-            sup,
-        )
-    if pick == 6:
-        w = _work(world, rng, ("novel", "opera"))
-        if w is None:
-            return None
-        c = people[w.creator]
-        role = "author" if w.kind == "novel" else "composer"
-        return _Draft(
-            "composition",
-            f"When was the {role} of {w.kind} '{w.title}' born?",
-            [str(c.born)],
-            [w.passage, c.passages[0]],
-        )
-    a, b = _work(world, rng, ("film",)), _work(world, rng, ("film",))
-    if a is None or b is None or people[a.creator].born == people[b.creator].born:
-        return None
-    da, db = people[a.creator], people[b.creator]
-    first = a if da.born < db.born else b
-    return _Draft(
+        ),
+    ),
+)
+
+_FILMS_BY_DIRECTOR_BIRTH = (
+    _pair(_draw("works", _creator, kinds=("film",)), lambda a, da, b, db: da.born != db.born),
+    _Ask(
+        "Which film has the director born first, '{0.title}' or '{2.title}'?",
+        lambda a, da, b, db: [(a if da.born < db.born else b).title],
+        _hops(4),
         "bridge_comparison",
-        f"Which film has the director born first, '{a.title}' or '{b.title}'?",
-        [first.title],
-        [a.passage, da.passages[0], b.passage, db.passages[0]],
-    )
+    ),
+)
 
+_TWOWIKI = _table(  # dated comparison, composition, and bridge comparison, in 2Wiki's phrasing
+    "composition",
+    (
+        _two_people,
+        _Ask(
+            "Who was born first, {0.name} or {1.name}?",
+            lambda a, b: [(a if a.born < b.born else b).name],
+            _hops(2),
+            "comparison",
+        ),
+    ),
+    (
+        _two_people,
+        _Ask(
+            "Who was born later, {0.name} or {1.name}?",
+            lambda a, b: [(a if a.born > b.born else b).name],
+            _hops(2),
+            "comparison",
+        ),
+    ),
+    (
+        _pair(_draw("works", kinds=("film",)), lambda a, b: a.year != b.year),
+        _Ask(
+            "Which film came out first, '{0.title}' or '{1.title}'?",
+            lambda a, b: [(a if a.year < b.year else b).title],
+            _hops(2),
+            "comparison",
+        ),
+    ),
+    (
+        _draw("works", _creator, _father, kinds=("film",)),
+        _Ask("Who is the father of the director of film '{0.title}'?", _last, _hops(2)),
+    ),
+    (
+        _draw("people", _father, _father),
+        _Ask("Who is the paternal grandfather of {0.name}?", _last, _hops(2)),
+    ),
+    (
+        _draw("people", _father, _birth_city),
+        _Ask("Where was the father of {0.name} born?", _last, _hops(2)),
+    ),
+    (
+        _draw("works", _creator, kinds=("novel", "opera")),
+        _Ask(
+            {
+                "novel": "When was the author of novel '{0.title}' born?",
+                "opera": "When was the composer of opera '{0.title}' born?",
+            },
+            _year("born", of=1),
+            _hops(2),
+        ),
+    ),
+    _FILMS_BY_DIRECTOR_BIRTH,
+    _FILMS_BY_DIRECTOR_BIRTH,
+)
 
-def _musique(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Composition chains of 2, 3 or 4 hops (equally often), titles unquoted."""
-    people, orgs, cities, countries = world.people, world.orgs, world.cities, world.countries
-    hops, pick = rng.randint(2, 4), rng.randrange(2)
-    if hops == 2 and pick == 0:
-        city = rng.choice(cities)
-        country = countries[city.country]
-        sup = [city.passage, country.passage]
-        return _Draft(
-            "composition",
-            f"What is the capital of the country where {city.name} is located?",
-            _city_answers(world, country.capital, sup),
-            sup,
-        )
-    if hops == 2:
-        w = _work(world, rng, ("novel",), lambda w: w.org is not None)
-        if w is None:
-            return None
-        publisher = orgs[w.org]
-        return _Draft(
-            "composition",
-            f"When was the publisher of {w.title} founded?",
-            [str(publisher.founded)],
-            [w.passage, publisher.passage],
-        )
-    if hops == 3 and pick == 0:
-        w = _work(world, rng, ("film",))
-        if w is None:
-            return None
-        d = people[w.creator]
-        city = cities[d.birth_city]
-        sup = [w.passage, d.passages[0], city.passage]
-        return _Draft(
-            "composition",
-            f"In which country was the director of {w.title} born?",
-            _country_answers(world, city.country, sup),
-            sup,
-        )
-    if hops == 3:
-        w = _work(world, rng, ("novel",), lambda w: people[w.creator].university is not None)
-        if w is None:
-            return None
-        a = people[w.creator]
-        u = orgs[a.university]
-        return _Draft(
-            "composition",
-            f"When was the university attended by the author of {w.title} founded?",
-            [str(u.founded)],
-            [w.passage, a.passages[1], u.passage],
-        )
-    if pick == 0:
-        o = rng.choice(orgs)
-        f = people[o.founder]
-        city = cities[f.birth_city]
-        country = countries[city.country]
-        sup = [o.passage, f.passages[0], city.passage, country.passage]
-        return _Draft(
-            "composition",
-            f"What is the capital of the country where the founder of {o.name} was born?",
-            _city_answers(world, country.capital, sup),
-            sup,
-        )
-    w = _work(world, rng, ("film",))
-    if w is None:
-        return None
-    d = people[w.creator]
-    city = cities[d.birth_city]
-    country = countries[city.country]
-    return _Draft(
-        "composition",
-        f"What language is spoken in the country where the director of {w.title} was born?",
-        [country.language],
-        [w.passage, d.passages[0], city.passage, country.passage],
-    )
+_MUSIQUE = _table(  # composition chains of 2, 3 or 4 hops (two cases each), titles unquoted
+    "composition",
+    (
+        _draw("cities", _country, _capital),
+        _Ask("What is the capital of the country where {0.name} is located?", _last, _hops(2)),
+    ),
+    (
+        _draw("works", _publisher, kinds=("novel",)),
+        _Ask("When was the publisher of {0.title} founded?", _year("founded", of=1), _hops(2)),
+    ),
+    (
+        _draw("works", _creator, _birth_city, _country, kinds=("film",)),
+        _Ask("In which country was the director of {0.title} born?", _last, _hops(3)),
+    ),
+    (
+        _draw("works", _creator, _university, kinds=("novel",)),
+        _Ask(
+            "When was the university attended by the author of {0.title} founded?",
+            _year("founded", of=2),
+            lambda w, a, u: [w.passage, a.passages[1], u.passage],
+        ),
+    ),
+    (
+        _draw("orgs", _founder, _birth_city, _country, _capital),
+        _Ask(
+            "What is the capital of the country where the founder of {0.name} was born?",
+            _last,
+            _hops(4),
+        ),
+    ),
+    (
+        _draw("works", _creator, _birth_city, _country, kinds=("film",)),
+        _Ask(
+            "What language is spoken in the country where the director of {0.title} was born?",
+            lambda w, d, city, country: [country.language],
+            _hops(4),
+        ),
+    ),
+)
 
+_BAMBOOGLE = _table(  # hard two-hop: the bridge entity is never named, only described
+    "hard_two_hop",
+    (
+        _draw("people", _birth_city),
+        _Ask(
+            "What river flows through the city where {0.name} was born?",
+            lambda p, city: _river(city),
+            _hops(2),
+        ),
+    ),
+    (
+        _draw("people", _university),
+        _Ask(
+            "In what year was the university that {0.name} attended founded?",
+            _year("founded", of=1),
+            lambda p, u: [p.passages[1], u.passage],
+        ),
+    ),
+    (
+        _draw("orgs", _founder, _father, tries=1),
+        _Ask("Who was the father of the person who founded {0.name}?", _last, _hops(2)),
+    ),
+    (
+        _first_film,
+        _Ask(
+            "Who produced the first film directed by {0.name}?",
+            _last,
+            lambda d, film, producer: [d.passages[1], film.passage],
+        ),
+    ),
+)
 
-def _bamboogle(world: SynthWiki, rng: random.Random) -> _Draft | None:
-    """Hard two-hop: the bridge entity is never named, only described."""
-    people, orgs, works, pick = world.people, world.orgs, world.works, rng.randrange(4)
-    style = "hard_two_hop"
-    if pick == 0:
-        p = rng.choice(people)
-        city = world.cities[p.birth_city]
-        return _Draft(
-            style,
-            f"What river flows through the city where {p.name} was born?",
-            _river_answers(city.river),
-            [p.passages[0], city.passage],
-        )
-    if pick == 1:
-        p = _pick(rng, people, lambda p: p.university is not None)
-        if p is None:
-            return None
-        u = orgs[p.university]
-        return _Draft(
-            style,
-            f"In what year was the university that {p.name} attended founded?",
-            [str(u.founded)],
-            [p.passages[1], u.passage],
-        )
-    if pick == 2:
-        o = rng.choice(orgs)
-        f = people[o.founder]
-        if f.father is None:
-            return None
-        return _Draft(
-            style,
-            f"Who was the father of the person who founded {o.name}?",
-            [people[f.father].name],
-            [o.passage, f.passages[0]],
-        )
-    d = _pick(rng, people, lambda p: p.occupation == "film director" and len(p.works) > 0)
-    if d is None:
-        return None
-    first = works[d.works[0]]
-    if first.producer is None or (len(d.works) > 1 and works[d.works[1]].year == first.year):
-        return None  # no producer to ask for, or no single first film
-    return _Draft(
-        style,
-        f"Who produced the first film directed by {d.name}?",
-        [people[first.producer].name],
-        [d.passages[1], first.passage],
-    )
-
-
-_GENERATORS: dict[str, Callable[[SynthWiki, random.Random], _Draft | None]] = {
-    "nq": _nq,
-    "triviaqa": _triviaqa,
-    "popqa": _popqa,
-    "hotpotqa": _hotpotqa,
-    "2wikimultihopqa": _twowiki,
-    "musique": _musique,
-    "bamboogle": _bamboogle,
+_TABLES: dict[str, tuple[tuple[Any, ...], ...]] = {
+    "nq": _NQ,
+    "triviaqa": _TRIVIAQA,
+    "popqa": _POPQA,
+    "hotpotqa": _HOTPOTQA,
+    "2wikimultihopqa": _TWOWIKI,
+    "musique": _MUSIQUE,
+    "bamboogle": _BAMBOOGLE,
 }
+
+
+def _generate(world: SynthWiki, rng: random.Random, dataset: str) -> _Draft | None:
+    """One question of ``dataset``, or None when its case drew nothing to ask about."""
+    table = _TABLES[dataset]
+    if dataset == "musique":  # 2, 3 or 4 hops equally often, then one of two chains
+        hops = rng.randint(2, 4)
+        case = table[2 * (hops - 2) + rng.randrange(2)]
+    else:
+        case = table[rng.randrange(len(table))]
+    draw, *asks = case
+    drawn = draw(world, rng)
+    if drawn is None:
+        return None
+    ask = asks[0] if len(asks) == 1 else asks[rng.random() >= 0.5]
+    template = ask.question if isinstance(ask.question, str) else ask.question[drawn[0].kind]
+    supporting = ask.supporting(*drawn)
+    answers = _aliases(world, ask.answers(*drawn), supporting)
+    return _Draft(ask.style, template.format(*drawn), answers, supporting)
 
 
 COMPARISON_STYLES = frozenset({"comparison", "bridge_comparison"})
@@ -550,12 +550,11 @@ def draw_questions(
 ) -> dict[str, list[QAItem]]:
     """Draw distinct questions for one dataset: test first, then dev, then train."""
     rng = random.Random(f"synthwiki:{world.seed}:{dataset}")
-    generate = _GENERATORS[dataset]
     needed = sum(sizes.values())
     drafts: dict[str, _Draft] = {}  # question text -> draft, in draw order
     misses = 0
     while len(drafts) < needed:
-        draft = generate(world, rng)
+        draft = _generate(world, rng, dataset)
         if draft is None or draft.question in drafts or _gives_away(draft):
             misses += 1
             if misses > 5000:
