@@ -188,7 +188,10 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
             retriever: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Bring ``run`` to its end (continue, restart or start it, by :func:`run_state`), then
     write its :data:`RUN_FILE` (atomically: a run killed while writing it is not done) and
-    return its record. A finished run is only read back."""
+    return its record, which names the machine and library versions it ran on
+    (:func:`algos.reproducible.environment`). A finished run is only read back."""
+    from algos.reproducible import environment
+
     state = run_state(run)
     if state == "done":
         log(f"[{run.name}] finished before: not repeated")
@@ -203,7 +206,7 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
               "searcher_signal": run.config.searcher_signal if run.config.stage == "team" else None,
               "teacher": run.config.teacher, "threads": threads, "resumed": state == "resume",
               "wall_s": round(time.perf_counter() - start, 1), **result,
-              "config": run.config.to_dict()}
+              "config": run.config.to_dict(), "environment": environment()}
     tmp = run.out_dir / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
     os.replace(tmp, run.out_dir / RUN_FILE)

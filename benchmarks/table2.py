@@ -1,6 +1,6 @@
 """The paper's Table 2 from an ablation's runs (``benchmarks.ablate``): per Searcher-signal
-variant the validation figures (macro over the datasets, mean over seeds), the paired
-bootstrap 95% CI of each variant's macro difference to ``opd``, and the curves.
+variant the validation figures (macro over the datasets, mean over seeds), each variant's
+macro difference to ``opd`` with two intervals that answer two questions, and the curves.
 
     python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # train, then this
     python -m benchmarks table2 runs/table2                                  # this alone
@@ -8,8 +8,13 @@ bootstrap 95% CI of each variant's macro difference to ``opd``, and the curves.
 Writes into the ablation's directory:
 
 - ``table2.json``: the seeds, the variants, each variant's figures (mean over seeds and per
-  seed), its CI against ``opd``, each run's wall time and config (retriever, model, seed);
+  seed), its comparison with ``opd``, the same figures without the two-choice questions,
+  each run's wall time, config and continuous endpoints, the machine and library versions;
 - ``table2.md``: the table, then avg@k per dataset;
+- ``table2_records.jsonl.gz``: every run's step-0 and final per-question validation records
+  (deterministic gzip), from which :func:`comparisons_from_records` recomputes every
+  comparison; ``table2_metrics.jsonl.gz``: every run's metrics.jsonl rows, each named by its
+  run; ``table2.json`` names both relative to itself;
 - ``curves.png``: validation avg@1 against the step for every variant (the paper's
   Figure 3) and searches per workflow against the step (the collapse signature).
 
@@ -19,27 +24,41 @@ rollouts' rate at the last step (``team/invalid_rate``). A variant's figure is t
 its seeds' figures; each seed's figure is a macro over the datasets (Table 1's metrics,
 :func:`benchmarks.metrics.summarize`).
 
-The CI (:func:`benchmarks.metrics.paired_macro_difference`, as ``benchmarks compare``):
-questions are paired by (dataset, id) and resampled within each dataset; a question's value
-is its correctness averaged over the seeds (and the k runs) that both variants finished.
-Every seed asks the same questions, so a question is resampled with all its seeds at once:
-treating (question, seed) pairs as independent would understate the interval. The point
-estimate equals the difference of the two variants' mean macro avg@k.
+A comparison (``vs_opd``) holds the point estimate (the difference of the two variants'
+mean macro avg@k), each shared seed's difference, and two intervals, each labelled with
+what it covers:
+
+- ``questions_paired`` (:data:`algos.report.QUESTIONS_PAIRED`): ``benchmarks compare``'s
+  bootstrap (:func:`benchmarks.metrics.paired_macro_difference`), questions paired by
+  (dataset, id) and resampled within each dataset, a question's value its correctness
+  averaged over the seeds both variants finished (a question is resampled with all its seeds
+  at once). The runs are held fixed: would these runs differ on new questions?
+- ``over_seeds`` (:data:`algos.report.OVER_SEEDS`): the per-seed differences as the
+  sample, a Student-t interval and the exact sign test over seeds
+  (:func:`benchmarks.seed_stats.seed_interval`): does the training recipe differ?
+
+Two-choice questions (:func:`is_two_choice`: the synthetic HotpotQA ``comparison`` and
+2Wiki ``comparison``/``bridge_comparison`` styles, whose answer is one of two names in the
+question) can be right by guessing; ``without_two_choice`` repeats the figures and the
+comparison on the other questions.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from algos.report import read_metrics, save_figure
+from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
-from benchmarks.metrics import paired_macro_difference, summarize
+from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
+from benchmarks.seed_stats import seed_interval
 
 REFERENCE = "opd"
 """The variant every other one is compared with."""
@@ -48,6 +67,20 @@ FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_wor
            "macro_invalid_turns_per_workflow", "invalid_rate_train", "macro_input_tokens_per_workflow",
            "macro_output_tokens_per_workflow")
 """A variant's figures in ``table2.json`` (each the mean over its seeds)."""
+
+SUBSET_FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_workflow")
+"""A variant's figures on the questions that are not two-choice."""
+
+TWO_CHOICE_STYLES = ("comparison", "bridge_comparison")
+"""Question styles whose answer is one of two names the question gives (envs.data.synthwiki)."""
+
+ENDPOINTS = ("searcher/skip_probability", "team/searches_per_workflow")
+"""Continuous per-step figures of a run's metrics.jsonl that ``table2.json`` keeps per run
+(first and last value), when the run logged them: the Searchers' sampled probability of
+skipping the search, and the sampled training rollouts' searches per workflow."""
+
+RECORDS_FILE = "table2_records.jsonl.gz"
+METRICS_FILE = "table2_metrics.jsonl.gz"
 
 
 def finished_runs(out: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -112,9 +145,135 @@ def pooled_over_seeds(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> li
     return list(pooled.values())
 
 
+def first_validation(out: str | Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-question records of a finished run's first validation (step 0: its start),
+    or [] when it kept none."""
+    files = sorted((Path(out) / record["run"] / "validation").glob("step_*.jsonl"))
+    return read_metrics(files[0]) if files else []
+
+
+def question_styles(config: Mapping[str, Any]) -> dict[tuple[str, str], str | None]:
+    """(dataset, id) -> the question's style (``metadata["style"]``) for the validation
+    questions a run's ``config`` names; {} when its data cannot be read here (a FlashRAG
+    directory of another machine): then :func:`is_two_choice` reads the question itself."""
+    from envs.data import load_qa
+
+    styles: dict[tuple[str, str], str | None] = {}
+    for name in config.get("val_datasets") or ():
+        try:
+            items = load_qa(name, config.get("val_split", "dev"), root=config.get("data", "synthetic"))
+        except (OSError, ValueError):
+            return {}
+        styles.update({(name, str(q.id)): (q.metadata or {}).get("style") for q in items})
+    return styles
+
+
+def is_two_choice(record: Mapping[str, Any]) -> bool:
+    """Whether a question offers its answer as one of two choices: by its ``style`` when the
+    record has one (:data:`TWO_CHOICE_STYLES`), else when a gold answer is written in the
+    question (SQuAD-normalised), which is what makes a comparison question guessable."""
+    from envs.rewards import normalize_answer
+
+    if record.get("style") is not None:
+        return record["style"] in TWO_CHOICE_STYLES
+    question = f" {normalize_answer(str(record.get('question', '')))} "
+    return any(f" {normalize_answer(str(a))} " in question
+               for a in record.get("golden_answers") or () if normalize_answer(str(a)))
+
+
+def comparison(a: Mapping[int, Sequence[Mapping[str, Any]]], b: Mapping[int, Sequence[Mapping[str, Any]]],
+               *, n_resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """A minus B (each seed -> its final validation records) over the seeds both finished:
+    ``difference`` (of the mean macro avg@k), ``per_seed`` differences, and both intervals,
+    each with what it covers (module docstring)."""
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        raise ValueError("the two variants share no finished seed")
+    boot = paired_macro_difference(pooled_over_seeds({s: a[s] for s in shared}),
+                                   pooled_over_seeds({s: b[s] for s in shared}),
+                                   n_resamples=n_resamples, seed=seed)
+    per_seed = {str(s): _macro_avg(a[s]) - _macro_avg(b[s]) for s in shared}
+    return comparison_entry(boot, per_seed, shared, n_resamples=n_resamples, seed=seed)
+
+
+def comparison_entry(boot: Mapping[str, Any], per_seed: Mapping[str, float], seeds: Sequence[int], *,
+                     n_resamples: int, seed: int, confidence: float = 0.95) -> dict[str, Any]:
+    """A comparison as ``table2.json`` keeps it, from the bootstrap's result (``difference``,
+    ``low``, ``high``, ``questions``) and the per-seed differences."""
+    return {"difference": boot["difference"], "seeds": list(seeds), "per_seed": dict(per_seed),
+            "questions_paired": {"covers": QUESTIONS_PAIRED, "confidence": confidence, "low": boot["low"],
+                                 "high": boot["high"], "questions": boot["questions"],
+                                 "n_resamples": n_resamples, "seed": seed},
+            "over_seeds": seed_interval(per_seed, confidence=confidence)}
+
+
+def comparisons(final: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], *, n_resamples: int = 10000,
+                seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Every variant's comparison with :data:`REFERENCE`, on all questions (``vs_opd``) and
+    on those that are not two-choice (``without_two_choice``), from each variant's final
+    validation records per seed."""
+    out: dict[str, dict[str, Any]] = {}
+    reference = final.get(REFERENCE, {})
+    for v, per_seed in final.items():
+        if v == REFERENCE or not set(per_seed) & set(reference):
+            continue
+        out[v] = {"vs_opd": comparison(per_seed, reference, n_resamples=n_resamples, seed=seed),
+                  "without_two_choice": comparison(_open_questions(per_seed), _open_questions(reference),
+                                                   n_resamples=n_resamples, seed=seed)}
+    return out
+
+
+def _open_questions(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int, list[Mapping[str, Any]]]:
+    return {s: [r for r in rows if not is_two_choice(r)] for s, rows in per_seed.items()}
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``table2_records.jsonl.gz`` (or ``table2_metrics.jsonl.gz``)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def comparisons_from_records(path: str | Path, *, n_resamples: int = 10000, seed: int = 0
+                             ) -> dict[str, dict[str, Any]]:
+    """:func:`comparisons` recomputed from a ``table2_records.jsonl.gz`` alone (its final
+    validations): what ``table2.json``'s ``vs_opd`` and ``without_two_choice.vs_opd`` hold."""
+    final: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for r in read_records(path):
+        if r["final"] and r["variant"] != TEACHER:
+            final.setdefault(r["variant"], {}).setdefault(int(r["seed"]), []).append(r)
+    return comparisons(final, n_resamples=n_resamples, seed=seed)
+
+
+def write_gzip_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """JSON lines, gzipped byte for byte the same for the same rows (no time, no file name
+    in the header), written atomically."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as f:
+        for row in rows:
+            f.write((json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buffer.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def endpoints(metrics: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """The first and last logged value of each of :data:`ENDPOINTS` a run's metrics hold."""
+    out = {}
+    for key in ENDPOINTS:
+        series = _series(metrics, key)
+        if series:
+            out[key] = {"first_step": min(series), "first": series[min(series)],
+                        "last_step": max(series), "last": series[max(series)]}
+    return out
+
+
 def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
     """Table 2 of the ablation under ``out`` from its finished runs (see the module's
-    docstring); a variant's CI uses the seeds it and ``opd`` both finished."""
+    docstring); a variant's comparison uses the seeds it and ``opd`` both finished. The
+    per-question records it used are in ``table["_records"]`` (written by
+    :func:`write_table2`, not into the JSON)."""
     out = Path(out)
     runs = finished_runs(out)
     plan = _read_plan(out)
@@ -129,10 +288,22 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
                                        "unit": "question (its seeds pooled), resampled within each dataset"},
         "rows": {}, "teachers": {}, "runs": {},
     }
-    records = {v: {s: validation_records(out, r) for s, r in runs[v].items()} for v in variants}
+    styles: dict[str, dict[tuple[str, str], str | None]] = {}
+
+    def styled(rows: list[dict[str, Any]], config: Mapping[str, Any]) -> list[dict[str, Any]]:
+        key = json.dumps([config.get(k) for k in ("data", "val_split", "val_datasets")])
+        if key not in styles:
+            styles[key] = question_styles(config)
+        return [{**r, "style": styles[key].get((r["dataset"], str(r["id"])))} for r in rows]
+
+    everything = [(v, s, r) for v in [TEACHER, *variants] for s, r in sorted(runs.get(v, {}).items())]
+    final = {(v, s): styled(validation_records(out, r), r.get("config", {})) for v, s, r in everything}
+    first = {(v, s): styled(first_validation(out, r), r.get("config", {})) for v, s, r in everything}
+    metrics = {r["run"]: read_metrics(out / r["run"] / "metrics.jsonl") for _, _, r in everything}
+    records = {v: {s: final[v, s] for s in runs[v]} for v in variants}
+    compared = comparisons(records, n_resamples=n_resamples, seed=seed)
     for v in variants:
-        per_seed = {s: seed_figures(records[v][s], read_metrics(out / r["run"] / "metrics.jsonl"))
-                    for s, r in sorted(runs[v].items())}
+        per_seed = {s: seed_figures(records[v][s], metrics[r["run"]]) for s, r in sorted(runs[v].items())}
         row: dict[str, Any] = {"searcher_signal": VARIANT_SETTINGS[v]["searcher_signal"],
                                "teacher": VARIANT_SETTINGS[v].get("teacher", "stage-I"),
                                "seeds": sorted(per_seed), "k": min(f["k"] for f in per_seed.values())}
@@ -141,31 +312,69 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         row["per_seed"] = {str(s): {key: f[key] for key in FIGURES} for s, f in per_seed.items()}
         row["datasets"] = {name: float(np.mean([f["datasets"][name]["avg@k"] for f in per_seed.values()]))
                            for name in per_seed[min(per_seed)]["datasets"]}
-        shared = sorted(set(runs[v]) & set(runs.get(REFERENCE, {})))
-        if v != REFERENCE and shared:
-            ci = paired_macro_difference(pooled_over_seeds({s: records[v][s] for s in shared}),
-                                         pooled_over_seeds({s: records[REFERENCE][s] for s in shared}),
-                                         n_resamples=n_resamples, seed=seed)
-            ci["seeds"] = shared
-            ci["per_seed"] = {str(s): per_seed[s]["macro_avg@k"] - _macro_avg(records[REFERENCE][s])
-                              for s in shared}
-            row["vs_opd"] = ci
+        if v in compared:
+            row["vs_opd"] = compared[v]["vs_opd"]
+        row["two_choice_questions"] = _two_choice_count(records[v])
+        row["without_two_choice"] = _subset_figures(_open_questions(records[v]))
+        if v in compared:
+            row["without_two_choice"]["vs_opd"] = compared[v]["without_two_choice"]
         table["rows"][v] = row
     for s, r in sorted(runs.get(TEACHER, {}).items()):
         table["teachers"][str(s)] = {"workflow": "cascade", "val_avg@1": r["val_avg@1"]}
-    for v in [TEACHER, *variants]:
-        for _, r in sorted(runs.get(v, {}).items()):
-            cfg = r.get("config", {})
-            table["runs"][r["run"]] = {"wall_s": r["wall_s"], "steps": r["steps"], "threads": r.get("threads"),
-                                       "resumed": r.get("resumed"), "val_avg@1": r["val_avg@1"],
-                                       **{k: cfg.get(k) for k in ("model", "retriever", "seed", "teacher",
-                                                                  "searcher_signal", "val_per_dataset",
-                                                                  "val_runs", "val_temperature")}}
+    for _, _, r in everything:
+        cfg = r.get("config", {})
+        table["runs"][r["run"]] = {"wall_s": r["wall_s"], "steps": r["steps"], "threads": r.get("threads"),
+                                   "resumed": r.get("resumed"), "val_avg@1": r["val_avg@1"],
+                                   **{k: cfg.get(k) for k in ("model", "retriever", "seed", "teacher",
+                                                              "searcher_signal", "val_per_dataset",
+                                                              "val_runs", "val_temperature")}}
+        if endpoints(metrics[r["run"]]):
+            table["runs"][r["run"]]["endpoints"] = endpoints(metrics[r["run"]])
+    table["environment"] = _environment([r for _, _, r in everything])
+    table["_records"] = [
+        {"run": r["run"], "variant": v, "seed": s, "final": is_final, **row}
+        for v, s, r in everything for is_final, rows in ((False, first[v, s]), (True, final[v, s])) for row in rows]
+    table["_metrics"] = [{"run": name, **row} for name, rows in metrics.items() for row in rows]
     return table
 
 
+def _two_choice_count(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """How many of the questions (the first seed's; every seed asks the same) are two-choice,
+    in all and per dataset."""
+    rows = per_seed[min(per_seed)]
+    datasets: dict[str, int] = {}
+    for r in rows:
+        datasets[r["dataset"]] = datasets.get(r["dataset"], 0) + is_two_choice(r)
+    return {"questions": len(rows), "two_choice": sum(datasets.values()),
+            "per_dataset": {d: n for d, n in datasets.items() if n}}
+
+
+def _subset_figures(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """:data:`SUBSET_FIGURES` (mean over seeds, and each seed's) of the given records."""
+    summaries = {s: summarize(rows) for s, rows in sorted(per_seed.items()) if rows}
+    if not summaries:
+        return {}
+    out: dict[str, Any] = {key: float(np.mean([f[key] for f in summaries.values()])) for key in SUBSET_FIGURES}
+    out["per_seed"] = {str(s): {key: f[key] for key in SUBSET_FIGURES} for s, f in summaries.items()}
+    return out
+
+
+def _environment(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The environment the runs recorded (``run.json``'s ``environment``): one when they all
+    agree, else each run's under ``differs``; None when none recorded one."""
+    found = {r["run"]: r.get("environment") for r in records if r.get("environment")}
+    if not found:
+        return None
+    first = next(iter(found.values()))
+    if all(e == first for e in found.values()) and len(found) == len(records):
+        return first
+    return {"differs": {r["run"]: r.get("environment") for r in records}}
+
+
 def _macro_avg(records: Sequence[Mapping[str, Any]]) -> float:
-    return float(summarize(records)["macro_avg@k"])
+    """Macro avg@k as :func:`benchmarks.metrics.summarize` computes it (the same sums in the
+    same order), from ``correct`` alone."""
+    return macro({name: avg_at_k([r["correct"] for r in rows]) for name, rows in by_dataset(records).items()})
 
 
 def _read_plan(out: Path) -> dict[str, Any]:
@@ -176,29 +385,40 @@ def _read_plan(out: Path) -> dict[str, Any]:
 
 
 def markdown(table: Mapping[str, Any]) -> str:
-    """Table 2 as markdown: accuracy in points (x100), costs per workflow; then avg@k per dataset."""
+    """Table 2 as markdown: accuracy in points (x100), costs per workflow, the comparison
+    with ``opd`` by both intervals; the same without the two-choice questions (when the
+    table has them); then avg@k per dataset and each run's wall time."""
     from benchmarks.suite import markdown_table
 
     rows = table["rows"]
     k = min(r["k"] for r in rows.values())
     seeds = table["seeds"]
     head = ["Variant", "Searcher signal", "Teacher", f"avg@{k}", f"pass@{k}", f"all-{k}",
-            "vs opd [95% CI]", "searches", "invalid turns", "invalid rate (train)", "in tok", "out tok"]
+            "vs opd, questions paired [95% CI]", "over seeds [95% t-CI]", "seeds +/-/= (p)", "searches",
+            "invalid turns", "invalid rate (train)", "in tok", "out tok"]
     hashes = sorted({str(b.get("weight_hash")) for b in table.get("bases", {}).values()})
     lines = [f"Validation on the same held-out questions, mean over seeds {seeds} "
              f"(preset {table.get('preset')}, base weights {', '.join(hashes) or 'unrecorded'}); "
              "accuracy in points, costs per workflow.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v, r in rows.items():
-        ci = r.get("vs_opd")
-        versus = "-" if ci is None else (f"{100 * ci['difference']:+.2f} [{100 * ci['low']:+.2f}, "
-                                         f"{100 * ci['high']:+.2f}]")
         cells = [v, r["searcher_signal"], r["teacher"], f"{100 * r['macro_avg@k']:.2f}",
-                 f"{100 * r['macro_pass@k']:.2f}", f"{100 * r['macro_all_k']:.2f}", versus,
+                 f"{100 * r['macro_pass@k']:.2f}", f"{100 * r['macro_all_k']:.2f}", *_versus(r.get("vs_opd")),
                  f"{r['macro_searches_per_workflow']:.2f}", f"{r['macro_invalid_turns_per_workflow']:.2f}",
                  f"{100 * r['invalid_rate_train']:.1f}%", f"{r['macro_input_tokens_per_workflow']:.0f}",
                  f"{r['macro_output_tokens_per_workflow']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", INTERVALS]
+    if all(r.get("without_two_choice") for r in rows.values()):
+        count = next(iter(rows.values()))["two_choice_questions"]
+        lines += ["", f"Without the {count['two_choice']} two-choice questions of {count['questions']} "
+                  f"({', '.join(f'{d} {n}' for d, n in count['per_dataset'].items()) or 'none'}):", "",
+                  f"| Variant | avg@{k} | vs opd, questions paired [95% CI] | over seeds [95% t-CI] | "
+                  "seeds +/-/= (p) | searches |", "|---|---|---|---|---|---|"]
+        for v, r in rows.items():
+            sub = r["without_two_choice"]
+            lines.append("| " + " | ".join([v, f"{100 * sub['macro_avg@k']:.2f}", *_versus(sub.get("vs_opd")),
+                                             f"{sub['macro_searches_per_workflow']:.2f}"]) + " |")
     per_dataset = [(v, {"datasets": {n: {"avg@k": a} for n, a in r["datasets"].items()}, "k": r["k"],
                         **{key: r[key] for key in FIGURES}}) for v, r in rows.items()]
     lines += ["", f"avg@{k} per dataset (mean over seeds):", "", markdown_table(per_dataset)]
@@ -207,6 +427,26 @@ def markdown(table: Mapping[str, Any]) -> str:
         lines += ["", "Wall time per run: " + ", ".join(f"{name} {_duration(w['wall_s'])}"
                                                       for name, w in walls.items())]
     return "\n".join(lines) + "\n"
+
+
+INTERVALS = ("Questions paired: the bootstrap over questions with the runs fixed (would these runs "
+             "differ on new questions?). Over seeds: a Student-t interval over the per-seed differences "
+             "and the exact sign test over seeds (seeds better/worse/tied; does the training recipe "
+             "differ?).")
+"""The legend of the two intervals under every rendered table."""
+
+
+def _versus(ci: Mapping[str, Any] | None) -> list[str]:
+    """The comparison's cells: the difference with the question-paired interval, the
+    interval over seeds, and the seeds' signs with the sign test's p (points)."""
+    if ci is None:
+        return ["-", "-", "-"]
+    paired, over = ci["questions_paired"], ci["over_seeds"]
+    seeds = (f"[{100 * over['low']:+.2f}, {100 * over['high']:+.2f}]" if over["low"] is not None
+             else "one seed: none")
+    sign = over["sign_test"]
+    return [f"{100 * ci['difference']:+.2f} [{100 * paired['low']:+.2f}, {100 * paired['high']:+.2f}]", seeds,
+            f"{sign['better']}/{sign['worse']}/{sign['ties']} (p = {sign['p_value']:.2g})"]
 
 
 def _duration(seconds: float) -> str:
@@ -265,11 +505,15 @@ def _series(rows: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
 
 
 def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Write ``table2.json``, ``table2.md`` and ``curves.png`` into ``out``; returns the table."""
+    """Write ``table2.json``, ``table2.md``, ``curves.png``, :data:`RECORDS_FILE` and
+    :data:`METRICS_FILE` into ``out``; returns the table (as ``table2.json`` holds it)."""
     out = Path(out)
     table = build_table(out, n_resamples=n_resamples, seed=seed)
+    write_gzip_jsonl(out / RECORDS_FILE, table.pop("_records"))
+    write_gzip_jsonl(out / METRICS_FILE, table.pop("_metrics"))
+    table["records"], table["metrics"] = RECORDS_FILE, METRICS_FILE
     table["curves_png"] = str(plot_curves(out, table["variants"], out / "curves.png").name)
-    for name, text in (("table2.json", json.dumps(table, indent=2)), ("table2.md", markdown(table))):
+    for name, text in (("table2.json", json.dumps(table, indent=2) + "\n"), ("table2.md", markdown(table))):
         tmp = out / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out / name)

@@ -12,10 +12,16 @@ import pytest
 from benchmarks.ablate import VARIANTS, plan_runs, run_ablation, run_state
 from benchmarks.metrics import paired_macro_difference
 from benchmarks.table2 import (
+    METRICS_FILE,
+    RECORDS_FILE,
     build_table,
+    comparisons_from_records,
+    is_two_choice,
     markdown,
     pooled_over_seeds,
+    read_records,
     validation_searches,
+    write_gzip_jsonl,
     write_table2,
 )
 
@@ -80,6 +86,10 @@ CORRECT = {
 }
 """Each run's final validation, k = 2 runs per question, in QUESTIONS' order."""
 
+TEXT = {qid: (f"who founded {qid}?", ["Krestus Pirnvik"]) for _, qid in QUESTIONS}
+TEXT["h1"] = ("Which city was founded more recently, Port Vrevenz or Stuska?", ["Port Vrevenz"])
+"""Question text and gold answers: h1 is a two-choice question (its answer is in it)."""
+
 SEARCHES = {"opd": 2, "outcome": 0}
 TRAINED: list[str] = []
 """The runs the fake trained, in order (a module-level log: the fake is a plain function)."""
@@ -100,7 +110,8 @@ def fake_train(config, *, resume, progress=True, retriever=None):
         rows = []
         for i, (dataset, qid) in enumerate(QUESTIONS):
             correct = CORRECT.get((variant, config.seed), [[0, 0]] * 6)[i] if step == last else [0, 0]
-            rows.append({"dataset": dataset, "id": qid, "correct": correct,
+            rows.append({"dataset": dataset, "id": qid, "question": TEXT[qid][0], "golden_answers": TEXT[qid][1],
+                         "correct": correct,
                          "searches": [SEARCHES.get(variant, 1)] * 2, "invalid_turns": [i % 2, 0],
                          "input_tokens": [100 + 10 * i, 100], "output_tokens": [20, 20 + 2 * i]})
         (out / "validation" / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -150,19 +161,107 @@ def test_the_table_holds_the_hand_computed_figures(fake_ablation):
     ci = outcome["vs_opd"]
     assert ci["difference"] == pytest.approx(0.0625 - 0.53125)
     assert ci["per_seed"] == pytest.approx({"0": -0.4375, "1": 0.125 - 0.625})
-    assert ci["questions"] == 6 and ci["seeds"] == [0, 1]
-    assert ci["low"] < ci["difference"] < ci["high"] <= 0
+    assert ci["seeds"] == [0, 1]
+    paired, over = ci["questions_paired"], ci["over_seeds"]
+    assert paired["covers"] == "questions paired, seeds fixed: these runs on new questions"
+    assert paired["questions"] == 6 and paired["low"] < ci["difference"] < paired["high"] <= 0
+    # over seeds: diffs -0.4375, -0.5: mean -0.46875, sd 0.0625 / sqrt(2), t(0.975, df 1) = 12.7062
+    assert over["covers"] == "over seeds: the training procedure" and over["df"] == 1
+    half = 12.706204736174703 * (0.0625 / 2**0.5) / 2**0.5
+    assert (over["mean"], over["low"], over["high"]) == pytest.approx((-0.46875, -0.46875 - half, -0.46875 + half))
+    assert over["sign_test"] == {"covers": "over seeds: the training procedure", "seeds": 2, "better": 0,
+                                 "worse": 2, "ties": 0, "p_value": 0.5}
     assert "vs_opd" not in opd
+    # without the two-choice question h1: opd seed 0 NQ 0.75, HotpotQA 0 -> 0.375; seed 1 NQ 1 -> 0.5;
+    # outcome seed 0: 0, seed 1: NQ 0.25 -> 0.125; both seeds -0.375: a zero-width interval over seeds
+    assert outcome["two_choice_questions"] == {"questions": 6, "two_choice": 1, "per_dataset": {"hotpotqa": 1}}
+    assert opd["without_two_choice"]["macro_avg@k"] == pytest.approx((0.375 + 0.5) / 2)
+    sub = outcome["without_two_choice"]
+    assert sub["macro_avg@k"] == pytest.approx(0.0625)
+    assert sub["vs_opd"]["per_seed"] == pytest.approx({"0": -0.375, "1": -0.375})
+    assert sub["vs_opd"]["questions_paired"]["questions"] == 5
+    assert (sub["vs_opd"]["over_seeds"]["low"], sub["vs_opd"]["over_seeds"]["high"]) == pytest.approx((-0.375,) * 2)
     saved = json.loads((fake_ablation / "table2.json").read_text())
-    assert saved["rows"]["outcome"]["vs_opd"]["difference"] == pytest.approx(ci["difference"])
+    assert saved["rows"]["outcome"]["vs_opd"] == ci
     assert set(saved["runs"]) == {f"seed{s}/{v}" for s in (0, 1) for v in ("teacher", "opd", "outcome")}
+    # the sampled searches per workflow the fake logged (2 + 1/step for opd), first and last step
+    assert saved["runs"]["seed0/opd"]["endpoints"] == {"team/searches_per_workflow": {
+        "first_step": 1, "first": 3.0, "last_step": 3, "last": pytest.approx(2 + 1 / 3)}}
+    from algos.reproducible import environment
+
+    assert saved["environment"] == environment()
     text = (fake_ablation / "table2.md").read_text()
-    assert "| opd | opd | stage-I | 53.12 | 62.50 | 43.75 | - | 2.00 |" in text
+    assert "| opd | opd | stage-I | 53.12 | 62.50 | 43.75 | - | - | - | 2.00 |" in text
     assert "| outcome | outcome | stage-I | 6.25 |" in text and f"{100 * ci['difference']:+.2f} [" in text
+    assert "| 0/2/0 (p = 0.5) |" in text
+    assert "Without the 1 two-choice questions of 6 (hotpotqa 1):" in text
+    assert "| outcome | 6.25 | -37.50 [" in text and "| [-37.50, -37.50] |" in text
     assert (fake_ablation / "curves.png").stat().st_size > 1000
     # the curves' validation searches: each validation file's macro, by step
     assert validation_searches(fake_ablation / "seed1" / "outcome") == {0: 0.0, 3: 0.0}
     assert validation_searches(fake_ablation / "seed0" / "opd") == {0: 2.0, 3: 2.0}
+
+
+def test_the_records_archive_holds_every_validation_and_recomputes_the_comparisons(fake_ablation):
+    table = write_table2(fake_ablation, n_resamples=500)
+    assert (table["records"], table["metrics"]) == (RECORDS_FILE, METRICS_FILE)
+    rows = read_records(fake_ablation / RECORDS_FILE)
+    # 2 seeds x (teacher, opd, outcome) x (step 0, final) x 6 questions, each named by its run
+    assert len(rows) == 72
+    assert {(r["run"], r["variant"], r["seed"], r["final"]) for r in rows} == {
+        (f"seed{s}/{v}", v, s, f) for s in (0, 1) for v in ("teacher", "opd", "outcome") for f in (False, True)}
+    final = [r for r in rows if r["run"] == "seed1/outcome" and r["final"]]
+    assert [r["correct"] for r in final] == CORRECT["outcome", 1] and final[0]["invalid_turns"] == [0, 0]
+    assert all(r["correct"] == [0, 0] for r in rows if not r["final"])  # the fake's step 0
+    metrics = read_records(fake_ablation / METRICS_FILE)
+    assert len(metrics) == 6 * 5 and {m["run"] for m in metrics} == set(table["runs"])
+    again = comparisons_from_records(fake_ablation / RECORDS_FILE, n_resamples=500)
+    assert again == {"outcome": {"vs_opd": table["rows"]["outcome"]["vs_opd"],
+                                 "without_two_choice": table["rows"]["outcome"]["without_two_choice"]["vs_opd"]}}
+    before = (fake_ablation / RECORDS_FILE).read_bytes()
+    write_table2(fake_ablation, n_resamples=500)  # the same runs: the same bytes (no time in the gzip)
+    assert (fake_ablation / RECORDS_FILE).read_bytes() == before
+
+
+def test_the_comparisons_recomputed_from_a_small_records_file(tmp_path):
+    """Two seeds, one dataset of three questions, k = 1; q3 is two-choice by its style."""
+    def row(variant, seed, qid, correct, style=None):
+        return {"run": f"seed{seed}/{variant}", "variant": variant, "seed": seed, "final": True,
+                "dataset": "nq", "id": qid, "correct": [correct], "style": style}
+
+    rows = [row("opd", 0, "q1", 1), row("opd", 0, "q2", 0), row("opd", 0, "q3", 1, "comparison"),
+            row("opd", 1, "q1", 1), row("opd", 1, "q2", 1), row("opd", 1, "q3", 0, "comparison"),
+            row("none", 0, "q1", 0), row("none", 0, "q2", 0), row("none", 0, "q3", 1, "comparison"),
+            row("none", 1, "q1", 1), row("none", 1, "q2", 0), row("none", 1, "q3", 1, "comparison"),
+            {**row("none", 0, "q1", 1), "final": False}, {**row("teacher", 0, "q1", 1)}]
+    path = write_gzip_jsonl(tmp_path / RECORDS_FILE, rows)
+    got = comparisons_from_records(path, n_resamples=500)["none"]
+    # all questions: seed 0 none 1/3 - opd 2/3 = -1/3; seed 1: 2/3 - 2/3 = 0 -> mean -1/6
+    assert got["vs_opd"]["per_seed"] == pytest.approx({"0": -1 / 3, "1": 0.0})
+    assert got["vs_opd"]["difference"] == pytest.approx(-1 / 6)
+    over = got["vs_opd"]["over_seeds"]
+    half = 12.706204736174703 * (1 / 3 / 2**0.5) / 2**0.5
+    assert (over["low"], over["high"]) == pytest.approx((-1 / 6 - half, -1 / 6 + half))
+    assert (over["sign_test"]["worse"], over["sign_test"]["ties"], over["sign_test"]["p_value"]) == (1, 1, 1.0)
+    assert got["vs_opd"]["questions_paired"]["questions"] == 3
+    # without q3: seed 0 0/2 - 1/2 = -1/2, seed 1 1/2 - 2/2 = -1/2
+    assert got["without_two_choice"]["per_seed"] == pytest.approx({"0": -0.5, "1": -0.5})
+    assert got["without_two_choice"]["questions_paired"]["questions"] == 2
+
+
+def test_two_choice_questions_are_the_comparison_styles_of_the_synthetic_world():
+    """By style and, without one, by the answer written in the question: both find the same
+    22 of the 140 validation questions (HotpotQA 10, 2Wiki 9 comparison + 3 bridge_comparison)."""
+    from envs.data import DATASETS, load_qa
+
+    items = [q for name in DATASETS for q in load_qa(name, "dev", root="synthetic")[:20]]
+    records = [{"dataset": q.dataset, "id": q.id, "question": q.question, "golden_answers": list(q.golden_answers),
+                "style": q.metadata["style"]} for q in items]
+    by_style = {(r["dataset"], r["id"]) for r in records if is_two_choice(r)}
+    by_text = {(r["dataset"], r["id"]) for r in records if is_two_choice({**r, "style": None})}
+    assert by_style == by_text and len(by_style) == 22
+    assert sorted({r["style"] for r in records if (r["dataset"], r["id"]) in by_style}) == [
+        "bridge_comparison", "comparison"]
 
 
 def test_the_ci_resamples_questions_with_their_seeds_together():
@@ -239,7 +338,7 @@ def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch
     assert set(records) == {"seed0/teacher", "seed0/opd", "seed0/base"}
     assert all(r["steps"] == 2 and r["threads"] == 1 for r in records.values())
     assert "finished before" not in (tmp_path / "seed0" / "opd.log").read_text()
-    assert build_table(tmp_path, n_resamples=100)["rows"]["base"]["vs_opd"]["questions"] == 6
+    assert build_table(tmp_path, n_resamples=100)["rows"]["base"]["vs_opd"]["questions_paired"]["questions"] == 6
 
 
 # ---------------------------------------------------------------------- the real learner, tiny
@@ -264,7 +363,7 @@ def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs,
 
     assert plan["bases"]["seed0"]["weight_hash"] == weight_hash(tiny_dirs["policy"]) is not None
     table = build_table(tmp_path, n_resamples=100)
-    assert table["rows"]["none"]["vs_opd"]["questions"] == 4
+    assert table["rows"]["none"]["vs_opd"]["questions_paired"]["questions"] == 4
     assert "| none | none | stage-I |" in markdown(table)
     assert f"base weights {weight_hash(tiny_dirs['policy'])}" in markdown(table)
     again = run_ablation("micro", tmp_path, [0], ["opd", "none"], settings, progress=False, log=lambda _: None,
