@@ -3,7 +3,7 @@
 It runs G env copies per question side by side. Every step it sends every agent that
 awaits a turn, in every copy, to the policy in one batch, applies the turns, and answers
 all the searches they asked for with one retriever call. It drives the copies through
-the env's batched API (``turn_observations``, ``envs.observation.apply_turns``), the same
+the env's batched API (``turn_observations``, ``envs.turns.apply_turns``), the same
 turn path the AEC ``step()`` takes, so the Episodes are exactly those that stepping the
 PettingZoo env with the same turns would give.
 """
@@ -18,7 +18,8 @@ from typing import Any
 from agents.base import Policy
 from agents.sampling import team_settings
 from envs.episode import Episode, save_episodes
-from envs.observation import apply_turns, observe_awaiting
+from envs.observation import observe_awaiting
+from envs.turns import apply_turns
 
 
 def collect(

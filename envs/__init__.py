@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"make_env": "envs.search_team", "env_fn": "envs.search_team", "apply_turns": "envs.observation"}
+_LAZY = {"make_env": "envs.search_team", "env_fn": "envs.search_team", "apply_turns": "envs.turns"}
 
 __all__ = list(_LAZY)
 

@@ -63,7 +63,7 @@ its tagged reply, env text with loss mask 0) before the real one (``envs.protoco
 Only those words differ: the tags, the parser and the other templates are the same.
 ``config.prompts`` and every ``episode.prompts`` record the set.
 
-**One turn path, a batched API.** ``envs.observation.apply_turns`` is the only code that
+**One turn path, a batched API.** ``envs.turns.apply_turns`` is the only code that
 plays a turn; ``step()`` calls it for one agent, ``play_turns`` for several agents of one
 env, and ``agents.collect`` for every awaiting agent of many envs (one retriever call per
 batch). ``awaiting``, ``turn_observations()``, ``view(agent)``, ``done`` and ``episode``
@@ -103,9 +103,10 @@ from pettingzoo.utils import wrappers
 from envs import protocol as P
 from envs.chat import ChatFormat, TurnEnder, chat_format
 from envs.episode import Episode
-from envs.observation import Observation, PreparedTurn, apply_turns
+from envs.observation import Observation
 from envs.rewards import RewardConfig
 from envs.team import TeamConfig, TeamEpisode, TurnResult, check_room
+from envs.turns import PreparedTurn, apply_turns
 
 STEP_MODES = ("turn", "token")
 MAX_CHARS_PER_TOKEN = 128
@@ -291,7 +292,7 @@ class raw_env(AECEnv):
 
     # ------------------------------------------------------------------ the batched API
     # Collectors, trainers, wrappers and benchmarks drive the env through these (and
-    # ``envs.observation.apply_turns`` across many envs); the AEC ``step`` is one of them.
+    # ``envs.turns.apply_turns`` across many envs); the AEC ``step`` is one of them.
 
     @property
     def awaiting(self) -> list[str]:
@@ -436,7 +437,7 @@ class raw_env(AECEnv):
         del self._buffers[agent]
         return PreparedTurn(ids, lps, note)
 
-    # The three steps of a turn, in the order ``envs.observation.apply_turns`` calls them;
+    # The three steps of a turn, in the order ``envs.turns.apply_turns`` calls them;
     # that function is the only caller, so a turn is done one way in every mode.
 
     def begin_turn(self, agent: str, action: Any) -> TurnResult:

@@ -13,7 +13,7 @@ from conftest import QUESTION, WORLD, KeywordRetriever
 from envs import protocol as P
 from envs import search_team_v0
 from envs.chat import quote_message
-from envs.observation import apply_turns
+from envs.turns import apply_turns
 
 PASSAGES = ("<information>Doc 1(Title: Velmora Quist) Velmora Quist was born in Port Velm in 1901.\n"
             "Doc 2(Title: Velmora Quast) Velmora Quast was born in Dunmere in 1903.\n"

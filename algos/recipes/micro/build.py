@@ -55,8 +55,8 @@ imitate.
 What the other choices fixed: ``README.md`` in this folder.
 """
 
-SOURCES = ("agents.scripted", "agents.collect", "agents.models", "envs.protocol", "envs.chat", "envs.team",
-           "envs.observation", "envs.data.synthwiki", "envs.data.synthwiki.names",
+SOURCES = ("agents.reading", "agents.scripted", "agents.collect", "agents.models", "envs.protocol", "envs.chat", "envs.team",
+           "envs.observation", "envs.turns", "envs.data.synthwiki", "envs.data.synthwiki.names",
            "envs.data.synthwiki.world", "envs.data.synthwiki.render",
            "envs.data.synthwiki.questions", "envs.retrieval.dense", "algos.sft",
            "algos.freeze", "algos.batch", "algos.recipes.micro.episodes",

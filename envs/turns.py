@@ -1,0 +1,108 @@
+"""The one implementation of a turn.
+
+:func:`apply_turns` is the only way a turn is played, whoever drives the env: the AEC
+``step()`` (one turn), ``raw_env.play_turns`` (one env, many agents), the batched
+collector and the single-role Gymnasium views (many envs at once). A batch is checked
+whole before any turn of it is played (every agent awaiting, none twice, every action of
+an accepted form), so it applies entirely or not at all. Each turn is cut, recorded and
+parsed by the env (``raw_env.begin_turn``); every search the batch asked for is answered
+with one retriever call per retriever (retried, then recorded as failed); then each env
+settles (scores a finished episode, selects its next agent, refreshes its agents' ``infos``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+
+class PreparedTurn(NamedTuple):
+    """A whole turn already cut at its end and budget (``raw_env.prepare_turn``)."""
+
+    ids: list[int]
+    logprobs: list[float] | None
+    note: str
+
+
+def apply_turns(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> list[Any]:
+    """Apply whole turns ``(env, agent, action)`` in order, then answer every search they
+    asked for with one retriever call per retriever, then settle each env. Returns the
+    turns' ``envs.team.TurnResult``.
+
+    The batch is checked whole first: each env reset, each agent awaiting a turn, no agent
+    of an env twice, each action of an accepted form (``any_action=True``, the AEC
+    ``step()``'s way, plays an action of no form as an invalid empty turn instead). A bad
+    turn raises ValueError naming it (its place in the batch, agent and reason) before any
+    turn is applied: every env is left exactly as it was and can go on.
+
+    A retriever that raises is retried ``search_retries`` times (``search_backoff``
+    seconds, doubling); then each of its searches is recorded as failed (the Searcher is
+    told, ``episode.search_failures`` counts it) and the episodes go on. A retriever that
+    answers a different number of result lists than it was given queries breaks its
+    contract: ValueError at once, naming it and the counts.
+    """
+    check_batch(turns, any_action=any_action)
+    results, searches, last_agent = [], {}, {}
+    for env, agent, action in turns:
+        raw = env.unwrapped
+        result = raw.begin_turn(agent, action)
+        results.append(result)
+        last_agent[id(raw)] = (raw, agent)
+        if result.query is not None:
+            key = id(raw.retriever)
+            searches.setdefault(key, (raw, []))[1].append((raw, agent, result.query))
+    for first, pending in searches.values():
+        hits, error = search(first.retriever, [q for _, _, q in pending], first.config.top_k,
+                             first.search_retries, first.search_backoff)
+        for k, (raw, agent, _) in enumerate(pending):
+            raw.end_search(agent, None if hits is None else hits[k], error)
+    for raw, agent in last_agent.values():
+        raw.settle(agent)
+    return results
+
+
+def check_batch(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> None:
+    """Raise ValueError naming the first turn of ``turns`` that :func:`apply_turns` must
+    refuse (``turn 2 of 3 (searcher_1, env 0)``); change nothing."""
+    numbers: dict[int, int] = {}  # id(raw env) -> its number in the batch, in order of appearance
+    for env, _, _ in turns:
+        numbers.setdefault(id(env.unwrapped), len(numbers))
+    seen: set[tuple[int, str]] = set()
+    for i, (env, agent, action) in enumerate(turns):
+        raw = env.unwrapped
+        key = (id(raw), agent)
+        reason = ("it already plays a turn earlier in this batch" if key in seen
+                  else raw.turn_refusal(agent, action, any_action=any_action))
+        if reason:
+            where = f", env {numbers[id(raw)]}" if len(numbers) > 1 else ""
+            raise ValueError(f"turn {i + 1} of {len(turns)} ({agent}{where}) refused: {reason}; "
+                             "no turn of the batch was applied")
+        seen.add(key)
+
+
+def search(retriever: Any, queries: list[str], top_k: int, retries: int = 2,
+           backoff: float = 0.1) -> tuple[list[Any] | None, BaseException | None]:
+    """``(one passage list per query, None)``, or ``(None, the last error)`` when every
+    try raised. Raises ValueError when the retriever answers the wrong number of lists."""
+    error: BaseException | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        try:
+            hits = retriever.search(queries, top_k)
+        except Exception as err:  # a timeout, a dropped connection: untrusted, like model output
+            error = err
+            continue
+        count = len(hits) if isinstance(hits, Sequence) else None
+        if count != len(queries):
+            got = "nothing" if hits is None else f"{count} result lists" if count is not None \
+                else f"a {type(hits).__name__}"
+            raise ValueError(f"retriever {type(retriever).__name__}.search answered {got} for "
+                             f"{len(queries)} queries; it must return one list of passages per query")
+        bad = next((i for i, h in enumerate(hits) if not isinstance(h, Sequence) or isinstance(h, str)), None)
+        if bad is not None:
+            raise ValueError(f"retriever {type(retriever).__name__}.search answered a "
+                             f"{type(hits[bad]).__name__} for query {bad}; it must be a list of passages")
+        return [list(h) for h in hits], None
+    return None, error
