@@ -8,7 +8,8 @@ import pytest
 from conftest import QUESTION, WORLD, Doc, KeywordRetriever
 
 from agents.base import Action, Observation
-from agents.scripted import ScriptedPolicy, parse_question, render
+from agents.reading import parse_question, render
+from agents.scripted import ScriptedPolicy
 from agents.simple import HumanPolicy, RandomPolicy, last_user_message
 from envs import protocol as P
 from envs import search_team_v0
