@@ -9,6 +9,7 @@
     python -m benchmarks curves runs/micro/teacher runs/micro/team   # writes runs/micro/curves.png
     python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # Table 2, resumable
     python -m benchmarks table2 runs/table2     # the table of the runs finished so far
+    python -m benchmarks table2 --render-docs   # README's and docs' tables from docs/*.json
     python -m benchmarks perf
 
 Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
@@ -247,7 +248,10 @@ def _dispatch(argv: list[str] | None) -> int:
                        "finished runs are kept, a run with a checkpoint continues.")
     add_arguments(a)
     t = sub.add_parser("table2", help="Table 2 of an ablation's finished runs (table2.md/.json, curves.png)")
-    t.add_argument("out", help="the ablation's directory")
+    t.add_argument("out", nargs="?", help="the ablation's directory")
+    t.add_argument("--render-docs", action="store_true",
+                   help="instead: rewrite the README's and docs/table2.md's tables from docs/table2.json and "
+                        "docs/micro_seeds.json (after copying new runs' table2.json and records into docs/)")
     for p in (a, t):
         p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples of the CIs")
     sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)
