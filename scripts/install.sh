@@ -3,7 +3,8 @@
 # One line per step (pip itself stays quiet), so a step that takes minutes says what it is doing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIP=(python -m pip install --quiet --disable-pip-version-check)
+# -c constraints.txt: the versions the committed numbers were made with (docs/micro_seeds.json)
+PIP=(python -m pip install --quiet --disable-pip-version-check -c constraints.txt)
 step() { echo "[install $1/3, ${SECONDS}s] $2"; }
 
 step 1 "CPU torch 2.13.0 (the longest step, a few minutes; an unpinned torch would pull CUDA)"
