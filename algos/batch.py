@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.hf import pad_batch, token_logprobs
+from agents.logprobs import pad_batch, token_logprobs
 from envs.episode import Episode, Segment
 
 
@@ -85,7 +85,7 @@ def rows_from_episodes(groups: Sequence[Sequence[Episode]], max_len: int) -> lis
 def pad_rows(rows: Sequence[Row], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The learner's batch of rows: right-padded ``input_ids``, ``attention_mask`` and bool
     ``targets`` (each row's mask; False on padding and in column 0), all (B, T_max)
-    (padded by :func:`agents.hf.pad_batch`)."""
+    (padded by :func:`agents.logprobs.pad_batch`)."""
     input_ids, attention, _ = pad_batch([r.token_ids for r in rows], pad_id)
     targets = pad_batch([r.mask for r in rows], False, dtype=torch.bool)[0]
     return input_ids, attention, targets
@@ -117,7 +117,7 @@ def batches_by_tokens(rows: Sequence[Row], max_tokens: int) -> list[list[Row]]:
 def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_id: int = 0,
                temperature: float = 1.0) -> list[np.ndarray]:
     """Log-probs of each row's masked tokens under ``model`` at ``temperature``
-    (teacher-forced, no grad; see ``agents.hf.token_logprobs``)."""
+    (teacher-forced, no grad; see ``agents.logprobs.token_logprobs``)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

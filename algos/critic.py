@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from agents.hf import pad_batch
+from agents.logprobs import pad_batch
 from envs.chat import ChatFormat
 
 JUDGE_SYSTEM = "You judge the reports of a search assistant. Reply with Yes or No."

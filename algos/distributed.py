@@ -478,7 +478,7 @@ class Replicated:
     validates and is saved; frozen parts are kept by gradient hooks (``algos.freeze.frozen``)."""
 
     chunk_elements: int | None = None
-    """``agents.hf.token_logprobs``' output layer chunking (None: its default)."""
+    """``agents.logprobs.token_logprobs``' output layer chunking (None: its default)."""
 
     def __init__(self, dist: Dist):
         self.dist = dist

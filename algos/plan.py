@@ -20,7 +20,7 @@ FSDP, else 1):
   output and its reshaped copy, the MLP's gate, up, activation and product). With activation
   checkpointing it keeps ``r h`` per layer and recomputes one layer at a time. The output
   layer keeps the last hidden state ``r h`` per token and a chunk of float32 logits and their
-  gradient (``agents.hf.LOGIT_CHUNK_ELEMENTS``); under FSDP it takes the model's own forward,
+  gradient (``agents.logprobs.LOGIT_CHUNK_ELEMENTS``); under FSDP it takes the model's own forward,
   whose logits ``(b + 8) V`` per token are counted whole (every token a target: a bound).
 
 The peak is the resident memory plus the larger of the two phases (the engine sleeps, or
@@ -42,7 +42,7 @@ HEADROOM_GIB = 2.0
 """Left out of each GPU for the CUDA context, cuBLAS workspaces and NCCL buffers."""
 
 LOGIT_CHUNK_ELEMENTS = 1 << 22
-"""``agents.hf.LOGIT_CHUNK_ELEMENTS`` (rows x vocabulary of float32 logits per chunk of the
+"""``agents.logprobs.LOGIT_CHUNK_ELEMENTS`` (rows x vocabulary of float32 logits per chunk of the
 output layer), repeated so that the plan imports no model code."""
 
 _BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}

@@ -11,7 +11,7 @@ policy would barely move while every loss curve looks normal. With a lower compu
   (:meth:`Precision.compute`): matmuls in bfloat16, reductions and norms in float32;
 - under FSDP2 the sharded model gathers its parameters in the compute dtype and reduces
   gradients in float32 (:meth:`Precision.fsdp_policy`);
-- on CUDA, the float32 matmuls that remain (the chunked output layer, ``agents.hf``) may use
+- on CUDA, the float32 matmuls that remain (the chunked output layer, ``agents.logprobs``) may use
   TF32 (``torch.set_float32_matmul_precision("high")``, :meth:`Precision.configure`).
 
 Frozen models (the Teacher, the Prompted Critic's base) load in the compute dtype: they are

@@ -5,7 +5,7 @@ trained where ``loss_mask == 1``, the tokens the agent generated itself: the sam
 RL learner uses, so prompts, retrieved passages and reports handed over never enter the
 loss (PITFALLS 1), unless ``context_weight`` asks for language-model pre-training on them
 (for a model that starts from random weights). The loss is the token-mean negative
-log-likelihood over the masked tokens of a batch, computed by :func:`agents.hf.token_logprobs`,
+log-likelihood over the masked tokens of a batch, computed by :func:`agents.logprobs.token_logprobs`,
 the function the learner scores with. Parameters the model declares frozen in its config
 (``algos.freeze``) stay exactly as they are.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from agents.hf import token_logprobs
+from agents.logprobs import token_logprobs
 from algos.batch import Row, pad_rows
 from algos.freeze import frozen
 from envs.episode import Episode

@@ -32,7 +32,8 @@ import torch
 
 from agents.backends import RolloutBackend, as_backend
 from agents.collect import collect
-from agents.hf import HFPolicy, token_logprobs
+from agents.hf import HFPolicy
+from agents.logprobs import token_logprobs
 from agents.models import local_model_dir
 from agents.registry import make_rollout_policy
 from algos import advantages as A

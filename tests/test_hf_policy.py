@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agents.base import Observation, Policy
-from agents.hf import HFPolicy, nucleus_logprobs, sample_from_logprobs, sequence_logprobs
+from agents.hf import HFPolicy
+from agents.logprobs import nucleus_logprobs, sample_from_logprobs, sequence_logprobs
 from agents.models import tiny_causal_lm
 from envs.tokenizer import load_tokenizer
 

@@ -165,7 +165,7 @@ def test_tiny_build_end_to_end(tmp_path, tok):
     [action] = HFPolicy(model, loaded, temperature=0).act([obs])
     assert action.token_ids and isinstance(action.text, str)
     # SFT made the protocol likely: a Searcher's opening tag scores far better than before
-    from agents.hf import sequence_logprobs
+    from agents.logprobs import sequence_logprobs
 
     turn = loaded.encode("<search>", add_special_tokens=False)
     seq = list(obs.token_ids) + turn

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from agents.base import Observation
-from agents.hf import HFPolicy, pad_batch, sequence_logprobs, token_logprobs
+from agents.hf import HFPolicy
+from agents.logprobs import pad_batch, sequence_logprobs, token_logprobs
 from agents.models import tiny_causal_lm
 from algos.batch import Row, pad_rows, score_rows
 from benchmarks.perf.baselines import bare_generate, minimal_decode

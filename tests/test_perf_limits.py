@@ -10,7 +10,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.base import Observation
-from agents.hf import HFPolicy, next_tokens, sample_from_weights, token_logprobs
+from agents.hf import HFPolicy
+from agents.logprobs import next_tokens, sample_from_weights, token_logprobs
 from agents.models import tiny_causal_lm
 
 VOCAB = 1000
@@ -30,7 +31,7 @@ def batch():
 
 
 def reference_loss_and_grads(model, ids, att, targets, weights, temperature):
-    """Independent of agents.hf: the model's own full logits, ``cross_entropy``, backward."""
+    """Independent of agents.logprobs: the model's own full logits, ``cross_entropy``, backward."""
     model.zero_grad(set_to_none=True)
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float()  # (B, T, V)

@@ -8,7 +8,7 @@ import torch
 from conftest import WORLD, KeywordRetriever
 
 import algos.trainer as trainer_module
-from agents.hf import token_logprobs
+from agents.logprobs import token_logprobs
 from agents.models import tiny_causal_lm
 from algos.config import TrainConfig
 from algos.precision import precision_for

@@ -9,7 +9,7 @@ import torch
 from conftest import WORLD, KeywordRetriever
 from test_env_flow import GOOD
 
-from agents.hf import token_logprobs
+from agents.logprobs import token_logprobs
 from agents.models import tiny_causal_lm
 from algos.advantages import AdvantageContext
 from algos.batch import pad_rows, rows_from_episodes, score_rows

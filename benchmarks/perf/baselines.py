@@ -22,11 +22,11 @@ def _cache_arg(model: Any) -> str:
 def minimal_decode(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]], batch_size: int,
                    pad_id: int, temperature: float, top_p: float, seed: int) -> list[list[list[int]]]:
     """The limit of decoding: replay recorded policy calls with a bare KV-cache loop and the
-    shared decoding step (``agents.hf.next_tokens``): the same prompts in the same
+    shared decoding step (``agents.logprobs.next_tokens``): the same prompts in the same
     length-sorted, left-padded batches as ``HFPolicy``, each row stopped at its recorded
     length (so a sampled replay draws the same uniforms and gives the same tokens). No stop
     strings, no per-row bookkeeping beyond that. Returns the tokens per call, per prompt."""
-    from agents.hf import next_tokens, pad_batch
+    from agents.logprobs import next_tokens, pad_batch
 
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     cache_kw = _cache_arg(model)
@@ -67,7 +67,8 @@ def legacy_policy(policy: Any) -> Any:
     """``policy`` (an HFPolicy) with the decoding step this release replaced: a full
     log-softmax per step, the sampled token drawn from a float64 cumulative sum over the
     whole vocabulary, and the generated tail decoded for stop strings at every step."""
-    from agents.hf import HFPolicy, nucleus_logprobs
+    from agents.hf import HFPolicy
+    from agents.logprobs import nucleus_logprobs
 
     class LegacyDecoding(HFPolicy):
         def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +105,7 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
     """Peer: replay recorded policy calls with ``model.generate`` (greedy, or sampled at
     ``temperature``: other draws, the same lengths): the same prompts, in the same
     length-sorted batches as ``HFPolicy``, each batch to its longest recorded turn."""
-    from agents.hf import pad_batch
+    from agents.logprobs import pad_batch
 
     sampling = ({"do_sample": False} if temperature == 0 else
                 {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0})
@@ -124,7 +125,7 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
 def plain_fwd_bwd(model: Any, ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> None:
     """The plain way to train on these tokens: the model's own logits at the predicting
     positions, ``cross_entropy``, backward."""
-    from agents.hf import position_ids_of
+    from agents.logprobs import position_ids_of
 
     model.zero_grad(set_to_none=True)
     predictors = torch.zeros_like(targets)
@@ -149,11 +150,11 @@ def bare_forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, targets: tor
 @contextlib.contextmanager
 def full_vocabulary_logits():
     """The learner's log-probs as before this release: every trained token's logits at once."""
-    import agents.hf
+    import agents.logprobs
 
-    saved = agents.hf.LOGIT_CHUNK_ELEMENTS
-    agents.hf.LOGIT_CHUNK_ELEMENTS = 0
+    saved = agents.logprobs.LOGIT_CHUNK_ELEMENTS
+    agents.logprobs.LOGIT_CHUNK_ELEMENTS = 0
     try:
         yield
     finally:
-        agents.hf.LOGIT_CHUNK_ELEMENTS = saved
+        agents.logprobs.LOGIT_CHUNK_ELEMENTS = saved
