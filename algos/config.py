@@ -234,11 +234,14 @@ class TrainConfig:
         return "cascade" if self.stage == "teacher" else "hierarchical"
 
     def env_shape(self) -> dict[str, Any]:
-        """SearchTeam keyword arguments of this run (workflow excluded)."""
-        return dict(max_turn_tokens=self.max_turn_tokens, max_context_tokens=self.max_context_tokens,
-                    max_waves=self.max_waves, max_searchers=self.max_searchers,
-                    max_searcher_turns=self.max_searcher_turns, num_candidates=self.num_candidates,
-                    top_k=self.top_k, **self.env_kwargs)
+        """SearchTeam keyword arguments of this run (workflow excluded): every field of this
+        config named as a field of ``envs.team.TeamConfig`` (a new env setting needs only a
+        field of the same name here to become a run setting), then ``env_kwargs``."""
+        from envs.team import TeamConfig
+
+        team = TeamConfig.keywords()
+        shape = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in team}
+        return dict(**shape, **self.env_kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -127,8 +127,6 @@ def check_env_shape(cfg: TrainConfig) -> None:
     whole turn (``envs.team.check_room``): ``max_context_tokens=128`` with
     ``max_turn_tokens=64`` would otherwise fail at the first validation, after the build.
     Skipped when the tokenizer is not on this machine yet (a hub id)."""
-    import dataclasses
-
     from algos.presets import model_tokenizer
     from envs.chat import chat_format
     from envs.team import TeamConfig, check_room
@@ -136,7 +134,7 @@ def check_env_shape(cfg: TrainConfig) -> None:
     tokenizer = model_tokenizer(cfg.model)
     if tokenizer is None:
         return
-    fields = {f.name for f in dataclasses.fields(TeamConfig)} - {"workflow", "rewards"}
+    fields = set(TeamConfig.keywords()) - {"workflow", "rewards"}
     shape = {k: v for k, v in cfg.env_shape().items() if k in fields}
     try:
         check_room(TeamConfig(workflow=cfg.workflow, **shape), chat_format(tokenizer))

@@ -104,7 +104,6 @@ from envs import protocol as P
 from envs.chat import ChatFormat, TurnEnder, chat_format
 from envs.episode import Episode
 from envs.observation import Observation
-from envs.rewards import RewardConfig
 from envs.team import TeamConfig, TeamEpisode, TurnResult, check_room
 from envs.turns import PreparedTurn, apply_turns
 
@@ -156,40 +155,26 @@ class raw_env(AECEnv):
 
     def __init__(
         self,
-        workflow: str = "hierarchical",
+        *,
         step_mode: str = "turn",
         tokenizer: Any = None,
         retriever: Any = None,
         questions: Sequence[Any] | None = None,
-        max_waves: int = 3,
-        max_searchers: int = 3,
-        max_searcher_turns: int = 4,
-        num_candidates: int = 5,
-        top_k: int = 3,
-        max_turn_tokens: int = 256,
-        max_context_tokens: int = 4096,
-        max_leader_turns: int = 0,
-        max_answerer_turns: int = 2,
-        rewards: RewardConfig | dict[str, float] | None = None,
         render_mode: str | None = None,
-        prompts: str = P.DEFAULT_PROMPTS,
         search_retries: int = 2,
         search_backoff: float = 0.1,
+        **team: Any,
     ):
+        """``team``: the team's shape and budgets, each field of :class:`envs.team.TeamConfig`
+        by name, with its default (``workflow``, ``max_waves``, ``max_searchers``, ...,
+        ``rewards`` as a ``RewardConfig`` or a dict of its fields, ``prompts``); declared
+        there once. Any other keyword is a TypeError naming it."""
         super().__init__()
+        self.config = TeamConfig.from_keywords(**team)
         if step_mode not in STEP_MODES:
             raise ValueError(f"step_mode must be one of {STEP_MODES}, got {step_mode!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'human' or 'ansi', got {render_mode!r}")
-        if isinstance(rewards, dict):
-            rewards = RewardConfig(**rewards)
-        self.config = TeamConfig(
-            workflow=workflow, max_waves=max_waves, max_searchers=max_searchers,
-            max_searcher_turns=max_searcher_turns, max_leader_turns=max_leader_turns,
-            max_answerer_turns=max_answerer_turns, num_candidates=num_candidates, top_k=top_k,
-            max_turn_tokens=max_turn_tokens, max_context_tokens=max_context_tokens,
-            rewards=rewards or RewardConfig(), prompts=prompts,
-        )
         self.step_mode = step_mode
         self.render_mode = render_mode
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer()

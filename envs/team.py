@@ -13,7 +13,7 @@ Phases: ``leader`` -> ``search`` (a wave) -> ``leader`` -> ... -> ``answer`` -> 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from envs import protocol as P
@@ -71,6 +71,32 @@ class TeamConfig:
                 f"max_context_tokens={self.max_context_tokens} leaves no room for a prompt "
                 f"and a {self.max_turn_tokens}-token turn"
             )
+
+    @classmethod
+    def keywords(cls) -> tuple[str, ...]:
+        """The field names, in order: the SearchTeam keyword arguments that set the team
+        (``raw_env(max_waves=2)``; ``TrainConfig.env_shape`` passes its fields of these names)."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_keywords(cls, **kwargs: Any) -> TeamConfig:
+        """The config these SearchTeam keyword arguments set (the others keep their defaults);
+        ``rewards`` may also be a dict of ``RewardConfig`` fields, or None for the default.
+        An unknown keyword is a TypeError that names it and the closest field name."""
+        known = cls.keywords()
+        for name in kwargs:
+            if name not in known:
+                import difflib
+
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise TypeError(f"SearchTeam got an unexpected keyword argument {name!r}; {hint}"
+                                f"the team's settings are {', '.join(known)}")
+        if isinstance(kwargs.get("rewards"), dict):
+            kwargs["rewards"] = RewardConfig(**kwargs["rewards"])
+        elif "rewards" in kwargs and kwargs["rewards"] is None:
+            del kwargs["rewards"]
+        return cls(**kwargs)
 
     @property
     def leader_turns(self) -> int:

@@ -58,3 +58,31 @@ def test_env_copies_share_the_chat_frames_and_each_builds_its_own_spaces_on_dema
     assert a.observation_space("leader_0").spaces["observation"].shape == (1024,)
     assert b.action_space("searcher_0") is not space  # one env's seeding never moves another's
     assert sorted(a.observation_spaces) == sorted(a.possible_agents)
+
+
+def test_every_team_setting_is_a_keyword_of_each_env_factory(tokenizer, retriever):
+    """TeamConfig declares the team's settings once: raw_env, env() and env_fn() take each of
+    its fields by name, and refuse a misspelt one by name."""
+    from conftest import QUESTION
+
+    from envs import env_fn, make_env
+    from envs.rewards import RewardConfig
+    from envs.team import TeamConfig
+
+    assert TeamConfig.keywords() == (
+        "workflow", "max_waves", "max_searchers", "max_searcher_turns", "max_leader_turns",
+        "max_answerer_turns", "num_candidates", "top_k", "max_turn_tokens", "max_context_tokens",
+        "rewards", "prompts")
+    team = dict(workflow="cascade", max_waves=2, max_searchers=2, max_searcher_turns=3, max_leader_turns=5,
+                max_answerer_turns=1, num_candidates=3, top_k=4, max_turn_tokens=32, max_context_tokens=1024,
+                rewards={"em_weight": 0.5}, prompts="short")
+    common = dict(tokenizer=tokenizer, retriever=retriever, questions=[QUESTION])
+    for make in (search_team_v0.raw_env, lambda **kw: search_team_v0.env(**kw).unwrapped,
+                 lambda **kw: env_fn(**kw)()):
+        raw = make(**team, **common)
+        assert raw.config == TeamConfig(**{**team, "rewards": RewardConfig(em_weight=0.5)})
+    assert make_env(rewards=None, **common).config == TeamConfig()  # the defaults, rewards=None too
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'max_wave'; did you mean 'max_waves'\?"):
+        search_team_v0.raw_env(max_wave=2, **common)
+    with pytest.raises(TypeError, match="'colour'; the team's settings are workflow, max_waves"):
+        make_env(colour="red", **common)

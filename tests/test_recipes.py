@@ -116,3 +116,21 @@ def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():
         P.write_subtasks(["task", "task"]) + P.write_select([1, 2]) + P.write("answer", 1976),
     ]
     assert [w for w in written if w not in texts] == []
+
+
+def test_a_runs_env_shape_is_its_fields_named_as_team_settings():
+    """TrainConfig.env_shape passes every field named as a TeamConfig field (no list of its
+    own to keep in step), then env_kwargs; each recipe's ENV sets only team settings."""
+    from algos.config import TrainConfig
+    from algos.presets import RECIPES
+    from envs.team import TeamConfig
+
+    assert TrainConfig(stage="teacher").env_shape() == {"max_turn_tokens": 256, "max_context_tokens": 4096, "max_waves": 3,
+                                         "max_searchers": 3, "max_searcher_turns": 4, "num_candidates": 5,
+                                         "top_k": 3}
+    shape = TrainConfig(stage="teacher", max_waves=2, top_k=5, env_kwargs={"prompts": "short"}).env_shape()
+    assert (shape["max_waves"], shape["top_k"], shape["prompts"]) == (2, 5, "short")
+    with pytest.raises(TypeError, match="top_k"):  # env_kwargs cannot silently override a run setting
+        TrainConfig(stage="teacher", env_kwargs={"top_k": 9}).env_shape()
+    for name, recipe in RECIPES.items():
+        assert set(recipe.ENV) <= set(TeamConfig.keywords()), name
