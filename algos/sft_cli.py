@@ -27,10 +27,11 @@ from envs.episode import load_episodes
 from envs.quiet import quiet_progress
 
 
-def load_model(name: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` to fine-tune: a recipe's model name (``micro``) is a fresh,
-    untrained model of that recipe with its tokenizer (the micro one is wired like the
-    preset's base); anything else goes to :func:`agents.models.load_causal_lm`."""
+def starting_model(name: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` that fine-tuning starts from: a recipe's model name (``micro``)
+    is a fresh, untrained model of that recipe with its tokenizer (the micro one is wired
+    like the preset's base); anything else is loaded by :func:`agents.models.load_causal_lm`.
+    (:func:`algos.models.load_model` is the trainer's: a name, a path or a run directory.)"""
     for recipe in RECIPES.values():
         if name == recipe.MODEL:
             return recipe.fresh_model()
@@ -116,7 +117,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _fine_tune(args: argparse.Namespace, given: dict[str, Any], episodes: Any, out: Path, progress: bool) -> int:
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = starting_model(args.model)
     settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
                 "max_len": args.max_len, "seed": args.seed}
     started = time.perf_counter()

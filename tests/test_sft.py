@@ -205,9 +205,9 @@ def test_command_line_trains_and_saves(tmp_path):
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
-    from algos.sft_cli import load_model
+    from algos.sft_cli import starting_model
 
-    model, tokenizer = load_model("micro")
+    model, tokenizer = starting_model("micro")
     assert model.config.vocab_size == len(tokenizer)
     assert model.config.induction == {"prev_heads": [0, 1], "induction_heads": [0, 1, 2, 3],
                                       "lookup_heads": [0, 1, 2, 3], "lookup_layer": 2}

@@ -30,7 +30,7 @@ def test_sft_runs_on_the_given_threads_and_records_them(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(cli, "sft", fake_sft)
     monkeypatch.setattr(cli, "load_episodes", lambda path: ["episode"])
-    monkeypatch.setattr(cli, "load_model", lambda name: (_Saver(), _Saver()))
+    monkeypatch.setattr(cli, "starting_model", lambda name: (_Saver(), _Saver()))
     episodes = tmp_path / "eps.jsonl"
     episodes.write_text("{}\n")
     assert cli.main(["--episodes", str(episodes), "--out", str(tmp_path / "out"), "--threads", "3",
