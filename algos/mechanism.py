@@ -1,0 +1,106 @@
+"""What decides whether outcome RL keeps or drops search, as figures over Episodes (issue 30).
+
+The Searcher's first decision (``<search>`` or ``<summary>``) gets its workflow's advantage,
+and under GRPO the expected push on log-odds(search) follows the *within-group covariance*
+between searching and R_EM: positive, outcome RL raises search; at or below zero (searches that
+do not pay, a no-search path that is right on its own), it can drop it. Only groups whose R_EM
+varies carry an outcome advantage at all. :func:`search_covariance` measures both on groups
+of sampled workflows; :func:`greedy_figures` gives greedy avg@1 with the two-choice questions
+apart; :class:`NothingFound` is the retriever for "what the team knows without searching".
+The micro recipe's measurement of a base (``python -m algos.recipes.micro.mechanism``) and
+the learner's per-step metrics use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from envs.retrieval.passage import Passage
+
+
+class NothingFound:
+    """A retriever that finds nothing: the team plays on what it knows without searching
+    (each search is answered with no passages, as a search that matched nothing)."""
+
+    def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
+        return [[] for _ in queries]
+
+
+def _within(values: Sequence[float], rewards: Sequence[float]) -> float:
+    """The population covariance of ``values`` with ``rewards`` over one group."""
+    x, r = np.asarray(values, float), np.asarray(rewards, float)
+    return float(np.mean((x - x.mean()) * (r - r.mean())))
+
+
+def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 2000,
+                      seed: int = 0) -> dict[str, Any]:
+    """The within-group covariance of searching with R_EM (``team_em``) over ``groups`` of
+    Episodes (one group = the G workflows of one question): the mean over groups of each
+    group's population covariance, for the search count and for "searched at all", with a
+    95% percentile bootstrap over questions; the share of groups whose R_EM varies, the
+    sampled search rate and R_EM. A group of one workflow has covariance 0 and is counted."""
+    if not groups or any(not g for g in groups):
+        raise ValueError("search_covariance needs at least one non-empty group of episodes")
+    counts = np.array([_within([ep.num_searches for ep in g], [ep.team_em for ep in g])
+                       for g in groups])
+    any_search = np.array([_within([float(ep.num_searches > 0) for ep in g],
+                                   [ep.team_em for ep in g]) for g in groups])
+    mixed = [len({ep.team_em for ep in g}) > 1 for g in groups]
+    episodes = [ep for g in groups for ep in g]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(groups), size=(n_resamples, len(groups)))
+
+    def interval(values: np.ndarray) -> list[float]:
+        means = values[picks].mean(axis=1)
+        return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+
+    mixed_counts = counts[np.array(mixed)] if any(mixed) else np.array([0.0])
+    return {
+        "groups": len(groups),
+        "group_size": max(len(g) for g in groups),
+        "cov_searches_em": float(counts.mean()), "cov_searches_em_ci95": interval(counts),
+        "cov_searched_em": float(any_search.mean()), "cov_searched_em_ci95": interval(any_search),
+        "cov_searches_em_mixed_groups": float(mixed_counts.mean()),
+        "mixed_group_share": float(np.mean(mixed)),
+        "searches_per_workflow": float(np.mean([ep.num_searches for ep in episodes])),
+        "searched_share": float(np.mean([ep.num_searches > 0 for ep in episodes])),
+        "team_em": float(np.mean([ep.team_em for ep in episodes])),
+        "invalid_rate": sum(ep.invalid_turns for ep in episodes) / max(1, sum(ep.turns for ep in episodes)),
+        "ci": "percentile bootstrap over questions (groups), seeds fixed",
+    }
+
+
+TWO_CHOICE = frozenset({"comparison", "bridge_comparison"})
+"""Synthetic question styles whose answer is one of two names written in the question."""
+
+
+def two_choice(questions: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(dataset, id)`` of the two-choice questions among ``questions`` (QAItems)."""
+    return {(q.dataset, q.id) for q in questions if (q.metadata or {}).get("style") in TWO_CHOICE}
+
+
+def greedy_figures(episodes: Sequence[Any], two_choice_ids: set[tuple[str, str]] = frozenset()) -> dict[str, Any]:
+    """avg@1 (final EM) as a macro over datasets, and apart on the questions that are not
+    two-choice (``two_choice_ids``: their ``(dataset, id)``); searches and invalid turns per
+    workflow."""
+    by_dataset: dict[str, list[float]] = {}
+    open_by_dataset: dict[str, list[float]] = {}
+    for ep in episodes:
+        dataset = ep.question.get("dataset", "")
+        by_dataset.setdefault(dataset, []).append(ep.final_em)
+        if (dataset, ep.question.get("id")) not in two_choice_ids:
+            open_by_dataset.setdefault(dataset, []).append(ep.final_em)
+    n = max(1, len(episodes))
+    return {
+        "questions": len(episodes),
+        "macro_avg@1": float(np.mean([np.mean(v) for v in by_dataset.values()])),
+        "macro_avg@1_not_two_choice": float(np.mean([np.mean(v) for v in open_by_dataset.values()])),
+        "two_choice_questions": len(episodes) - sum(len(v) for v in open_by_dataset.values()),
+        "right": int(sum(ep.final_em for ep in episodes)),
+        "searches_per_workflow": sum(ep.num_searches for ep in episodes) / n,
+        "invalid_turns_per_workflow": sum(ep.invalid_turns for ep in episodes) / n,
+        "per_dataset": {d: float(np.mean(v)) for d, v in sorted(by_dataset.items())},
+    }

@@ -1,0 +1,57 @@
+"""The figures that predict whether outcome RL keeps search (``algos.mechanism``),
+checked against hand-computed values on hand-made episodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from algos.mechanism import NothingFound, greedy_figures, search_covariance
+from envs.episode import Episode
+
+
+def episode(searches: int, em: float, dataset: str = "nq", qid: str = "q", final: float | None = None) -> Episode:
+    return Episode(question={"id": qid, "dataset": dataset}, workflow="hierarchical",
+                   num_searches=searches, team_em=em, final_em=em if final is None else final,
+                   turns=4, invalid_turns=1 if searches == 0 else 0)
+
+
+def test_within_group_covariance_matches_the_hand_computed_value():
+    paying = [episode(0, 0), episode(1, 1), episode(2, 1), episode(1, 0)]
+    flat = [episode(1, 0), episode(1, 0), episode(0, 0), episode(0, 0)]
+    figures = search_covariance([paying, flat], n_resamples=200)
+    # paying: searches mean 1, R_EM mean 0.5: ((-1)(-.5) + 0 + (1)(.5) + 0) / 4 = 0.25; flat: 0
+    assert figures["cov_searches_em"] == pytest.approx(0.125)
+    # searched at all: (.375 + .125 + .125 - .125) / 4 = 0.125 for paying, 0 for flat
+    assert figures["cov_searched_em"] == pytest.approx(0.0625)
+    assert figures["cov_searches_em_mixed_groups"] == pytest.approx(0.25)
+    assert figures["mixed_group_share"] == 0.5
+    assert figures["searches_per_workflow"] == pytest.approx(6 / 8)
+    assert figures["searched_share"] == pytest.approx(5 / 8)
+    assert figures["team_em"] == pytest.approx(2 / 8)
+    low, high = figures["cov_searches_em_ci95"]
+    assert 0.0 <= low <= 0.125 <= high <= 0.25  # the mean of 0.25 and 0 resampled
+
+
+def test_searches_that_do_not_pay_give_a_negative_covariance():
+    memory_wins = [episode(0, 1), episode(0, 1), episode(2, 0), episode(1, 0)]
+    assert search_covariance([memory_wins], n_resamples=10)["cov_searches_em"] == pytest.approx(-0.375)
+
+
+def test_an_empty_group_is_refused():
+    with pytest.raises(ValueError, match="non-empty group"):
+        search_covariance([[episode(1, 1)], []])
+
+
+def test_greedy_figures_report_the_two_choice_questions_apart():
+    episodes = [episode(1, 1, "hotpotqa", "a"), episode(1, 0, "hotpotqa", "b"),
+                episode(0, 1, "nq", "c"), episode(0, 0, "nq", "d")]
+    figures = greedy_figures(episodes, {("hotpotqa", "a")})
+    assert figures["macro_avg@1"] == pytest.approx(0.5)
+    # without hotpotqa/a: hotpotqa 0 of 1, nq 1 of 2 -> macro 0.25
+    assert figures["macro_avg@1_not_two_choice"] == pytest.approx(0.25)
+    assert figures["two_choice_questions"] == 1 and figures["right"] == 2
+    assert figures["searches_per_workflow"] == 0.5 and figures["invalid_turns_per_workflow"] == 0.5
+
+
+def test_nothing_found_answers_every_query_with_no_passages():
+    assert NothingFound().search(["a", "b"], top_k=3) == [[], []]
