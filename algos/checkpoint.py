@@ -1,6 +1,7 @@
 """Checkpoints that resume to the same continuation: model and tokenizer
 (``save_pretrained``), optimizer, RNG states, step and config. At most ``keep`` are kept
-(PITFALLS 10); ``latest`` names the newest complete one.
+(PITFALLS 10); ``latest`` names the newest complete one. :func:`load_model` loads a model by
+name, path or run directory (its latest checkpoint).
 
 Safe to load: ``trainer_state.pt`` holds only tensors, numbers, strings, lists, tuples and
 dicts, and is read with ``torch.load(weights_only=True)``, which refuses anything else (a
@@ -208,6 +209,18 @@ def resolve_model_path(name: str) -> str:
         if latest is not None:
             return str(latest)
     return name
+
+
+def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) of ``name``: a model directory, a run directory (its latest
+    checkpoint, :func:`resolve_model_path`), ``smollm2`` or a hub id. The one way a run loads
+    a model (the policy's starting point, the Teacher, the Prompted Critic's base), so the
+    trainer and the Teacher load alike. A preset's own model name (``algos.presets.RECIPES``)
+    is turned into a directory by the command line before the Trainer starts
+    (``algos.presets.prepare_model``)."""
+    from agents.models import load_causal_lm
+
+    return load_causal_lm(resolve_model_path(name), dtype=dtype, device=device)
 
 
 def load_checkpoint(path: str | Path, optimizer: Any | None = None) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def starting_model(name: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` that fine-tuning starts from: a recipe's model name (``micro``)
     is a fresh, untrained model of that recipe with its tokenizer (the micro one is wired
     like the preset's base); anything else is loaded by :func:`agents.models.load_causal_lm`.
-    (:func:`algos.models.load_model` is the trainer's: a name, a path or a run directory.)"""
+    (:func:`algos.checkpoint.load_model` is the trainer's: a name, a path or a run directory.)"""
     for recipe in RECIPES.values():
         if name == recipe.MODEL:
             return recipe.fresh_model()

@@ -42,6 +42,7 @@ from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, sc
 from algos.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    load_model,
     resolve_model_path,
     save_checkpoint,
     usable_checkpoint,
@@ -49,7 +50,6 @@ from algos.checkpoint import (
 from algos.config import TrainConfig
 from algos.freeze import declared_frozen
 from algos.losses import LossOutput, Totals, policy_loss
-from algos.models import load_model
 from algos.precision import precision_for
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, needs_critic, rule_of, rules_for

@@ -76,7 +76,7 @@ def test_with_no_complete_checkpoint_resume_is_refused_in_one_line_naming_the_fi
 
 
 def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs, torch_one_thread):
-    from algos.models import load_model
+    from algos.checkpoint import load_model
 
     path = _trainer(tmp_path, tiny_dirs, steps=1).save()
     _rewrite(path / "model.safetensors", lambda t: t.pop(MLP))
@@ -88,7 +88,7 @@ def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs,
 
 
 def test_a_checkpoint_holding_a_nan_is_refused_at_load(tmp_path, tiny_dirs, torch_one_thread):
-    from algos.models import load_model
+    from algos.checkpoint import load_model
 
     path = _trainer(tmp_path, tiny_dirs, steps=1).save()
 
@@ -115,8 +115,7 @@ def test_a_teacher_missing_a_tensor_is_refused(tmp_path, tiny_dirs, torch_one_th
 
 
 def test_tied_weights_saved_once_count_as_present(tmp_path, torch_one_thread):
-    from algos.checkpoint import verify_weights
-    from algos.models import load_model
+    from algos.checkpoint import load_model, verify_weights
 
     model = tiny_causal_lm(64, hidden_size=16, num_layers=1, num_heads=2, tie_word_embeddings=True)
     model.save_pretrained(tmp_path)

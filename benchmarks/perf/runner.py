@@ -36,7 +36,7 @@ def measured_model(name: str) -> tuple[Any, Any]:
 
         return load_causal_lm("smollm2")
     if name == "micro":  # the micro recipe's base: built once, then loaded by path
-        from algos.models import load_model
+        from algos.checkpoint import load_model
         from algos.presets import prepare_model
 
         return load_model(prepare_model("micro"))
