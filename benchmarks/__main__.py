@@ -262,6 +262,10 @@ def _dispatch(argv: list[str] | None) -> int:
         return perf_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "table2" and args.render_docs:
+        from benchmarks.docs_tables import render_command
+
+        return render_command()
     if args.command in ("ablate", "table2"):
         from benchmarks.table2 import ablate_command, table_command
 

@@ -60,14 +60,32 @@ def summary_table(table: Mapping[str, Any], *, per_seed: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _seeds_table(seeds: Mapping[str, Any]) -> str:
-    from algos.recipes.micro.seeds import markdown_table
+STAGE_NAMES = {"teacher": "I (Teacher)", "team": "II (team)"}
+"""The stages as the README names them."""
 
-    return markdown_table(seeds)
+
+def seeds_table(result: Mapping[str, Any]) -> str:
+    """The seed distribution of a ``docs/micro_seeds.json`` (``python -m
+    algos.recipes.micro.seeds collect``) as a markdown table (the README's "Train"
+    headline): per stage avg@1 before and after (mean [min, max] over seeds), the seeds that
+    improved with the exact sign test over seeds, and the pooled test labelled with what it
+    assumes."""
+    lines = ["| stage | base avg@1 | trained | seeds up (sign test) | "
+             "pooled, (seed, question) pairs assumed independent |", "|---|---|---|---|---|"]
+    for stage, f in result["stages"].items():
+        over, pooled = f["over_seeds"], f.get("pooled_paired")
+        tied = f", {over['ties']} tied" if over["ties"] else ""
+        cells = [STAGE_NAMES.get(stage, stage),
+                 *(f"{f[k]['mean']:.3f} [{f[k]['min']:.3f}, {f[k]['max']:.3f}]" for k in ("base_em", "trained_em")),
+                 f"{over['better']} of {over['seeds']}{tied} (p = {over['p_value']:.2g})",
+                 "-" if not pooled else (f"{pooled['better']} up, {pooled['worse']} down of "
+                                         f"{pooled['questions']} (p = {pooled['p_value']:.2g})")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
-    "README.md": {"micro-seeds": ("docs/micro_seeds.json", _seeds_table),
+    "README.md": {"micro-seeds": ("docs/micro_seeds.json", seeds_table),
                   "table2": ("docs/table2.json", lambda table: summary_table(table, per_seed=False))},
     "docs/table2.md": {"table2-summary": ("docs/table2.json", summary_table),
                        "table2-full": ("docs/table2.json", markdown)},
@@ -111,3 +129,10 @@ def render_docs(root: str | Path = ROOT) -> list[str]:
             path.write_text(new, encoding="utf-8")
             changed.append(page)
     return changed
+
+
+def render_command() -> int:
+    """``python -m benchmarks table2 --render-docs``: :func:`render_docs` in this checkout."""
+    changed = render_docs()
+    print(f"rewrote the tables of {', '.join(changed)}" if changed else "the tables were up to date")
+    return 0

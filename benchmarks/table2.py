@@ -541,14 +541,7 @@ def ablate_command(args: Any) -> int:
 
 
 def table_command(args: Any) -> int:
-    """``python -m benchmarks table2 OUT``: (re)write the table of the runs finished so far;
-    ``--render-docs``: rewrite the README's and docs' tables from the committed JSON."""
-    if getattr(args, "render_docs", False):
-        from benchmarks.docs_tables import render_docs
-
-        changed = render_docs()
-        print(f"rewrote the tables of {', '.join(changed)}" if changed else "the tables were up to date")
-        return 0
+    """``python -m benchmarks table2 OUT``: (re)write the table of the runs finished so far."""
     if args.out is None:
         raise SystemExit("python -m benchmarks table2: error: give the ablation's directory (or --render-docs)")
     try:

@@ -136,28 +136,6 @@ def headline(stages: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-STAGE_NAMES = {"teacher": "I (Teacher)", "team": "II (team)"}
-
-
-def markdown_table(result: dict[str, Any]) -> str:
-    """The seed distribution of a ``docs/micro_seeds.json`` as a markdown table (the README's
-    "Train" headline): per stage avg@1 before and after (mean [min, max] over seeds), the
-    seeds that improved with the exact sign test over seeds, and the pooled test labelled
-    with what it assumes."""
-    lines = ["| stage | base avg@1 | trained | seeds up (sign test) | "
-             "pooled, (seed, question) pairs assumed independent |", "|---|---|---|---|---|"]
-    for stage, f in result["stages"].items():
-        over, pooled = f["over_seeds"], f.get("pooled_paired")
-        tied = f", {over['ties']} tied" if over["ties"] else ""
-        cells = [STAGE_NAMES.get(stage, stage),
-                 *(f"{f[k]['mean']:.3f} [{f[k]['min']:.3f}, {f[k]['max']:.3f}]" for k in ("base_em", "trained_em")),
-                 f"{over['better']} of {over['seeds']}{tied} (p = {over['p_value']:.2g})",
-                 "-" if not pooled else (f"{pooled['better']} up, {pooled['worse']} down of "
-                                         f"{pooled['questions']} (p = {pooled['p_value']:.2g})")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m algos.recipes.micro.seeds",
                                      description=__doc__,
