@@ -113,7 +113,7 @@ def _dispatch(argv: list[str]) -> int:
 
         return plan_main(argv[1:])
     if argv and argv[0] == "train-leader-sb3":
-        from algos.sb3_leader import main as sb3_main
+        from algos.train_leader_sb3 import main as sb3_main
 
         return sb3_main(argv[1:])
     if argv and argv[0] == "ablate":  # Table 2 lives on the benchmark floor, above the learner

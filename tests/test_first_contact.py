@@ -294,7 +294,7 @@ def _parsers(main, argv: list[str], monkeypatch) -> list[argparse.ArgumentParser
 
 
 @pytest.mark.parametrize("module", ["envs.__main__", "envs.retrieval.__main__", "agents.__main__", "algos.__main__",
-                                    "algos.sft_cli", "algos.sb3_leader", "benchmarks.__main__",
+                                    "algos.sft_cli", "algos.train_leader_sb3", "benchmarks.__main__",
                                     "benchmarks.retrieval_load", "benchmarks.scaleout_perf", "benchmarks.gpu_check"])
 def test_every_option_has_help_text(module, monkeypatch):
     from importlib import import_module
