@@ -123,14 +123,22 @@ def _compare(args: argparse.Namespace) -> int:
     from benchmarks.suite import label_of, markdown_table, plot_results
 
     loaded = [_load(d) for d in args.results]
-    base_sampling = loaded[-1][0].get("meta", {}).get("sampling")
+    base_meta = loaded[-1][0].get("meta", {})
     for d, (s, _) in zip(args.results[:-1], loaded[:-1]):
-        sampling = s.get("meta", {}).get("sampling")
-        if not args.allow_different_settings and not same_settings(sampling, base_sampling):
-            print(f"python -m benchmarks compare: error: {d} ({describe_team(sampling)}) and {args.results[-1]} "
-                  f"({describe_team(base_sampling)}) sampled differently; pass --allow-different-settings "
-                  "to pair them anyway", file=sys.stderr)
-            return 2
+        meta = s.get("meta", {})
+        if args.allow_different_settings:
+            continue
+        if not same_settings(meta.get("sampling"), base_meta.get("sampling")):
+            differ = (f"({describe_team(meta.get('sampling'))}) and {args.results[-1]} "
+                      f"({describe_team(base_meta.get('sampling'))}) sampled differently")
+        elif meta.get("prompts", P.DEFAULT_PROMPTS) != base_meta.get("prompts", P.DEFAULT_PROMPTS):
+            differ = (f"({meta.get('prompts', P.DEFAULT_PROMPTS)} prompts) and {args.results[-1]} "
+                      f"({base_meta.get('prompts', P.DEFAULT_PROMPTS)} prompts) were prompted differently")
+        else:
+            continue
+        print(f"python -m benchmarks compare: error: {d} {differ}; pass --allow-different-settings "
+              "to pair them anyway", file=sys.stderr)
+        return 2
     rows = [(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]
     print(markdown_table(rows))
     base_records = loaded[-1][1]
@@ -234,7 +242,7 @@ def _dispatch(argv: list[str] | None) -> int:
     c.add_argument("--out", default=None, help="also write comparison plots here")
     c.add_argument("--allow-different-settings", action="store_true",
                    help="pair runs whose LM policies sampled with different settings (temperature, top-p, "
-                        "max new tokens; summary.json's meta.sampling)")
+                        "max new tokens; summary.json's meta.sampling) or used different prompt sets (meta.prompts)")
     v = sub.add_parser("curves", help="validation avg@1 against training step (Figure 3)")
     v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
     v.add_argument("--out", default=None,

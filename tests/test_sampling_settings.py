@@ -127,8 +127,9 @@ def test_settings_recorded_in_summary_and_every_episode(model_dirs, tmp_path, to
     assert len(episodes) == 2 and all(ep["sampling"] == sampling for ep in episodes)
 
 
-def _result(path, sampling):
-    """A result folder as `benchmarks run` writes it, with ``sampling`` as its record."""
+def _result(path, sampling, prompts=None):
+    """A result folder as `benchmarks run` writes it, with ``sampling`` as its record (and
+    ``prompts`` as its prompt set, when given)."""
     from benchmarks.metrics import summarize
 
     records = [{"dataset": "nq", "id": f"q{i}", "correct": [float(i % 2)], "searches": [1],
@@ -137,6 +138,8 @@ def _result(path, sampling):
     summary["meta"] = {"policy": "hf:smollm2", "workflow": "hierarchical"}
     if sampling is not None:
         summary["meta"]["sampling"] = sampling
+    if prompts is not None:
+        summary["meta"]["prompts"] = prompts
     path.mkdir()
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -186,3 +189,19 @@ def test_validation_shows_a_bar_on_stderr(tmp_path, tiny_dirs, capsys, torch_one
     quiet = TrainConfig(**{**cfg.to_dict(), "out_dir": str(tmp_path / "quiet")})
     Trainer(quiet, progress=False, retriever=KeywordRetriever(WORLD)).validate()
     assert "validate step" not in capsys.readouterr().err
+
+
+def test_compare_refuses_runs_prompted_with_different_prompt_sets_unless_allowed(tmp_path, capsys):
+    from benchmarks.__main__ import main as bench_main
+
+    one = {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 256}
+    team = {"leader": one, "searcher": one, "answerer": one}
+    short = _result(tmp_path / "short", team, prompts="short")
+    paper = _result(tmp_path / "paper", team)  # no record: the default set, paper
+    also_paper = _result(tmp_path / "also_paper", team, prompts="paper")
+    assert bench_main(["compare", short, paper, "--resamples", "10"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"python -m benchmarks compare: error: {short} (short prompts) and {paper} (paper prompts) were "
+        "prompted differently; pass --allow-different-settings to pair them anyway")
+    assert bench_main(["compare", short, paper, "--resamples", "10", "--allow-different-settings"]) == 0
+    assert bench_main(["compare", also_paper, paper, "--resamples", "10"]) == 0
