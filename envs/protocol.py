@@ -76,7 +76,7 @@ FORMAT_REMINDERS: dict[str, str] = {
 # --------------------------------------------------------------------------- the env's words
 # Every string the env writes into a context (or its render log) is one of these templates,
 # filled by name. Policies never parse them back: the structure they need is in
-# ``infos[agent]`` (see ``envs.team.TeamEpisode.view``).
+# ``infos[agent]`` (see ``envs.team.TurnMachine.view``).
 
 LEADER_USER = "Question: {question}"
 """The Leader's first user message."""

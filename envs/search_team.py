@@ -104,7 +104,7 @@ from envs import protocol as P
 from envs.chat import ChatFormat, TurnEnder, chat_format
 from envs.episode import Episode
 from envs.observation import Observation
-from envs.team import TeamConfig, TeamEpisode, TurnResult, check_room
+from envs.team import TeamConfig, TurnMachine, TurnResult, check_room
 from envs.turns import PreparedTurn, apply_turns
 
 STEP_MODES = ("turn", "token")
@@ -202,7 +202,7 @@ class raw_env(AECEnv):
         self._spaces: tuple[dict[str, Any], dict[str, Any]] | None = None  # built when first asked for
         self._eos_only = np.zeros(self.vocab_size, dtype=np.int8)
         self._eos_only[self.eos_id] = 1
-        self.core: TeamEpisode | None = None
+        self.core: TurnMachine | None = None
         self.np_random, _ = seeding.np_random(None)
 
     @property
@@ -250,7 +250,7 @@ class raw_env(AECEnv):
         question = (options or {}).get("question")
         if question is None:
             question = self.questions[int(self.np_random.integers(len(self.questions)))]
-        self.core = TeamEpisode(self.config, self.chat, question, seed=seed)
+        self.core = TurnMachine(self.config, self.chat, question, seed=seed)
         self.agents = self.possible_agents[:]
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
@@ -301,7 +301,7 @@ class raw_env(AECEnv):
 
     def view(self, agent: str) -> dict[str, Any]:
         """The structure ``agent`` knows (question, sub-task, passages, reports, waves
-        left, ...): see ``envs.team.TeamEpisode.view``. ``infos[agent]`` holds it too."""
+        left, ...): see ``envs.team.TurnMachine.view``. ``infos[agent]`` holds it too."""
         self._require_reset()
         return self.core.view(agent)
 
@@ -323,7 +323,7 @@ class raw_env(AECEnv):
 
     def messages(self, agent: str) -> tuple[dict[str, str], ...]:
         """``agent``'s context (whole turns) as chat messages ``{"role", "content"}``, built
-        from the env's structure, never parsed from text: ``envs.team.TeamEpisode.messages``.
+        from the env's structure, never parsed from text: ``envs.team.TurnMachine.messages``.
         Contents are unquoted: quote them (``envs.chat.quote_message``) before a chat request."""
         self._require_reset()
         return self.core.chat_messages(agent)

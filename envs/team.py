@@ -167,8 +167,10 @@ class TurnResult:
     """What the env did to the action before playing it (cut at its end or budget, ...)."""
 
 
-class TeamEpisode:
-    """One episode's state. Create, then alternate ``awaiting`` / ``play`` (/ ``deliver``)."""
+class TurnMachine:
+    """The turn state machine of one episode: its phase, who awaits a turn, the turns played;
+    it writes the :class:`~envs.episode.Episode` record (``self.episode``) as it goes. Held by
+    the AEC env as ``raw_env.core``. Create, then alternate ``awaiting`` / ``play`` (/ ``deliver``)."""
 
     def __init__(self, config: TeamConfig, chat: ChatFormat, question: Any, seed: int | None = None):
         self.config = config
