@@ -55,7 +55,8 @@ imitate.
 What the other choices fixed: ``README.md`` in this folder.
 """
 
-SOURCES = ("agents.reading", "agents.scripted", "agents.collect", "agents.models", "envs.protocol", "envs.chat", "envs.team",
+SOURCES = ("agents.reading", "agents.scripted", "agents.collect", "agents.models", "agents.logprobs",
+           "envs.protocol", "envs.chat", "envs.team",
            "envs.observation", "envs.turns", "envs.data.synthwiki", "envs.data.synthwiki.names",
            "envs.data.synthwiki.world", "envs.data.synthwiki.render",
            "envs.data.synthwiki.questions", "envs.retrieval.dense", "algos.sft",
