@@ -33,9 +33,7 @@ from envs.protocol import (
     render_passages,
     render_search_failure,
 )
-from envs.terminal import Quit, team_line, terminal_safe
-
-RULE = "─" * 72
+from envs.terminal import RULE, ContextScreen, Quit, team_line, terminal_safe
 
 
 def _terminal(out: Callable[[str], Any]) -> Callable[[str], None]:
@@ -84,22 +82,15 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
     settings = team_settings(policy)
     out(f"Sampling: {describe_team(settings)}")
     out(f"Question: {raw.question.question}")
-    shown: dict[str, int] = {}
-    shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
+    screen = ContextScreen(raw.tokenizer.decode, out)
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
         if term or trunc:
             env.step(None)
             continue
         obs = raw.turn_observation(agent)
-        context = obs.token_ids.tolist()
-        start = shown.get(agent, 0) if shown.get(agent, 0) <= len(context) else 0
-        out(f"{RULE}\n{agent} · turn {obs.info['turn'] + 1} · phase {raw.phase}")
-        twin = shown_as.setdefault(tuple(context), agent)
-        if twin != agent and start == 0:  # the Answerers share one context: show it once
-            out(f"(the same context as {twin})")
-        else:
-            out(raw.tokenizer.decode(context[start:]).rstrip())
+        screen.header(agent, obs.info["turn"], raw.phase)
+        screen.context(agent, obs.token_ids.tolist())
         action = policy.act([obs])[0]
         if args.mode == "token":
             ids = raw.prepare_turn(agent, action)[0] or [raw.eos_id]
@@ -115,8 +106,7 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
         out(f">>> {info.get('text', '').strip()}\n    [{verdict}]{'  ' + info['note'] if info.get('note') else ''}")
         if raw.done:
             continue
-        after = raw.context(agent)
-        shown[agent] = len(after)
+        screen.seen(agent, len(raw.context(agent)))
         if info.get("kind") == "search" and "passages" in raw.view(agent):  # what this search retrieved
             seen = raw.view(agent)["passages"]
             failed = info.get("search_error")

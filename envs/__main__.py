@@ -20,7 +20,6 @@ import importlib
 import sys
 from pathlib import Path
 
-RULE = "─" * 72
 PACKAGES = ("agents", "algos", "benchmarks")
 """The packages ``mopd <package> ...`` dispatches to."""
 
@@ -52,7 +51,7 @@ def _step(args: argparse.Namespace) -> int:
     on ``:quit``, 1 when the input ends first. Everything shown goes through
     ``envs.terminal.safe_print``: a passage's escape sequences are shown, not obeyed."""
     from envs import make_env
-    from envs.terminal import Quit, read_turn, team_line
+    from envs.terminal import RULE, ContextScreen, Quit, read_turn, team_line
     from envs.terminal import safe_print as show  # passages and turns may hold escape sequences
 
     env = make_env(wrapped=True, workflow=args.workflow)
@@ -65,8 +64,7 @@ def _step(args: argparse.Namespace) -> int:
          "'agent> ' prompt type that agent's whole turn on one line. :help lists the commands\n"
          "(:ctx shows the whole context); :quit or Ctrl-D leaves.")
     show(f"Question: {raw.question.question}")
-    shown: dict[str, int] = {}  # agent -> how much of its context is on screen
-    shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
+    screen = ContextScreen(decode, show)
     for_all: str | None = None  # ':all ANSWER' of an Answerer, for every later Answerer
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
@@ -75,17 +73,12 @@ def _step(args: argparse.Namespace) -> int:
             continue
         role = raw.view(agent)["role"]
         context = raw.context(agent)
-        show(f"{RULE}\n{agent} · turn {raw.view(agent)['turn'] + 1} · phase {raw.phase}")
+        screen.header(agent, raw.view(agent)["turn"], raw.phase)
         if role == "answerer" and for_all is not None:
             show(f"{agent}> {for_all}   (:all)")
             turn = for_all
         else:
-            twin = shown_as.get(tuple(context))
-            if twin is not None and agent not in shown:  # the Answerers share one context
-                show(f"(the same context as {twin})")
-            elif decode(context[shown.get(agent, 0):]).strip():  # nothing new: no empty block
-                show(decode(context[shown.get(agent, 0):]).rstrip())
-            shown_as.setdefault(tuple(context), agent)
+            screen.context(agent, context)
             try:
                 typed = read_turn(agent, role, lambda a=agent: raw.context_text(a))
             except Quit:
@@ -109,7 +102,7 @@ def _step(args: argparse.Namespace) -> int:
         reply = after[own:]
         if decode(reply, skip_special_tokens=True).strip():
             show(decode(reply).rstrip())
-        shown[agent] = len(after)
+        screen.seen(agent, len(after))
     ep = raw.episode
     show(f"{RULE}\nCandidates: {ep.candidates}")
     gold = list(ep.question["golden_answers"]) or "none (a question of your own: EM is 0)"

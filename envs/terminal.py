@@ -16,6 +16,9 @@ Anything else is the agent's whole turn, sent as typed.
 Text that the env, a model, the corpus or a dataset wrote reaches a terminal only through
 :func:`terminal_safe` (or :func:`safe_print`): an escape sequence in a passage would
 otherwise clear the screen, move the cursor or write the clipboard (OSC 52).
+
+Both terminal episode loops (``python -m envs step`` and ``python -m agents play``) show
+each turn's header and each agent's new context with one :class:`ContextScreen`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from dataclasses import dataclass
 from typing import IO
 
 from envs import protocol as P
+
+RULE = "─" * 72
+"""The line between two turns on screen."""
 
 COMMANDS = """Commands (never sent as a turn):
   :help          this list
@@ -136,3 +142,38 @@ def team_line(agents: Sequence[str]) -> str:
     return (f"Agents: {', '.join(names)}. The {answerers} Answerers each write one candidate "
             "from the same context; the majority candidate is the team's answer "
             "(':all ANSWER' gives one answer to every Answerer).")
+
+
+class ContextScreen:
+    """What a terminal episode loop has shown of each agent's context, so that each turn
+    shows only what is new: the agent's prompt at its first turn, then what the env wrote
+    since. ``out`` must make the text terminal-safe (:func:`safe_print`)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], out: Callable[[str], object]):
+        self.decode, self.out = decode, out
+        self.shown: dict[str, int] = {}  # agent -> how much of its context is on screen
+        self.shown_as: dict[tuple[int, ...], str] = {}  # a context on screen -> the agent it was shown for
+
+    def header(self, agent: str, turn: int, phase: str) -> None:
+        """The rule above a turn and ``<agent> · turn N · phase P`` (``turn`` counts from 0,
+        as ``infos[agent]["turn"]``)."""
+        self.out(f"{RULE}\n{agent} · turn {turn + 1} · phase {phase}")
+
+    def context(self, agent: str, context: Sequence[int]) -> None:
+        """The part of ``agent``'s context not on screen yet (nothing when nothing is new).
+        The Answerers share one context: it is shown once, and the next ones say whose it is."""
+        start = self.shown.get(agent, 0)
+        if start > len(context):
+            start = 0
+        twin = self.shown_as.setdefault(tuple(context), agent)
+        if twin != agent and start == 0:
+            self.out(f"(the same context as {twin})")
+            return
+        text = self.decode(list(context[start:]))
+        if text.strip():
+            self.out(text.rstrip())
+
+    def seen(self, agent: str, length: int) -> None:
+        """The first ``length`` tokens of ``agent``'s context are on screen (after its turn
+        and what the env wrote back at once)."""
+        self.shown[agent] = length
