@@ -124,9 +124,8 @@ def arch_of(model: str) -> Arch:
         path = Path("/nonexistent")
     if (path / "config.json").is_file():
         return Arch.from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
-    for recipe in RECIPES.values():
-        if model == recipe.MODEL:
-            return Arch.from_config(recipe.fresh_model()[0].config.to_dict())
+    if model in RECIPES:
+        return Arch.from_config(RECIPES[model].fresh_model()[0].config.to_dict())
     if model.lower() in KNOWN_ARCHS:
         return KNOWN_ARCHS[model.lower()]
     raise ValueError(f"model {model!r}: no config.json here and not one of the known architectures "

@@ -12,17 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from algos.config import TrainConfig
-from algos.recipes.micro import preset as micro_recipe
-from algos.recipes.paper_cpu import preset as paper_cpu_recipe
-from algos.recipes.tiny import preset as tiny_recipe
+from algos.recipes import Recipe
+from algos.recipes.micro import RECIPE as MICRO
+from algos.recipes.paper_cpu import RECIPE as PAPER_CPU
+from algos.recipes.tiny import RECIPE as TINY
 
 __all__ = ["PRESETS", "RECIPES", "model_tokenizer", "prepare_model", "preset_config"]
 
+RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (MICRO, TINY, PAPER_CPU)}
+"""The recipe behind a preset (:class:`algos.recipes.Recipe`), by its name (the preset's and
+the model's), for the command line and the pipeline, never the learner. A preset without a
+recipe trains a model that loads by name or path."""
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/preset.py).
-    "micro": micro_recipe.TRAIN,
+    # The CPU recipe: its settings and env shape live with it (algos/recipes/micro/settings.py).
+    "micro": MICRO.train,
     # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
-    "tiny": tiny_recipe.TRAIN,
+    "tiny": TINY.train,
     # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update
     # takes about 6 minutes on 2 CPU cores).
     "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
@@ -38,7 +44,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The paper's structure on CPU (a random Qwen3 of 2.4M parameters, activation checkpointing,
     # both stages, fsdp=True with Ray workers): a dry run of the wiring under `torchrun
     # --nproc-per-node 2` (algos/recipes/paper_cpu/, docs/scaleout.md).
-    "paper_cpu": paper_cpu_recipe.TRAIN,
+    "paper_cpu": PAPER_CPU.train,
 }
 
 
@@ -49,27 +55,14 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
     return TrainConfig(**{**PRESETS[preset], **overrides})
 
 
-RECIPES: dict[str, Any] = {"micro": micro_recipe, "tiny": tiny_recipe, "paper_cpu": paper_cpu_recipe}
-"""The recipe behind a preset (``algos/recipes/<name>/preset.py``), for the command line and the
-pipeline, never the learner: ``MODEL`` (the model name its settings train),
-``prepare_model(seed=, progress=, build=)`` (builds or reuses that model; returns its directory;
-``build=False`` only finds it),
-``build_base(out_dir, seed=, progress=, **options)`` (``python -m algos sft --preset``) and
-``fresh_model()`` (``python -m algos sft --model``: an untrained model and its tokenizer) and
-``tokenizer()`` (the base's tokenizer, without building the base).
-A preset without a recipe trains a model that loads by name or path."""
-
-
 def prepare_model(model: str, *, seed: int = 0, progress: bool = True, build: bool = True) -> str:
     """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
     directory of that recipe's base for ``seed`` (a run's seed builds its own base), built
     the first time (minutes) and reused after; any other name or path is returned as is. Called by the command line and
     :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
     loads anything."""
-    for recipe in RECIPES.values():
-        if model == recipe.MODEL:
-            return str(recipe.prepare_model(seed=seed, progress=progress, build=build))
-    return model
+    recipe = RECIPES.get(model)
+    return model if recipe is None else str(recipe.prepare_model(seed=seed, progress=progress, build=build))
 
 
 def model_tokenizer(model: str) -> Any | None:
@@ -79,9 +72,8 @@ def model_tokenizer(model: str) -> Any | None:
     from algos.checkpoint import resolve_model_path
     from envs.tokenizer import SMOLLM2_ALIASES, load_tokenizer
 
-    for recipe in RECIPES.values():
-        if model == recipe.MODEL:
-            return recipe.tokenizer()
+    if model in RECIPES:
+        return RECIPES[model].tokenizer()
     path = Path(resolve_model_path(model))
     if model.lower() in SMOLLM2_ALIASES or (path / "tokenizer_config.json").is_file():
         return load_tokenizer(model if model.lower() in SMOLLM2_ALIASES else str(path))

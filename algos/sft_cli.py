@@ -32,9 +32,8 @@ def starting_model(name: str) -> tuple[Any, Any]:
     is a fresh, untrained model of that recipe with its tokenizer (the micro one is wired
     like the preset's base); anything else is loaded by :func:`agents.models.load_causal_lm`.
     (:func:`algos.checkpoint.load_model` is the trainer's: a name, a path or a run directory.)"""
-    for recipe in RECIPES.values():
-        if name == recipe.MODEL:
-            return recipe.fresh_model()
+    if name in RECIPES:
+        return RECIPES[name].fresh_model()
     from agents.models import load_causal_lm
 
     return load_causal_lm(name)
@@ -42,7 +41,7 @@ def starting_model(name: str) -> tuple[Any, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     recipes = ", ".join(sorted(RECIPES))
-    models = "|".join(recipe.MODEL for recipe in RECIPES.values())
+    models = "|".join(RECIPES)
     parser = argparse.ArgumentParser(
         prog="python -m algos sft",
         description="Supervised fine-tuning on the generated tokens (loss_mask == 1) of "

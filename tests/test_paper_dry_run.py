@@ -24,7 +24,7 @@ def test_the_paper_preset_has_the_paper_structure():
     team shape (TrainConfig's defaults), and a Qwen3 decoder with grouped-query attention."""
     from algos.config import TrainConfig
     from algos.presets import PRESETS, preset_config
-    from algos.recipes.paper_cpu.preset import fresh_model
+    from algos.recipes.paper_cpu.build import fresh_paper_cpu_model
 
     paper, dry = PRESETS["paper"], preset_config("paper_cpu", stage="teacher", teacher=None)
     for key in ("gradient_checkpointing", "learning_rate", "group_size", "generation_batch_size"):
@@ -33,7 +33,7 @@ def test_the_paper_preset_has_the_paper_structure():
     for key in ("max_waves", "max_searchers", "max_searcher_turns", "num_candidates", "top_k"):
         assert getattr(dry, key) == defaults[key], key
     assert (dry.fsdp, dry.rollout_workers, dry.steps) == (True, 2, 2)
-    model, tokenizer = fresh_model()
+    model, tokenizer = fresh_paper_cpu_model()
     assert type(model).__name__ == "Qwen3ForCausalLM" and len(tokenizer) == model.config.vocab_size
     assert model.config.num_attention_heads == 3 * model.config.num_key_value_heads
     assert 1_000_000 < sum(p.numel() for p in model.parameters()) < 10_000_000
@@ -58,9 +58,9 @@ def test_paper_dry_run_both_stages_fsdp_ray_workers_two_ranks(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from algos.recipes.paper_cpu.preset import fresh_model
+    from algos.recipes.paper_cpu.build import fresh_paper_cpu_model
 
-    parameters = len(list(fresh_model()[0].parameters()))
+    parameters = len(list(fresh_paper_cpu_model()[0].parameters()))
     for stage in ("teacher", "team"):
         rows = [json.loads(line) for line in (out / stage / "metrics.jsonl").read_text().splitlines()]
         assert [row["step"] for row in rows] == [0, 1, 2], stage  # rank 0 alone writes

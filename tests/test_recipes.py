@@ -3,12 +3,13 @@ the pipeline (through the preset registry's hooks) turn its model name into a bu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from algos.presets import PRESETS, RECIPES, prepare_model, preset_config
-from algos.recipes.micro import preset, settings
+from algos.recipes.micro import settings
 
 
 class Stop(Exception):
@@ -17,26 +18,21 @@ class Stop(Exception):
 
 @pytest.fixture
 def hooks(monkeypatch, tmp_path):
-    """The micro recipe's hooks replaced by recorders (nothing is built)."""
-    calls: list[tuple[str, tuple, dict]] = []
+    """The micro recipe with its build replaced by a recorder (nothing is built)."""
+    calls: list[tuple[tuple, dict]] = []
     base = tmp_path / "micro-base"
 
-    def prepare(**kwargs):
-        calls.append(("prepare_model", (), kwargs))
-        return base
-
     def build(*args, **kwargs):
-        calls.append(("build_base", args, kwargs))
+        calls.append((args, kwargs))
         return base
 
-    monkeypatch.setattr(preset, "prepare_model", prepare)
-    monkeypatch.setattr(preset, "build_base", build)
+    monkeypatch.setitem(RECIPES, "micro", dataclasses.replace(RECIPES["micro"], build=build))
     return calls, base
 
 
 def test_the_micro_preset_is_defined_once():
-    assert PRESETS["micro"] is settings.TRAIN and RECIPES["micro"] is preset
-    assert preset.ENV is settings.ENV
+    assert PRESETS["micro"] is settings.TRAIN and RECIPES["micro"].train is settings.TRAIN
+    assert RECIPES["micro"].env is settings.ENV
     assert {k: settings.TRAIN[k] for k in settings.ENV} == settings.ENV
     shape = preset_config("micro", stage="teacher").env_shape()
     assert {k: shape[k] for k in settings.ENV} == {"max_turn_tokens": 64, "max_context_tokens": 1024,
@@ -44,12 +40,32 @@ def test_the_micro_preset_is_defined_once():
                                                    "max_searcher_turns": 3}
 
 
+def test_a_recipe_is_named_as_its_preset_and_the_model_it_trains():
+    assert sorted(RECIPES) == ["micro", "paper_cpu", "tiny"]
+    for name, recipe in RECIPES.items():
+        assert recipe.name == name == recipe.train["model"] and PRESETS[name] is recipe.train
+
+
+def test_reading_the_registry_imports_no_recipe_code():
+    """A recipe names its build, model and tokenizer (algos.recipes.Lazy): reading the registry
+    imports each recipe's settings and nothing that builds or makes a model."""
+    import subprocess
+    import sys
+
+    code = ("import sys, algos.presets; "
+            "print(sorted(m for m in sys.modules if m.startswith('algos.recipes')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(sorted(
+        ["algos.recipes"] + [f"algos.recipes.{r}{m}" for r in ("micro", "tiny", "paper_cpu") for m in ("", ".settings")]))
+
+
 def test_only_a_recipes_model_name_is_prepared(hooks):
     calls, base = hooks
     assert prepare_model("smollm2") == "smollm2" and prepare_model("/some/model") == "/some/model"
     assert calls == []
     assert prepare_model("micro", progress=False) == str(base)
-    assert calls == [("prepare_model", (), {"seed": 0, "progress": False, "build": True})]
+    assert calls == [((), {"seed": 0, "progress": False, "build": True})]
 
 
 def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_a_path(
@@ -70,7 +86,7 @@ def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_
     assert calls == []
     with pytest.raises(Stop):
         algos.pipeline.run_pipeline("micro", tmp_path / "run", ("teacher",), progress=False)
-    assert calls == [("prepare_model", (), {"seed": 0, "progress": False, "build": True})]
+    assert calls == [((), {"seed": 0, "progress": False, "build": True})]
     assert seen[0].model == str(base) and seen[0].stage == "teacher"
     assert seen[0].max_waves == settings.ENV["max_waves"]
 
@@ -82,19 +98,34 @@ def test_sft_preset_goes_to_the_recipes_build_with_the_options(hooks, tmp_path, 
     out = tmp_path / "out"
     assert main(["--preset", "micro", "--epochs", "2", "--skip-search", "0.3", "--out", str(out),
                  "--seed", "4", "--no-progress"]) == 0
-    assert calls == [("build_base", (out,), {"seed": 4, "progress": False, "epochs": 2,
-                                            "skip_search": 0.3})]
+    assert calls == [((out,), {"seed": 4, "progress": False, "epochs": 2, "skip_search": 0.3})]
     assert capsys.readouterr().out.strip() == str(base)
 
 
+def test_the_tiny_build_gets_the_sft_options_but_not_skip_search(monkeypatch, tmp_path):
+    import algos.recipes.tiny.build as build
+
+    asked = []
+    monkeypatch.setattr(build, "build_tiny_base", lambda *args, **kw: asked.append((args, kw)) or tmp_path)
+    assert RECIPES["tiny"].build_base(tmp_path, seed=3, progress=False, epochs=2, lr=0.5,
+                                      skip_search=0.3) == tmp_path
+    assert asked == [((tmp_path,), {"seed": 3, "progress": False, "epochs": 2, "lr": 0.5})]
+
+
+def test_the_paper_cpu_base_refuses_build_options(tmp_path):
+    with pytest.raises(ValueError, match="takes no build options, got \\['epochs'\\]"):
+        RECIPES["paper_cpu"].build_base(tmp_path / "never", progress=False, epochs=2)
+    assert not (tmp_path / "never").exists()
+
+
 def test_prepare_hook_builds_the_default_base(monkeypatch, tmp_path):
-    """The real hook asks the build for the default (cached) base and nothing else."""
+    """The real recipe asks the build for the default (cached) base and nothing else."""
     import algos.recipes.micro.build as build
 
     asked = []
     monkeypatch.setattr(build, "build_micro_base", lambda **kw: asked.append(kw) or Path(tmp_path))
-    assert RECIPES["micro"].prepare_model is preset.prepare_model
-    assert preset.prepare_model(progress=False) == tmp_path and asked == [{"seed": 0, "progress": False, "build": True}]
+    assert RECIPES["micro"].prepare_model(progress=False) == tmp_path
+    assert asked == [{"seed": 0, "progress": False, "build": True}]
 
 
 def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():
@@ -133,4 +164,4 @@ def test_a_runs_env_shape_is_its_fields_named_as_team_settings():
     with pytest.raises(TypeError, match="top_k"):  # env_kwargs cannot silently override a run setting
         TrainConfig(stage="teacher", env_kwargs={"top_k": 9}).env_shape()
     for name, recipe in RECIPES.items():
-        assert set(recipe.ENV) <= set(TeamConfig.keywords()), name
+        assert set(recipe.env) <= set(TeamConfig.keywords()), name

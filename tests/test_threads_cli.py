@@ -52,7 +52,7 @@ def test_sft_preset_build_sees_the_threads(monkeypatch):
         seen["threads"] = current_threads()
         return "built"
 
-    monkeypatch.setitem(cli.RECIPES, "tiny", SimpleNamespace(build_base=build_base, MODEL="tiny"))
+    monkeypatch.setitem(cli.RECIPES, "tiny", SimpleNamespace(build_base=build_base))
     assert cli.main(["--preset", "tiny", "--threads", "2"]) == 0
     assert seen == {"threads": 2}
 

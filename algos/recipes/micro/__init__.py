@@ -1,7 +1,6 @@
 """The micro recipe: a 5M-parameter team that trains on 2 CPU cores in minutes.
 
 - ``settings``: the model name, env shape and training settings (the one definition);
-- ``preset``: those settings and the hooks the preset registry and the command line call;
 - ``tokenizer``: a 4k-token byte-level BPE fitted to the synthetic world and the protocol;
 - ``circuit``: the hand-wired copy circuit and lookup heads, and what of them stays frozen;
 - ``model``: the tiny Llama over that tokenizer, wired;
@@ -10,5 +9,15 @@
 - ``build``: the SFT-warmed base, built once and cached.
 - ``seeds``: the spread over seeds (a base per seed, both stages, pooled summaries).
 
-Notes and measurements: ``README.md`` in this folder.
+:data:`RECIPE` is the recipe as the preset registry (``algos.presets.RECIPES``) and the
+command line see it. Notes and measurements: ``README.md`` in this folder.
 """
+
+from __future__ import annotations
+
+from algos.recipes import Lazy, Recipe
+from algos.recipes.micro.settings import ENV, MODEL, TRAIN
+
+RECIPE = Recipe(MODEL, ENV, TRAIN, build=Lazy("algos.recipes.micro.build:build_micro_base"),
+                fresh_model=Lazy("algos.recipes.micro.build:fresh_micro_model"),
+                tokenizer=Lazy("algos.recipes.micro.tokenizer:micro_tokenizer"))

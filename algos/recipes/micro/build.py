@@ -157,6 +157,14 @@ def build_micro_base(
     return out_dir
 
 
+def fresh_micro_model() -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a fresh micro model with the micro tokenizer, wired like the
+    base (copy circuit and lookup heads as in :data:`BUILD_DEFAULTS`), for SFT on episodes
+    collected with that tokenizer (``python -m algos sft --model micro``)."""
+    tokenizer = micro_tokenizer()
+    return micro_model(tokenizer, induction=BUILD_DEFAULTS["induction"], lookup=BUILD_DEFAULTS["lookup"]), tokenizer
+
+
 def arithmetic(threads: int) -> dict[str, Any]:
     """What besides the settings decides the floating-point results of a build, and so its
     weights: the thread count, the torch and transformers versions (kernels, initialisers)

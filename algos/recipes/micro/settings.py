@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 MODEL = "micro"
-"""The model name the preset trains: the SFT-warmed micro base (``preset.prepare_model``)."""
+"""The model name the preset trains: the SFT-warmed micro base (``RECIPE.prepare_model``)."""
 
 ENV: dict[str, int] = {
     "max_turn_tokens": 64,

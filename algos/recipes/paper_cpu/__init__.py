@@ -4,9 +4,19 @@ sizes two CPU cores can run in minutes, to catch what breaks in that wiring befo
 job does. It checks the wiring, not learning: the model is random.
 
 - ``settings``: the model name, the Qwen3 shape, env shape and training settings;
-- ``preset``: those settings and the hooks the preset registry and the command line call;
 - ``build``: a ``Qwen3ForCausalLM`` built from a shrunk ``Qwen3Config`` over the micro
   tokenizer (nothing downloaded), saved once and cached.
 
+:data:`RECIPE` is the recipe as the preset registry and the command line see it.
+
     torchrun --standalone --nproc-per-node 2 -m algos train --preset paper_cpu --out runs/paper_cpu
 """
+
+from __future__ import annotations
+
+from algos.recipes import Lazy, Recipe
+from algos.recipes.paper_cpu.settings import ENV, MODEL, TRAIN
+
+RECIPE = Recipe(MODEL, ENV, TRAIN, build=Lazy("algos.recipes.paper_cpu.build:build_paper_cpu_base"),
+                fresh_model=Lazy("algos.recipes.paper_cpu.build:fresh_paper_cpu_model"),
+                tokenizer=Lazy("algos.recipes.micro.tokenizer:micro_tokenizer"))

@@ -29,14 +29,27 @@ def qwen3_model(tokenizer: Any, seed: int = 0) -> Any:
         return Qwen3ForCausalLM(config)
 
 
+def fresh_paper_cpu_model() -> tuple[Any, Any]:
+    """``(model, tokenizer)``: the random Qwen3 and the micro tokenizer
+    (``python -m algos sft --model paper_cpu``)."""
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    tokenizer = micro_tokenizer()
+    return qwen3_model(tokenizer), tokenizer
+
+
 def build_paper_cpu_base(out_dir: str | Path | None = None, *, seed: int = 0, progress: bool = False,
-                         build: bool = True) -> Path:
+                         build: bool = True, **options: Any) -> Path:
     """The base's directory (model, tokenizer and ``paper_cpu_build.json``; loadable by path),
     built the first time (a second) and reused after. ``out_dir`` defaults to
     ``cache_dir("models", "paper-cpu-<key>")``, keyed by every setting. ``build=False``: only
-    find an existing build (``FileNotFoundError`` when there is none)."""
+    find an existing build (``FileNotFoundError`` when there is none). ``options``: the
+    command line's training options (``python -m algos sft --preset paper_cpu --epochs 2``),
+    refused: the base is random, there is no training to configure."""
     from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
 
+    if options:
+        raise ValueError(f"the paper_cpu base is random and takes no build options, got {sorted(options)}")
     settings = {"qwen3": QWEN3, "env": ENV, "seed": seed, "version": BUILD_VERSION}
     if out_dir is None:
         out_dir = build_dir("paper-cpu", settings)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 MODEL = "paper_cpu"
-"""The model name the preset trains: the random Qwen3 base (``preset.prepare_model``)."""
+"""The model name the preset trains: the random Qwen3 base (``RECIPE.prepare_model``)."""
 
 QWEN3: dict[str, Any] = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4,
                              num_attention_heads=6, num_key_value_heads=2, head_dim=32,

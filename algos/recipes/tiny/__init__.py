@@ -2,8 +2,19 @@
 scale-out checks (Ray rollout workers, torchrun), whose rollouts give mixed rewards.
 
 - ``settings``: the model name, env shape and training settings (the one definition);
-- ``preset``: those settings and the hooks the preset registry and the command line call;
-- ``retriever``: the old import of ``envs.retrieval.lexical.WordOverlapRetriever``, the
-  preset's retriever (``retriever="words"``: no encoder to load);
 - ``build``: about a minute of SFT of a wired tiny Llama on scripted-team episodes, cached.
+
+:data:`RECIPE` is the recipe as the preset registry and the command line see it. Its build
+takes the command line's SFT options but not ``skip_search``: the tiny base imitates the
+whole scripted team.
 """
+
+from __future__ import annotations
+
+from algos.recipes import Lazy, Recipe
+from algos.recipes.tiny.settings import ENV, MODEL, TRAIN
+
+RECIPE = Recipe(MODEL, ENV, TRAIN, build=Lazy("algos.recipes.tiny.build:build_tiny_base"),
+                fresh_model=Lazy("algos.recipes.tiny.build:fresh_tiny_model"),
+                tokenizer=Lazy("algos.recipes.micro.tokenizer:micro_tokenizer"),
+                build_options=("epochs", "lr", "batch_tokens", "context_weight"))

@@ -73,6 +73,19 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
     return out_dir
 
 
+def fresh_tiny_model() -> tuple[Any, Any]:
+    """``(model, tokenizer)``: an untrained tiny model, wired like the base, and the micro
+    tokenizer (``python -m algos sft --model tiny``)."""
+    from algos.recipes.micro.model import micro_model
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+
+    tokenizer = micro_tokenizer()
+    model = micro_model(tokenizer, BUILD_DEFAULTS["hidden_size"], BUILD_DEFAULTS["num_layers"],
+                        BUILD_DEFAULTS["num_heads"], max_position_embeddings=ENV["max_context_tokens"] + 64,
+                        induction=True)
+    return model, tokenizer
+
+
 def _build(out_dir: Path, s: dict[str, Any], retriever: Any, progress: bool) -> None:
     import torch
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 MODEL = "tiny"
-"""The model name the preset trains: the SFT-warmed tiny base (``preset.prepare_model``)."""
+"""The model name the preset trains: the SFT-warmed tiny base (``RECIPE.prepare_model``)."""
 
 ENV: dict[str, int] = {
     "max_turn_tokens": 48,
