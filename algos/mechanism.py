@@ -7,8 +7,8 @@ do not pay, a no-search path that is right on its own), it can drop it. Only gro
 varies carry an outcome advantage at all. :func:`search_covariance` measures both on groups
 of sampled workflows; :func:`greedy_figures` gives greedy avg@1 with the two-choice questions
 apart; :class:`NothingFound` is the retriever for "what the team knows without searching".
-The micro recipe's measurement of a base (``python -m algos.recipes.micro.mechanism``) and
-the learner's per-step metrics use them.
+The learner logs :func:`outcome_signal` at every step (``team/mixed_em_groups``,
+``team/cov_searches_em``); a recipe can measure a base with the rest before training.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ def _within(values: Sequence[float], rewards: Sequence[float]) -> float:
     """The population covariance of ``values`` with ``rewards`` over one group."""
     x, r = np.asarray(values, float), np.asarray(rewards, float)
     return float(np.mean((x - x.mean()) * (r - r.mean())))
+
+
+def outcome_signal(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
+    """Per training step, what outcome GRPO can push on: the share of ``groups`` whose R_EM
+    varies (the others carry no outcome advantage) and the mean within-group covariance of
+    the search count with R_EM (its sign is the direction outcome RL pushes search)."""
+    return {"mixed_em_groups": float(np.mean([len({ep.team_em for ep in g}) > 1 for g in groups])),
+            "cov_searches_em": float(np.mean([_within([ep.num_searches for ep in g], [ep.team_em for ep in g])
+                                              for g in groups]))}
 
 
 def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 2000,

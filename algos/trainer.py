@@ -50,6 +50,7 @@ from algos.checkpoint import (
 from algos.config import TrainConfig
 from algos.freeze import declared_frozen
 from algos.losses import LossOutput, Totals, policy_loss
+from algos.mechanism import outcome_signal
 from algos.precision import precision_for
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, needs_critic, rule_of, rules_for
@@ -623,6 +624,7 @@ def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row],
         "team/output_tokens": sum(ep.output_tokens for ep in eps) / n,
         "team/input_tokens": sum(ep.input_tokens for ep in eps) / n,
         "team/search_failures": sum(ep.search_failures for ep in eps) / n,
+        **{f"team/{name}": value for name, value in outcome_signal(groups).items()},
     }
     for role in rules:
         values = [s.reward for ep in eps for s in ep.segments if s.role == role]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algos.mechanism import NothingFound, greedy_figures, search_covariance
+from algos.mechanism import NothingFound, greedy_figures, outcome_signal, search_covariance
 from envs.episode import Episode
 
 
@@ -55,3 +55,13 @@ def test_greedy_figures_report_the_two_choice_questions_apart():
 
 def test_nothing_found_answers_every_query_with_no_passages():
     assert NothingFound().search(["a", "b"], top_k=3) == [[], []]
+
+
+def test_the_learner_logs_the_outcome_signal_of_every_step():
+    from algos.trainer import rollout_metrics
+
+    paying = [episode(0, 0), episode(1, 1), episode(2, 1), episode(1, 0)]
+    flat = [episode(1, 0), episode(1, 0), episode(0, 0), episode(0, 0)]
+    assert outcome_signal([paying, flat]) == {"mixed_em_groups": 0.5, "cov_searches_em": 0.125}
+    metrics = rollout_metrics([paying, flat], [])
+    assert metrics["team/mixed_em_groups"] == 0.5 and metrics["team/cov_searches_em"] == pytest.approx(0.125)
