@@ -253,13 +253,6 @@ def main(argv: list[str] | None = None) -> int:
         "--queries-per-request", type=int, default=1, help="queries in each request (default 1)"
     )
     parser.add_argument(
-        "--max-batch",
-        type=int,
-        default=4,
-        help="most queries per encoder batch of the server this command starts (default 4, "
-        "the server's on a CPU)",
-    )
-    parser.add_argument(
         "--time-limit",
         type=float,
         default=45.0,
@@ -279,13 +272,19 @@ def main(argv: list[str] | None = None) -> int:
         default=100,
         help="one-query requests per phase of --fairness (default 100)",
     )
+    from envs.retrieval.__main__ import add_server_args, server_settings
+
+    add_server_args(parser.add_argument_group("the server this command starts (not with --url)"))
     args = parser.parse_args(argv)
-    for option in ("requests", "threads", "topk", "queries_per_request", "max_batch", "greedy",
-                   "small_requests"):
+    for option in ("requests", "threads", "topk", "queries_per_request", "greedy", "small_requests"):
         if getattr(args, option) < 1:
             return _refuse(f"--{option.replace('_', '-')} {getattr(args, option)}: must be >= 1")
     if not args.time_limit > 0:
         return _refuse(f"--time-limit {args.time_limit}: must be > 0")
+    try:
+        settings = server_settings(args)  # a CPU encoder's defaults: --max-batch 4
+    except ValueError as e:
+        return _refuse(str(e))
 
     from envs.data.synthwiki import default_world
 
@@ -304,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             f"retriever: {len(retriever)} passages, {retriever.index_kind}, {how} in {time.perf_counter() - t0:.1f} s"
         )
         # A corpus file's stored rows are read from retriever.corpus_source; the world's are given.
-        server = RetrievalServer(retriever, port=0, max_batch=args.max_batch, documents=rows)
+        server = RetrievalServer(retriever, port=0, documents=rows, **settings)
         server.start()
         url = server.url
         retriever.search(queries[:1])  # warm up outside the timed run

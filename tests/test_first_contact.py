@@ -310,6 +310,10 @@ def test_every_option_has_help_text(module, monkeypatch):
 @pytest.mark.parametrize("module, argv, line", [
     ("benchmarks.retrieval_load", ["--threads", "0"], "--threads 0: must be >= 1"),
     ("benchmarks.retrieval_load", ["--time-limit", "nan"], "--time-limit nan: must be > 0"),
+    # the server's options are serve's (envs.retrieval.__main__.add_server_args), checked the same way
+    ("benchmarks.retrieval_load", ["--max-batch", "0"],
+     "bad server limit: max_batch=0 (must be a positive integer) (set by --max-batch)"),
+    ("benchmarks.retrieval_load", ["--keep-alive", "-1"], "bad server setting: keep_alive_s=-1.0 (set by --keep-alive)"),
     ("envs.retrieval.__main__", ["search", "--corpus", "missing.jsonl", "--topk", "0", "q"],
      "--topk 0: must be >= 1"),
 ])

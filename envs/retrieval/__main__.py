@@ -127,13 +127,55 @@ _FLAGS = {
 }
 
 
-def _server_settings(args: argparse.Namespace) -> dict:
-    return {
-        "host": args.host,
-        "port": args.port,
-        "max_batch": args.max_batch if args.max_batch is not None else (4 if args.device == "cpu" else 64),
+def add_server_args(p: argparse._ActionsContainer) -> None:
+    """The retrieval server's batching and limits (:class:`RetrievalServer`'s settings but
+    the address and ``--topk``), for ``serve`` and for the server that
+    ``python -m benchmarks.retrieval_load`` starts; :func:`server_settings` reads them.
+    ``p``: a parser or an argument group."""
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help="most queries per encoder batch (default 4 on a CPU encoder, which keeps small "
+        "requests fast beside big ones; 64 on a GPU)",
+    )
+    p.add_argument(
+        "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
+    )
+    p.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
+    p.add_argument("--max-queries", type=int, default=1024, help="most queries per request")
+    p.add_argument(
+        "--max-waiting-queries",
+        type=int,
+        default=8192,
+        help="most queries waiting for the encoder, all requests together (503 with Retry-After above)",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
+    )
+    p.add_argument(
+        "--max-query-chars", type=int, default=4096, help="longest query in characters (413 above)"
+    )
+    p.add_argument(
+        "--keep-alive", type=float, default=5.0, help="seconds before a silent connection is closed"
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a request waits for the retriever before a 503",
+    )
+
+
+def server_settings(args: argparse.Namespace, device: str = "cpu", **fixed: object) -> dict:
+    """:class:`RetrievalServer` keyword arguments from the options of :func:`add_server_args`
+    (``device``: the encoder's, which sets the default ``--max-batch``) and ``fixed``
+    (``host``, ``port``, ``default_topk``). Checked now, before a corpus is loaded: a value
+    the server refuses is a ValueError that names its option."""
+    settings = {
+        **fixed,
+        "max_batch": args.max_batch if args.max_batch is not None else (4 if device == "cpu" else 64),
         "batch_wait_s": args.batch_wait_ms / 1000,
-        "default_topk": args.topk,
         "max_topk": args.max_topk,
         "max_queries": args.max_queries,
         "max_waiting_queries": args.max_waiting_queries,
@@ -142,6 +184,13 @@ def _server_settings(args: argparse.Namespace) -> dict:
         "keep_alive_s": args.keep_alive,
         "request_timeout_s": args.request_timeout,
     }
+    try:
+        RetrievalServer(_NoRetriever(), **settings)
+    except ValueError as e:
+        setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
+        flag = _FLAGS.get(setting)
+        raise ValueError(f"{e} (set by {flag})" if flag else str(e)) from None
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,44 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, default=8000, help="TCP port to listen on (default 8000; 0: any free one)"
     )
     serve.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        help="most queries per encoder batch (default 4 on a CPU encoder, which keeps small "
-        "requests fast beside big ones; 64 on a GPU)",
-    )
-    serve.add_argument(
-        "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
-    )
-    serve.add_argument(
         "--topk",
         type=int,
         default=3,
         help="topk when a request gives none or 0 (Search-R1's --topk)",
     )
-    serve.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
-    serve.add_argument("--max-queries", type=int, default=1024, help="most queries per request")
-    serve.add_argument(
-        "--max-waiting-queries",
-        type=int,
-        default=8192,
-        help="most queries waiting for the encoder, all requests together (503 with Retry-After above)",
-    )
-    serve.add_argument(
-        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
-    )
-    serve.add_argument(
-        "--max-query-chars", type=int, default=4096, help="longest query in characters (413 above)"
-    )
-    serve.add_argument(
-        "--keep-alive", type=float, default=5.0, help="seconds before a silent connection is closed"
-    )
-    serve.add_argument(
-        "--request-timeout",
-        type=float,
-        default=300.0,
-        help="seconds a request waits for the retriever before a 503",
-    )
+    add_server_args(serve)
 
     search = sub.add_parser("search", help="print the top passages for some queries")
     _add_retriever_args(search)
@@ -209,12 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         try:  # refuse bad limits before the corpus is loaded and encoded
-            settings = _server_settings(args)
-            RetrievalServer(_NoRetriever(), **settings)
+            settings = server_settings(args, args.device, host=args.host, port=args.port,
+                                       default_topk=args.topk)
         except ValueError as e:
-            setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
-            flag = _FLAGS.get(setting)
-            parser.error(f"{e} (set by {flag})" if flag else str(e))
+            parser.error(str(e))
     if args.command == "search" and args.topk < 1:  # before the corpus is loaded and encoded
         print(f"{parser.prog}: error: --topk {args.topk}: must be >= 1", file=sys.stderr)
         return 2
