@@ -27,7 +27,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks perf",
                                      description=perf.__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", choices=MODELS)
+    parser.add_argument("--model", default="random", choices=MODELS)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes on 2 cores)")
     parser.add_argument("--tiny-for-tests", action="store_true", help="the smallest sizes (tests)")
     parser.add_argument("--reps", type=int, default=None, help="timed A/B pairs per figure")

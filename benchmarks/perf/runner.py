@@ -21,10 +21,10 @@ from benchmarks.perf.settings import MODELS, PerfSettings
 
 
 def measured_model(name: str) -> tuple[Any, Any]:
-    """(model, tokenizer) that the model-bound sections measure, for ``--model``: ``tiny``
-    a *random* ``tiny_causal_lm`` over the env's tokenizer (not the tiny recipe's SFT
+    """(model, tokenizer) that the model-bound sections measure, for ``--model``: ``random``
+    an untrained ``tiny_causal_lm`` over the env's tokenizer (not the tiny recipe's SFT
     model), ``smollm2`` the hub model, ``micro`` the micro recipe's SFT-warmed base."""
-    if name == "tiny":
+    if name == "random":
         from agents.models import tiny_causal_lm
         from envs.search_team import default_tokenizer
 

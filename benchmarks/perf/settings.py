@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MODELS = ("tiny", "smollm2", "micro")
+MODELS = ("random", "smollm2", "micro")
 INDEX_KINDS = ("flat", "hnsw", "ivf")
 
 
@@ -13,9 +13,9 @@ INDEX_KINDS = ("flat", "hnsw", "ivf")
 class PerfSettings:
     """The sizes of one perf run (see ``PRESETS``)."""
 
-    model: str = "tiny"
-    """``tiny`` (random Llama, hidden 64, 2 layers, the env's 49k vocabulary), ``smollm2``
-    or ``micro``."""
+    model: str = "random"
+    """``random`` (an untrained Llama, hidden 64, 2 layers, the env's 49k vocabulary; not
+    the ``tiny`` recipe's SFT model), ``smollm2`` or ``micro``."""
     reps: int = 5
     """Timed A/B pairs per figure, after one untimed warm-up of each side."""
     questions: int = 4
