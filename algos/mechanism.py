@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.data.synthwiki import COMPARISON_STYLES
 from envs.retrieval.passage import Passage
 
 
@@ -82,13 +83,10 @@ def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 200
     }
 
 
-TWO_CHOICE = frozenset({"comparison", "bridge_comparison"})
-"""Synthetic question styles whose answer is one of two names written in the question."""
-
-
 def two_choice(questions: Sequence[Any]) -> set[tuple[str, str]]:
-    """``(dataset, id)`` of the two-choice questions among ``questions`` (QAItems)."""
-    return {(q.dataset, q.id) for q in questions if (q.metadata or {}).get("style") in TWO_CHOICE}
+    """``(dataset, id)`` of the two-choice questions among ``questions`` (QAItems): the
+    synthetic comparison styles, whose answer is one of two names written in the question."""
+    return {(q.dataset, q.id) for q in questions if (q.metadata or {}).get("style") in COMPARISON_STYLES}
 
 
 def greedy_figures(episodes: Sequence[Any], two_choice_ids: set[tuple[str, str]] = frozenset()) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
 from benchmarks.seed_stats import seed_interval
+from envs.data.synthwiki import COMPARISON_STYLES
 
 REFERENCE = "opd"
 """The variant every other one is compared with."""
@@ -71,13 +72,11 @@ FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_wor
 SUBSET_FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_workflow")
 """A variant's figures on the questions that are not two-choice."""
 
-TWO_CHOICE_STYLES = ("comparison", "bridge_comparison")
-"""Question styles whose answer is one of two names the question gives (envs.data.synthwiki)."""
-
-ENDPOINTS = ("searcher/skip_probability", "team/searches_per_workflow")
+ENDPOINTS = ("team/searches_per_workflow", "team/mixed_em_groups", "team/cov_searches_em")
 """Continuous per-step figures of a run's metrics.jsonl that ``table2.json`` keeps per run
-(first and last value), when the run logged them: the Searchers' sampled probability of
-skipping the search, and the sampled training rollouts' searches per workflow."""
+(first and last value), when the run logged them: the sampled training rollouts' searches
+per workflow, the share of groups whose R_EM varies and the within-group covariance of
+searches with R_EM (:func:`algos.mechanism.outcome_signal`)."""
 
 RECORDS_FILE = "table2_records.jsonl.gz"
 METRICS_FILE = "table2_metrics.jsonl.gz"
@@ -170,12 +169,12 @@ def question_styles(config: Mapping[str, Any]) -> dict[tuple[str, str], str | No
 
 def is_two_choice(record: Mapping[str, Any]) -> bool:
     """Whether a question offers its answer as one of two choices: by its ``style`` when the
-    record has one (:data:`TWO_CHOICE_STYLES`), else when a gold answer is written in the
+    record has one (:data:`envs.data.synthwiki.COMPARISON_STYLES`), else when a gold answer is written in the
     question (SQuAD-normalised), which is what makes a comparison question guessable."""
     from envs.rewards import normalize_answer
 
     if record.get("style") is not None:
-        return record["style"] in TWO_CHOICE_STYLES
+        return record["style"] in COMPARISON_STYLES
     question = f" {normalize_answer(str(record.get('question', '')))} "
     return any(f" {normalize_answer(str(a))} " in question
                for a in record.get("golden_answers") or () if normalize_answer(str(a)))
