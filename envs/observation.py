@@ -1,5 +1,6 @@
 """What an awaiting agent sees: the :class:`Observation` record (``agents.Observation`` is
-this class) and the two ways to get them from an env. The turn engine that plays the
+this class) and how to get the awaiting agents' from an env (one agent's:
+``raw_env.turn_observation``). The turn engine that plays the
 actions policies return is ``envs.turns``.
 """
 
@@ -48,11 +49,6 @@ class Observation:
         if self.decode is None:
             raise ValueError(f"observation of {self.agent} has no decoder to render its text")
         return self.decode(self.token_ids.tolist())
-
-
-def observe(env: Any, agent: str, env_index: int = 0) -> Observation:
-    """The record of ``agent``'s context in a SearchTeam env (after reset)."""
-    return env.unwrapped.turn_observation(agent, env_index)
 
 
 def observe_awaiting(env: Any, env_index: int = 0) -> list[Observation]:
