@@ -97,9 +97,13 @@ class ScriptedPolicy:
         skip_search: the share of Searcher tasks reported on without searching (the report
             is ``SKIPPED_REPORT``), picked by a hash of ``seed`` and the task: a deliberately
             flawed team, for a warm start that under-searches the way untrained models do.
+        repeat_queries: when True, a Searcher whose search did not resolve its hop may ask
+            the same query again; by default it moves on to the entity and keywords. (The
+            micro recipe's base imitates a team that repeated itself.)
     """
 
-    def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0):
+    def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0,
+                 repeat_queries: bool = False):
         if max_searches < 1:
             raise ValueError(f"max_searches must be >= 1, got {max_searches}")
         if not 0 <= skip_search <= 1:
@@ -107,6 +111,7 @@ class ScriptedPolicy:
         self.max_searches = max_searches
         self.seed = seed
         self.skip_search = skip_search
+        self.repeat_queries = repeat_queries
 
     def skips(self, task: str) -> bool:
         """Whether the Searcher reports on ``task`` without searching (``skip_search``)."""
@@ -178,12 +183,7 @@ class ScriptedPolicy:
         task = info["task"].strip()
         plan = parse_question(task)
         searches = _docs(info.get("passages", ()))
-        # A query is "already asked" only if written character for character the same
-        # (spaces inside the tags kept), as the prompt-reading Searcher compared it before
-        # f6ac377: a team that writes ``<search> q</search>`` (the micro recipe's spaced
-        # tags) asks ``q`` again when the first search did not resolve it. The micro base's
-        # SFT episodes were made that way; deduplicating on the stripped query changes them.
-        asked = list(info.get("written_queries", info.get("queries", ())))
+        asked = () if self.repeat_queries else list(info.get("queries", ()))
         seen, sents = set(), []
         for docs in searches:
             for d in docs:

@@ -216,8 +216,6 @@ class ParsedTurn:
     text: str = ""
     reason: str = ""
     notes: tuple[str, ...] = field(default=())
-    written: str = field(default="", compare=False)
-    """A search's query exactly as written between its tags (``text`` is it stripped)."""
 
 
 def _invalid(reason: str) -> ParsedTurn:
@@ -262,12 +260,12 @@ def parse_searcher(text: str) -> ParsedTurn:
              if (m := _TAG_RES[tag].search(body))]
     if not found:
         return _invalid("no <search> or <summary> tag")
-    _, tag, written = min(found)
-    content = written.strip()
+    _, tag, content = min(found)
+    content = content.strip()
     if tag == "search":
         if not content:
             return _invalid("the <search> query is empty")
-        return ParsedTurn("search", text=content, written=written)
+        return ParsedTurn("search", text=content)
     return ParsedTurn("summary", text=content)
 
 

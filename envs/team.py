@@ -198,7 +198,6 @@ class TurnMachine:
         """Each live Searcher's passages, one list per delivered search."""
         self.queries: dict[str, list[str]] = {}
         """Each live Searcher's search queries so far."""
-        self.written_queries: dict[str, list[str]] = {}
         """The same queries exactly as the Searcher wrote them between its tags."""
         self.messages: dict[str, list[tuple[str, str]]] = {}
         """Each live agent's context as chat messages ``(role, content)``, recorded beside
@@ -303,8 +302,7 @@ class TurnMachine:
         Leader: ``reports`` ``[(number, sub-task, report, wave)]`` handed back so far,
         ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; Searcher:
         ``passages`` (one list per search delivered, as the retriever gave them),
-        ``queries`` (its searches so far), ``written_queries`` (the same, exactly as written
-        between the tags, spaces kept), ``max_searches``; Answerer: ``evidence``
+        ``queries`` (its searches so far), ``max_searches``; Answerer: ``evidence``
         ``[(number, report)]`` of the selected reports (empty reports left out).
         """
         role = P.role_of(agent)
@@ -322,7 +320,6 @@ class TurnMachine:
         elif role == P.SEARCHER:
             view.update(passages=[list(ps) for ps in self.passages.get(agent, [])],
                         queries=list(self.queries.get(agent, [])),
-                        written_queries=list(self.written_queries.get(agent, [])),
                         max_searches=cfg.max_searcher_turns - 1,
                         turns_left=max(0, cfg.max_searcher_turns - turns))
         else:
@@ -358,7 +355,6 @@ class TurnMachine:
             self.awaiting.remove(agent)
             self.pending[agent] = parsed.text
             self.queries[agent].append(parsed.text)
-            self.written_queries[agent].append(parsed.written)
             return TurnResult("search", query=parsed.text)
         if parsed.kind == "summary":
             self._finish_searcher(agent, seg, parsed.text, valid=True)
@@ -468,7 +464,7 @@ class TurnMachine:
             self.messages[agent] += [("user", demo_user), ("assistant", demo_reply)]
         self.messages[agent].append(("user", user))
         if role == P.SEARCHER:
-            self.passages[agent], self.queries[agent], self.written_queries[agent] = [], [], []
+            self.passages[agent], self.queries[agent] = [], []
         self._live_index[agent] = len(self.episode.segments)
         self.episode.segments.append(seg)
 

@@ -130,29 +130,24 @@ def test_scripted_policy_refuses_prompt_text():
         ScriptedPolicy().turn("leader", "<|im_start|>user\nQuestion: Who?<|im_end|>")
 
 
-def test_searcher_counts_a_query_as_asked_only_as_written():
-    """A query is asked already only if written the same, spaces inside the tags kept (as
-    the prompt-reading Searcher compared it): a team that wrote ``<search> q</search>``
-    asks ``q`` again after a search that did not resolve it, one that wrote
-    ``<search>q</search>`` moves on to the entity and keywords."""
+def test_searcher_moves_on_after_an_unresolved_query_unless_told_to_repeat_it():
+    """By default a query asked once is not asked again: after a search that did not resolve
+    the hop the Searcher asks by entity and keywords. ``repeat_queries`` (the micro recipe's
+    imitated team) asks the same query again."""
     task = "Where did Maren Tolvik study?"
     passages = [[Doc("2", "Maren Tolvik", "Maren Tolvik is a film director born in Kessa in 1901.")]]
     info = {"role": "searcher", "question": task, "task": task, "passages": passages,
             "queries": [task], "turns_left": 2}
-    policy = ScriptedPolicy()
-    spaced = policy.turn("searcher", {**info, "written_queries": [f" {task}"]})
-    plain = policy.turn("searcher", {**info, "written_queries": [task]})
-    assert spaced == f"<search>{task}</search>"
-    assert plain == "<search>Maren Tolvik studied at</search>"
-    assert policy.turn("searcher", info) == plain  # no written_queries: the queries
+    assert ScriptedPolicy().turn("searcher", info) == "<search>Maren Tolvik studied at</search>"
+    assert ScriptedPolicy(repeat_queries=True).turn("searcher", info) == f"<search>{task}</search>"
 
 
-def test_env_tells_a_searcher_its_queries_as_written(make_env):
+def test_env_tells_a_searcher_its_queries_stripped(make_env):
     env = make_env(workflow="cascade")
     env.reset(seed=0, options={"question": QUESTION})
     env.step("<search>  Where is it?\n</search>")
     info = env.unwrapped.turn_observation("searcher_0").info
-    assert info["queries"] == ["Where is it?"] and info["written_queries"] == ["  Where is it?\n"]
+    assert info["queries"] == ["Where is it?"] and "written_queries" not in info
 
 
 def test_leader_splits_a_comparison_into_one_subtask_per_option(make_env):

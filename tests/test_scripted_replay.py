@@ -1,11 +1,12 @@
-"""The scripted team plays as it did before it read ``infos`` instead of prompt text (f6ac377).
+"""The micro recipe's scripted team plays as it did when its base's SFT data were made.
 
 The micro base's SFT data are the scripted team's episodes written with spaced tags
-(``<search> q</search>``, ``algos.recipes.micro.episodes.EosScripted``). The prompt-reading
-Searcher compared its next query with the queries as written in its context, spaces kept,
-so after a first search that did not resolve its hop it asked the same question again.
-Reading the stripped ``info["queries"]`` made it ask by keywords instead and changed 2 of
-the 1,400 episodes (worlds 0-1, 50 questions per style, both workflows): world 1,
+(``<search> q</search>``, ``algos.recipes.micro.episodes.EosScripted``). The Searcher that
+made them compared its next query with the queries as written, spaces kept, so it never
+found one asked and, after a first search that did not resolve its hop, asked the same
+question again. ``ScriptedPolicy`` now moves on to the entity and keywords by default, and
+the recipe asks for the old habit (``repeat_queries=True``): without it 2 of the 1,400
+episodes of worlds 0-1 (50 questions per style, both workflows) change, world 1,
 hierarchical, bamboogle train_36 and train_45. These tests replay exactly those two.
 """
 
