@@ -105,6 +105,11 @@ class TrainConfig:
     """Stop after this many non-finite losses in a row (each one skips its step)."""
 
     seed: int = 0
+    base_seed: int | None = None
+    """The seed a recipe's base (``micro``, ``tiny``, ...) is built for
+    (:func:`algos.presets.prepare_model`); None: ``seed``, a base per run seed. Set, runs
+    of several seeds share one base, each still drawing its own questions and samples by
+    ``seed`` (the ablation's ``--base-seeds``). Ignored for a model given by name or path."""
     device: str = "cpu"
     dtype: str = "float32"
     """What the trained model computes in: ``float32``, or ``bfloat16`` (the GPU presets'
@@ -176,6 +181,8 @@ class TrainConfig:
                 raise bad(name, "must be >= 1")
         if self.sample_every < 0:
             raise bad("sample_every", "must be >= 0 (0: keep no samples)")
+        if self.base_seed is not None and self.base_seed < 0:
+            raise bad("base_seed", "must be >= 0, or None for the run's seed")
         if self.train_per_dataset is not None and self.train_per_dataset < 1:
             raise bad("train_per_dataset", "must be >= 1, or None for every training question")
         if self.group_size < 2:
@@ -228,6 +235,11 @@ class TrainConfig:
                           f"list or object of them), got {type(value).__name__}")
         self.train_datasets = tuple(self.train_datasets)
         self.val_datasets = tuple(self.val_datasets)
+
+    @property
+    def build_seed(self) -> int:
+        """The seed of the recipe base this run starts from: ``base_seed``, else ``seed``."""
+        return self.seed if self.base_seed is None else self.base_seed
 
     @property
     def workflow(self) -> str:

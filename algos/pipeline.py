@@ -97,7 +97,8 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             progress, log = False, _silent
         # the settings are valid: now a preset's own model (micro's base) may be built, by
         # rank 0 alone (two ranks building one cache folder would race); the others take its path
-        model = prepare_model(cfg.model, seed=cfg.seed, progress=progress) if main else None
+        # (its seed: base_seed when set, so runs of several seeds can share one base)
+        model = prepare_model(cfg.model, seed=cfg.build_seed, progress=progress) if main else None
         cfg = dataclasses.replace(cfg, model=dist.broadcast_object(model))
         if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
             raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
@@ -129,7 +130,8 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
         log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
             f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
             f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
-        summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base": base,
+        summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base_seed": cfg.build_seed,
+                                    "base": base,
                                     "steps": trainer.step, "base_em": base_em,
                                     "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                     "val_questions": len(trainer.val_questions)}

@@ -57,8 +57,9 @@ def preset_config(preset: str, **overrides: Any) -> TrainConfig:
 
 def prepare_model(model: str, *, seed: int = 0, progress: bool = True, build: bool = True) -> str:
     """``model`` as the learner loads it: a recipe's model name (``micro``) becomes the
-    directory of that recipe's base for ``seed`` (a run's seed builds its own base), built
-    the first time (minutes) and reused after; any other name or path is returned as is. Called by the command line and
+    directory of that recipe's base for ``seed`` (a run's ``TrainConfig.build_seed``: its
+    ``base_seed``, else its own seed), built the first time (minutes) and reused after; any
+    other name or path is returned as is. Called by the command line and
     :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
     loads anything."""
     recipe = RECIPES.get(model)

@@ -1,7 +1,10 @@
 """The runs of the paper's Table 2 (the Searcher-signal ablation): for each seed one Stage-I
 Teacher, then Stage II once per variant, each run in its own directory; every run of a seed
-starts from that seed's base (a recipe builds one per seed, so the spread over seeds
-includes the base's).
+starts from that seed's base. By default a recipe builds one base per seed, so the spread
+over seeds includes the base's; ``base_seeds=K`` (``--base-seeds K``) makes training seed
+``s`` start from the base built for seed ``s % K`` (``TrainConfig.base_seed``): 6 seeds over
+3 bases cost 3 builds, and the seeds that share a base are not independent in its draw
+(``benchmarks.table2`` lists which share one).
 
 Variants (Leader and Answerer objectives fixed: GRPO with the KL toward the Teacher; only
 the Searchers' signal or the Teacher changes): one per Searcher signal of the table of role
@@ -10,15 +13,28 @@ and ``base``: on-policy distillation from the base model.
 
 Every run of a seed has the same ``seed``: the same training questions in the same order,
 the same rollout and validation sampler seeds, validated on the same held-out questions at
-the same steps. Layout under ``out``::
+the same steps. Seeds that share a base still differ by their ``seed``.
 
-    ablation.json                the plan (preset, seeds, variants, settings) and each run's state
+The step-0 validation (the base, before any update) is the same computation for every
+Stage-II variant of a seed: the same base weights, workflow, questions and sampler seeds
+(:func:`step0_key`: the configs differ only in what validation does not read). It is
+computed once: a variant starts with the step-0 records, metrics row and (its own values
+over the same episodes) validation sample of a run of the same key that has them
+(:func:`adopt_step0`), byte for byte what it would have computed. Training seeds never
+share it: the validation sampler's seed is the training seed's.
+
+Layout under ``out``::
+
+    ablation.json                the plan (preset, seeds, base seeds, variants, settings), each
+                                 seed's base and each run's state
     seed<S>/teacher/             Stage I
-    seed<S>/<variant>/           Stage II; run.json when it finished (wall time, steps, files)
+    seed<S>/<variant>/           Stage II; run.json when it finished (wall time, steps, files,
+                                 base seed and weights, whose step-0 validation it reused)
 
 Resuming: a finished run (its ``run.json``) is never repeated; a run with a checkpoint
 continues from it (the Trainer's ``--resume``); a run killed before its first checkpoint
-starts again. So a killed ablation loses at most the runs in progress.
+starts again. So a killed ablation loses at most the runs in progress (a step-0 validation
+is reused only from a run that finished or checkpointed, whose recorded config has the key).
 
 The table (per-variant figures, paired bootstrap CIs against ``opd``, curves) is
 ``benchmarks.table2``; ``python -m benchmarks ablate`` runs both. The ablation lives on the
@@ -79,6 +95,12 @@ class Run:
     """Its full config; ``config.out_dir`` is the run's directory."""
     needs: str | None
     """The name of the run that must finish first (the seed's Teacher), or None."""
+    step0_from: tuple[str, ...] = ()
+    """The runs of the same :func:`step0_key` (the other Stage-II variants of the seed), whose
+    step-0 validation this run takes instead of computing it, when one has it."""
+    base: dict[str, Any] | None = None
+    """Its base as :func:`algos.reproducible.describe_base` describes it, with ``base_seed``
+    (set once the base is prepared)."""
 
     @property
     def name(self) -> str:
@@ -87,6 +109,11 @@ class Run:
     @property
     def out_dir(self) -> Path:
         return Path(self.config.out_dir)
+
+    @property
+    def root(self) -> Path:
+        """The ablation's directory."""
+        return self.out_dir.parents[1]
 
 
 def run_name(seed: int, variant: str) -> str:
@@ -103,11 +130,14 @@ def variant_overrides(variant: str, teacher_dir: str | Path) -> dict[str, Any]:
 
 
 def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
-              overrides: dict[str, Any] | None = None) -> list[Run]:
+              overrides: dict[str, Any] | None = None, base_seeds: int | None = None) -> list[Run]:
     """Every run of the ablation in a valid order: per seed its Teacher (when a variant
     needs one) then the variants. ``overrides``: TrainConfig settings for every run (e.g.
-    ``steps``); they may not set what the ablation itself varies. Raises ValueError naming
-    the bad variant, seed or setting (the configs are validated here, before any run)."""
+    ``steps``); they may not set what the ablation itself varies. ``base_seeds``: K, seed
+    ``s`` trains from the base of seed ``s % K`` (``TrainConfig.base_seed``); None: each
+    seed from its own. Each run lists the runs whose step-0 validation it may reuse
+    (:attr:`Run.step0_from`). Raises ValueError naming the bad variant, seed or setting
+    (the configs are validated here, before any run)."""
     from algos.presets import PRESETS, preset_config
 
     if preset not in PRESETS:
@@ -119,8 +149,10 @@ def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequ
         raise ValueError(f"seeds {list(seeds)} and variants {list(variants)} must be non-empty, without repeats")
     if any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {list(seeds)}: each must be an integer >= 0")
+    if base_seeds is not None and (not isinstance(base_seeds, int) or base_seeds < 1):
+        raise ValueError(f"base_seeds={base_seeds!r}: must be an integer >= 1 (or None: a base per seed)")
     overrides = dict(overrides or {})
-    varied = sorted(set(overrides) & {"stage", "teacher", "searcher_signal", "out_dir", "seed"})
+    varied = sorted(set(overrides) & {"stage", "teacher", "searcher_signal", "out_dir", "seed", "base_seed"})
     if varied:
         raise ValueError(f"the ablation sets {varied} itself; remove them from the settings")
     out = Path(out)
@@ -128,17 +160,37 @@ def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequ
     for seed in seeds:
         teacher_dir = out / run_name(seed, TEACHER)
         needs_teacher = any(VARIANT_SETTINGS[v].get("teacher") is None for v in variants)
+        base = {} if base_seeds is None else {"base_seed": seed % base_seeds}
         if needs_teacher:
-            cfg = preset_config(preset, **{**overrides, "stage": "teacher", "teacher": None, "seed": seed,
+            cfg = preset_config(preset, **{**overrides, **base, "stage": "teacher", "teacher": None, "seed": seed,
                                            "out_dir": str(teacher_dir)})
             runs.append(Run(seed, TEACHER, cfg, None))
         for variant in variants:
             settings = variant_overrides(variant, teacher_dir)
-            cfg = preset_config(preset, **{**overrides, **settings, "stage": "team", "seed": seed,
+            cfg = preset_config(preset, **{**overrides, **base, **settings, "stage": "team", "seed": seed,
                                            "out_dir": str(out / run_name(seed, variant))})
             needs = run_name(seed, TEACHER) if settings["teacher"] == str(teacher_dir) else None
             runs.append(Run(seed, variant, cfg, needs))
-    return runs
+    keys = [step0_key(r.config.to_dict()) for r in runs]
+    return [dataclasses.replace(r, step0_from=tuple(o.name for o, k in zip(runs, keys) if k == key and o is not r))
+            for r, key in zip(runs, keys)]
+
+
+STEP0_FREE = frozenset({"out_dir", *(key for settings in VARIANT_SETTINGS.values() for key in settings)})
+"""The config fields a step-0 validation does not read: the run's directory and what the
+variants set (the Searcher signal and the Teacher enter the loss, and the validation
+sample's per-token values, which :func:`adopt_step0` recomputes, never the validation's
+episodes). ``Trainer.validate`` samples the trained model (at step 0 the base's weights,
+``model``) with its own seeded sampler (``seed``) on the validation questions in the
+workflow of ``stage``, with the env shape, retriever and sampling settings: all in the key."""
+
+
+def step0_key(config: dict[str, Any]) -> str:
+    """What a run's step-0 validation depends on: its config (a ``TrainConfig.to_dict()``,
+    or one read back from JSON) without :data:`STEP0_FREE`, as canonical JSON. Two runs of
+    one key validate the same model on the same questions with the same sampler seeds."""
+    kept = {k: v for k, v in config.items() if k not in STEP0_FREE}
+    return json.dumps(kept, sort_keys=True, default=list)
 
 
 def run_state(run: Run) -> str:
@@ -164,21 +216,78 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a finished run's record ({err})") from None
 
 
-def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retriever: Any = None) -> dict[str, Any]:
+def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retriever: Any = None,
+              step0_from: Sequence[str | Path] = ()) -> dict[str, Any]:
     """Train one run to ``config.steps`` with a validation before the first step, every
     ``eval_every`` steps and after the last; returns what :data:`RUN_FILE` records of it
     besides the wall time: ``steps``, ``final_validation`` (the last validation's
-    per-question records, relative to the run's directory) and ``val_avg@1`` (its mean)."""
+    per-question records, relative to the run's directory), ``val_avg@1`` (its mean) and
+    ``step0_reused_from`` (the directory whose step-0 validation a fresh run took,
+    :func:`adopt_step0`, from the first of ``step0_from`` that has it; None: computed)."""
     from algos.trainer import Trainer, validation_path
 
     trainer = Trainer(config, resume=resume, progress=progress, retriever=retriever)
-    trainer.train(validate_first=True)
+    reused = None
+    if trainer.step == 0:
+        reused = next((str(d) for d in step0_from if adopt_step0(trainer, Path(d))), None)
+    trainer.train(validate_first=reused is None)
     final = validation_path(config.out_dir, trainer.step)
     if not final.exists():  # resumed after the last checkpoint: validate the final weights
         trainer.validate()
     records = [json.loads(line) for line in final.read_text(encoding="utf-8").splitlines() if line.strip()]
     em = sum(sum(r["correct"]) / len(r["correct"]) for r in records) / max(1, len(records))
-    return {"steps": trainer.step, "final_validation": str(final.relative_to(config.out_dir)), "val_avg@1": em}
+    return {"steps": trainer.step, "final_validation": str(final.relative_to(config.out_dir)), "val_avg@1": em,
+            "step0_reused_from": reused}
+
+
+def adopt_step0(trainer: Any, source: Path) -> bool:
+    """Give ``trainer`` (an ``algos.trainer.Trainer`` at step 0, nothing validated yet) the
+    step-0 validation of the run in ``source`` instead of computing it, when that run has
+    one and is of the same :func:`step0_key`; returns whether it did.
+
+    ``source`` qualifies when it finished (its ``run.json``) or checkpointed (a checkpoint's
+    ``train_config.json``), and the config recorded there has ``trainer.config``'s key (the
+    same base weights' path included): a run killed before its first checkpoint records
+    nothing to check, so it is not read. Then the trainer gets what its own
+    ``Trainer.validate`` at step 0 writes: the per-question records (copied), the sample
+    of the same episodes with this run's per-token values (its Teacher's, its role rules',
+    ``algos.samples.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
+    source logged at step 0)."""
+    from agents.viewer.records import ViewError, read_records
+    from algos.checkpoint import latest_checkpoint
+    from algos.report import read_metrics
+    from algos.samples import keep_sample, sample_path
+    from algos.trainer import validation_path
+
+    try:
+        if (source / RUN_FILE).exists():
+            recorded = read_run(source).get("config")
+        else:
+            checkpoint = latest_checkpoint(source)
+            if checkpoint is None:
+                return False
+            recorded = json.loads((checkpoint / "train_config.json").read_text(encoding="utf-8"))
+        if not isinstance(recorded, dict) or step0_key(recorded) != step0_key(trainer.config.to_dict()):
+            return False
+        rows = [r for r in read_metrics(source / "metrics.jsonl") if r.get("step") == 0 and "val/avg@1" in r]
+        records = validation_path(source, 0).read_bytes()
+        groups = None
+        if trainer.config.sample_every:  # the sample's episodes; their values are this run's
+            kept = read_records(sample_path(source, 0, "validation"))
+            if [values.group if values else None for _, values in kept] != list(range(len(kept))):
+                return False
+            groups = [[episode] for episode, _ in kept]
+    except (OSError, ValueError, ViewError):  # nothing usable there (a run being restarted): compute it
+        return False
+    if len(rows) != 1:
+        return False
+    target = validation_path(trainer.out, 0)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(records)
+    if groups is not None:
+        keep_sample(trainer, "validation", groups)
+    trainer.log_metrics({k: v for k, v in rows[0].items() if k not in ("step", "stage")}, step=0)
+    return True
 
 
 TrainFn = Callable[..., dict[str, Any]]
@@ -201,11 +310,17 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
         shutil.rmtree(run.out_dir)
     log(f"[{run.name}] {'resuming' if state == 'resume' else 'starting'} ({threads} thread(s))")
     start = time.perf_counter()
-    result = train(run.config, resume=state == "resume", progress=progress, retriever=retriever)
+    result = train(run.config, resume=state == "resume", progress=progress, retriever=retriever,
+                   step0_from=[str(run.root / name) for name in run.step0_from])
+    reused = result.pop("step0_reused_from", None)
+    base = run.base or {}
     record = {"run": run.name, "seed": run.seed, "variant": run.variant, "stage": run.config.stage,
               "searcher_signal": run.config.searcher_signal if run.config.stage == "team" else None,
               "teacher": run.config.teacher, "threads": threads, "resumed": state == "resume",
               "wall_s": round(time.perf_counter() - start, 1), **result,
+              "base_seed": run.config.build_seed, "base_weight_hash": base.get("weight_hash"),
+              "step0_validation": (f"reused from {Path(reused).relative_to(run.root)}" if reused is not None
+                                   else "before the resume" if state == "resume" else "computed"),
               "config": run.config.to_dict(), "environment": environment()}
     tmp = run.out_dir / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
@@ -228,11 +343,12 @@ def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
 
 
 def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
-                 overrides: dict[str, Any] | None = None, *, threads: int = 1, jobs: int = 1,
-                 progress: bool = True, log: Callable[[str], None] = print, train: TrainFn = train_run,
-                 retriever: Any = None) -> dict[str, Any]:
+                 overrides: dict[str, Any] | None = None, *, base_seeds: int | None = None, threads: int = 1,
+                 jobs: int = 1, progress: bool = True, log: Callable[[str], None] = print,
+                 train: TrainFn = train_run, retriever: Any = None) -> dict[str, Any]:
     """Run (or finish) every run of the ablation; returns the plan with each run's record
-    and writes it to ``<out>/ablation.json``.
+    and writes it to ``<out>/ablation.json``. First logs the work left
+    (:func:`describe_work`). ``base_seeds``: see :func:`plan_runs`.
 
     ``threads``: torch's and faiss's intra-op threads in every process, the base's build
     included (:func:`algos.reproducible.run_threads`: a run repeats bit for bit at the same
@@ -247,9 +363,12 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     from algos.reproducible import run_threads
 
     out = Path(out)
-    runs, plan = check_ablation(preset, out, seeds, variants, overrides, threads=threads, jobs=jobs)
+    runs, plan = check_ablation(preset, out, seeds, variants, overrides, base_seeds=base_seeds, threads=threads,
+                                jobs=jobs)
     out.mkdir(parents=True, exist_ok=True)
-    with run_threads(threads):
+    with run_threads(threads):  # (a base's cache key holds the thread count: looked up under it)
+        for line in describe_work(work_estimate(runs, built=_base_is_built(progress))):
+            log(line)
         return _run_all(runs, plan, out, train=train, threads=threads, jobs=jobs, progress=progress,
                         log=log, retriever=retriever)
 
@@ -260,17 +379,18 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     from algos.reproducible import describe_base
 
     todo = [r for r in runs if run_state(r) != "done"]
-    if todo:  # each seed's base (micro: built once per seed, minutes) before any run or worker needs it
-        needed = {(r.config.model, r.seed) for r in todo}
-        prepared = {(m, s): prepare_model(m, seed=s, progress=progress) for m, s in sorted(needed)}
-        for m, s in {(r.config.model, r.seed) for r in runs} - needed:  # finished seeds: found, never rebuilt
+    if todo:  # each base (micro: minutes to build) before any run or worker needs it
+        needed = {(r.config.model, r.config.build_seed) for r in todo}
+        prepared = {(m, b): prepare_model(m, seed=b, progress=progress) for m, b in sorted(needed)}
+        for m, b in {(r.config.model, r.config.build_seed) for r in runs} - needed:  # finished: found, never rebuilt
             with contextlib.suppress(FileNotFoundError):
-                prepared[m, s] = prepare_model(m, seed=s, progress=progress, build=False)
+                prepared[m, b] = prepare_model(m, seed=b, progress=progress, build=False)
         _check_same_base([r for r in runs if r not in todo], prepared)
-        runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[r.config.model, r.seed]))
-                if (r.config.model, r.seed) in prepared else r for r in runs]
-        # which base each seed's runs start from: its weights' hash
-        plan["bases"].update({f"seed{s}": describe_base(p) for (_, s), p in prepared.items()})
+        described = {key: {**describe_base(path), "base_seed": key[1]} for key, path in prepared.items()}
+        runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[key]), base=described[key])
+                if (key := (r.config.model, r.config.build_seed)) in prepared else r for r in runs]
+        # which base each seed's runs start from: its seed and its weights' hash
+        plan["bases"].update({f"seed{r.seed}": r.base for r in runs if r.base is not None})
     start = time.perf_counter()
     records: dict[str, dict[str, Any]] = {}
 
@@ -292,6 +412,61 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     return plan
 
 
+def _base_is_built(progress: bool) -> Callable[[str, int], bool]:
+    """Whether a recipe's base of a seed is built (:func:`algos.presets.prepare_model` finds it)."""
+    from algos.presets import prepare_model
+
+    def built(model: str, seed: int) -> bool:
+        try:
+            prepare_model(model, seed=seed, progress=progress, build=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    return built
+
+
+def validation_steps(config: TrainConfig) -> list[int]:
+    """The steps a run validates at: 0 (the base), every ``eval_every`` and the last."""
+    return sorted({0, config.steps, *range(config.eval_every, config.steps + 1, config.eval_every)})
+
+
+def work_estimate(runs: Sequence[Run], *, built: Callable[[str, int], bool] | None = None) -> dict[str, Any]:
+    """What is left of an ablation: counts of the runs not finished (Stage I, Stage II), the
+    recipe bases they start from (``bases``; ``to_build``: those ``built`` does not find;
+    ``bases_one_per_seed``: what a base per seed would be), the validations they run and how
+    many of them are step-0 validations taken from a run of the same :func:`step0_key`
+    (``step0_reused``; with ``jobs > 1`` fewer when variants start together). A resumed run
+    counts whole."""
+    from algos.presets import RECIPES
+
+    todo = [r for r in runs if run_state(r) != "done"]
+    recipe = [r for r in todo if r.config.model in RECIPES]
+    bases = sorted({(r.config.model, r.config.build_seed) for r in recipe})
+    fresh = [r for r in todo if run_state(r) != "resume"]  # a resumed run validated step 0 before
+    available = {step0_key(r.config.to_dict()) for r in runs if r not in fresh}  # finished or checkpointed
+    computed = {step0_key(r.config.to_dict()) for r in fresh} - available
+    return {"runs": len(todo), "teacher_runs": sum(r.variant == TEACHER for r in todo),
+            "finished_runs": len(runs) - len(todo), "bases": len(bases),
+            "to_build": sum(not built(m, b) for m, b in bases) if built is not None else None,
+            "bases_one_per_seed": len({(r.config.model, r.seed) for r in recipe}),
+            "validations": sum(len(validation_steps(r.config)) for r in todo),
+            "step0_reused": len(fresh) - len(computed)}
+
+
+def describe_work(work: dict[str, Any]) -> list[str]:
+    """:func:`work_estimate` as the lines ``python -m benchmarks ablate`` prints first."""
+    builds = "" if work["to_build"] is None else f", {work['to_build']} of them to build"
+    saved = (f" (a base per seed: {work['bases_one_per_seed']})"
+             if work["bases_one_per_seed"] != work["bases"] else "")
+    return [f"ablation: {work['runs']} runs to do ({work['teacher_runs']} Stage I, "
+            f"{work['runs'] - work['teacher_runs']} Stage II), {work['finished_runs']} finished before",
+            f"  bases: {work['bases']}{saved}{builds}",
+            f"  validations: {work['validations'] - work['step0_reused']} "
+            f"({work['step0_reused']} step-0 validations taken from a variant of the same seed and base; "
+            f"{work['validations']} without)"]
+
+
 def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) -> None:
     """Refuse to add runs from another base than the finished runs trained from (a recipe's
     base rebuilt under a new cache key, say): the variants would not share a start."""
@@ -299,7 +474,7 @@ def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) 
 
     for run in finished:
         before = read_run(run.out_dir).get("config", {}).get("model")
-        now = prepared.get((run.config.model, run.seed))
+        now = prepared.get((run.config.model, run.config.build_seed))
         if now is None or before is None or before == now:
             continue
         if weight_hash(before) is None or weight_hash(before) != weight_hash(now):
@@ -350,18 +525,18 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
 
 
 def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
-                   overrides: dict[str, Any] | None = None, *, threads: int = 1, jobs: int = 1
-                   ) -> tuple[list[Run], dict[str, Any]]:
+                   overrides: dict[str, Any] | None = None, *, base_seeds: int | None = None, threads: int = 1,
+                   jobs: int = 1) -> tuple[list[Run], dict[str, Any]]:
     """The runs and the plan of an ablation, or ValueError with one line naming what is
-    wrong: a bad variant, seed, setting, thread or job count, or an ``out`` that holds an
-    ablation run with other settings (its finished runs would be compared with runs trained
-    differently). Writes nothing."""
+    wrong: a bad variant, seed, setting, base-seed, thread or job count, or an ``out`` that
+    holds an ablation run with other settings or bases (its finished runs would be compared
+    with runs trained differently). Writes nothing."""
     if threads < 1 or jobs < 1:
         raise ValueError(f"threads={threads} and jobs={jobs} must be >= 1")
-    runs = plan_runs(preset, out, seeds, variants, overrides)
-    plan = {"preset": preset, "seeds": list(seeds), "variants": list(variants),  # as JSON reads it back
-            "overrides": json.loads(json.dumps(overrides or {})), "threads": threads, "jobs": jobs,
-            "bases": {}, "runs": {}}
+    runs = plan_runs(preset, out, seeds, variants, overrides, base_seeds)
+    plan = {"preset": preset, "seeds": list(seeds), "base_seeds": base_seeds,  # as JSON reads it back
+            "variants": list(variants), "overrides": json.loads(json.dumps(overrides or {})), "threads": threads,
+            "jobs": jobs, "bases": {}, "runs": {}}
     path = Path(out) / "ablation.json"
     if not path.exists():
         return runs, plan
@@ -372,6 +547,10 @@ def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants:
     if old.get("preset") != plan["preset"] or old.get("overrides") != plan["overrides"]:
         raise ValueError(f"{path} was run with preset {old.get('preset')!r} and settings {old.get('overrides')}, "
                          f"not {plan['preset']!r} and {plan['overrides']}: give another --out")
+    if old.get("base_seeds") != base_seeds:  # (a plan from before --base-seeds: None, a base per seed)
+        raise ValueError(f"{path} was run with --base-seeds {old.get('base_seeds') or 'unset (a base per seed)'}, "
+                         f"not {base_seeds or 'unset (a base per seed)'}: its seeds start from other bases; "
+                         "give another --out")
     plan["bases"] = dict(old.get("bases") or {})  # the finished runs' base, kept when nothing is left to build
     return runs, plan
 
@@ -388,6 +567,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 1)")
     seeds.add_argument("--seed-list", default=None, help="comma list of seeds, e.g. 0,5,7")
+    parser.add_argument("--base-seeds", type=int, default=None, metavar="K",
+                        help="seed s trains from the base built for seed s %% K (default: a base per seed); "
+                             "--seeds 6 --base-seeds 3 builds 3 bases, each shared by 2 training seeds")
     parser.add_argument("--steps", type=int, default=None, help="training steps of every run (default: the preset's)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="any TrainConfig setting for every run, as in python -m algos train")

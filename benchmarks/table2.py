@@ -9,7 +9,9 @@ Writes into the ablation's directory:
 
 - ``table2.json``: the seeds, the variants, each variant's figures (mean over seeds and per
   seed), its comparison with ``opd``, the same figures without the two-choice questions,
-  each run's wall time, config and continuous endpoints, the machine and library versions;
+  each run's wall time (and their sum, ``runs_wall_s``), config, base seed and weights, whether
+  its step-0 validation was computed or reused, continuous endpoints, the machine and library
+  versions;
 - ``table2.md``: the table, then avg@k per dataset;
 - ``table2_records.jsonl.gz``: every run's step-0 and final per-question validation records
   (deterministic gzip), from which :func:`comparisons_from_records` recomputes every
@@ -36,6 +38,13 @@ what it covers:
 - ``over_seeds`` (:data:`algos.report.OVER_SEEDS`): the per-seed differences as the
   sample, a Student-t interval and the exact sign test over seeds
   (:func:`benchmarks.seed_stats.seed_interval`): does the training recipe differ?
+
+Seeds and bases: each training seed is the unit of the seed-level statistics (the figures'
+mean over seeds, ``over_seeds``). When the ablation shares bases (``--base-seeds K``: seed
+``s`` trains from the base of seed ``s % K``), the seeds that share a base are not
+independent in the base's draw: ``over_seeds`` then covers the training seeds' variation
+around K drawn bases, not a new base's. ``table2.json`` keeps each run's ``base_seed`` and
+base weights' hash (``bases``: per seed) and ``table2.md`` lists which seeds share a base.
 
 Two-choice questions (:func:`is_two_choice`: the synthetic HotpotQA ``comparison`` and
 2Wiki ``comparison``/``bridge_comparison`` styles, whose answer is one of two names in the
@@ -282,7 +291,7 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     table: dict[str, Any] = {
         "preset": plan.get("preset"), "overrides": plan.get("overrides", {}),
         "seeds": sorted({s for v in variants for s in runs[v]}), "variants": variants,
-        "bases": plan.get("bases", {}),
+        "base_seeds": plan.get("base_seeds"), "bases": plan.get("bases", {}),
         "reference": REFERENCE, "ci": {"confidence": 0.95, "n_resamples": n_resamples, "seed": seed,
                                        "unit": "question (its seeds pooled), resampled within each dataset"},
         "rows": {}, "teachers": {}, "runs": {},
@@ -326,9 +335,13 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
                                    "resumed": r.get("resumed"), "val_avg@1": r["val_avg@1"],
                                    **{k: cfg.get(k) for k in ("model", "retriever", "seed", "teacher",
                                                               "searcher_signal", "val_per_dataset",
-                                                              "val_runs", "val_temperature")}}
+                                                              "val_runs", "val_temperature")},
+                                   **{k: r[k] for k in ("base_seed", "base_weight_hash", "step0_validation")
+                                      if k in r}}
         if endpoints(metrics[r["run"]]):
             table["runs"][r["run"]]["endpoints"] = endpoints(metrics[r["run"]])
+    # how long the table took to train: every run's own wall time, summed (the bases' builds not included)
+    table["runs_wall_s"] = round(sum(float(r["wall_s"]) for _, _, r in everything), 1)
     table["environment"] = _environment([r for _, _, r in everything])
     table["_records"] = [
         {"run": r["run"], "variant": v, "seed": s, "final": is_final, **row}
@@ -408,6 +421,9 @@ def markdown(table: Mapping[str, Any]) -> str:
                  f"{r['macro_output_tokens_per_workflow']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", INTERVALS]
+    shared = base_sharing(table)
+    if shared:
+        lines += ["", shared]
     if all(r.get("without_two_choice") for r in rows.values()):
         count = next(iter(rows.values()))["two_choice_questions"]
         lines += ["", f"Without the {count['two_choice']} two-choice questions of {count['questions']} "
@@ -426,6 +442,28 @@ def markdown(table: Mapping[str, Any]) -> str:
         lines += ["", "Wall time per run: " + ", ".join(f"{name} {_duration(w['wall_s'])}"
                                                       for name, w in walls.items())]
     return "\n".join(lines) + "\n"
+
+
+def base_sharing(table: Mapping[str, Any]) -> str:
+    """Which seeds start from which base (by base seed and weights), and, when a base is
+    shared, that those seeds are not independent in its draw; "" when the table's plan
+    records no base seeds (a table from before ``--base-seeds``)."""
+    seeds = [int(s) for s in table.get("seeds", [])]
+    bases = {s: table.get("bases", {}).get(f"seed{s}") or {} for s in seeds}
+    if not seeds or any("base_seed" not in b for b in bases.values()):
+        return ""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for s in seeds:
+        groups.setdefault((bases[s]["base_seed"], bases[s].get("weight_hash")), []).append(s)
+    listed = "; ".join(f"base seed {b} (weights {h or 'unhashed'}): seed{'s' if len(ss) > 1 else ''} "
+                       f"{', '.join(map(str, ss))}" for (b, h), ss in sorted(groups.items(), key=lambda g: g[1]))
+    text = f"Bases: {listed}."
+    if any(len(ss) > 1 for ss in groups.values()):
+        text += (f" {len(seeds)} training seeds share {len(groups)} bases: the figures and the interval over "
+                 "seeds take each training seed as a unit, but seeds that share a base are not independent in "
+                 "the base's draw, so the interval over seeds covers the training seeds' variation around these "
+                 f"{len(groups)} bases, not a new base's.")
+    return text
 
 
 INTERVALS = ("Questions paired: the bootstrap over questions with the runs fixed (would these runs "
@@ -531,11 +569,12 @@ def ablate_command(args: Any) -> int:
         seeds = seeds_of(args)
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
         overrides = overrides_of(args)
-        check_ablation(args.preset, args.out, seeds, variants, overrides, threads=args.threads, jobs=args.jobs)
+        check_ablation(args.preset, args.out, seeds, variants, overrides, base_seeds=args.base_seeds,
+                       threads=args.threads, jobs=args.jobs)
     except (ValueError, PreflightError) as err:
         raise SystemExit(f"python -m benchmarks ablate: error: {err}") from None
-    run_ablation(args.preset, args.out, seeds, variants, overrides, threads=args.threads, jobs=args.jobs,
-                 progress=not args.no_progress)
+    run_ablation(args.preset, args.out, seeds, variants, overrides, base_seeds=args.base_seeds,
+                 threads=args.threads, jobs=args.jobs, progress=not args.no_progress)
     return table_command(args)
 
 

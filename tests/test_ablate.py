@@ -95,7 +95,7 @@ TRAINED: list[str] = []
 """The runs the fake trained, in order (a module-level log: the fake is a plain function)."""
 
 
-def fake_train(config, *, resume, progress=True, retriever=None):
+def fake_train(config, *, resume, progress=True, retriever=None, step0_from=()):
     """Writes what the learner writes (metrics.jsonl, per-question validations at steps 0 and
     ``steps``) without training: the final validation is CORRECT's."""
     out = Path(config.out_dir)
@@ -359,6 +359,11 @@ def test_the_real_learner_runs_the_ablation_on_a_tiny_model(tmp_path, tiny_dirs,
         assert record["steps"] == 1 and record["final_validation"] == "validation/step_000001.jsonl"
         assert (tmp_path / name / "validation" / "step_000000.jsonl").exists()
     assert plan["runs"]["seed0/opd"]["config"]["teacher"] == str(tmp_path / "seed0" / "teacher")
+    # opd validated the base once; none took its step 0 (the same bytes)
+    assert [plan["runs"][f"seed0/{v}"]["step0_validation"] for v in ("teacher", "opd", "none")] == [
+        "computed", "computed", "reused from seed0/opd"]
+    step0 = [(tmp_path / "seed0" / v / "validation" / "step_000000.jsonl").read_bytes() for v in ("opd", "none")]
+    assert step0[0] == step0[1]
     from algos.reproducible import weight_hash
 
     assert plan["bases"]["seed0"]["weight_hash"] == weight_hash(tiny_dirs["policy"]) is not None
@@ -407,12 +412,269 @@ def test_every_seed_trains_from_its_own_base_and_the_plan_records_each(tmp_path,
     monkeypatch.setattr("algos.presets.prepare_model", prepare)
     plan = run_ablation("micro", tmp_path, [0, 1], ["opd", "none"], SETTINGS, progress=False,
                         log=lambda _: None, train=fake_train)
-    assert sorted(asked) == [("micro", 0, True), ("micro", 1, True)]
+    assert sorted(a for a in asked if a[2]) == [("micro", 0, True), ("micro", 1, True)]  # (build=False: a look-up)
     for name, record in plan["runs"].items():
         assert record["config"]["model"] == f"micro-seed{name[4]}", name
     assert {k: v["model"] for k, v in plan["bases"].items()} == {"seed0": "micro-seed0", "seed1": "micro-seed1"}
     asked.clear()  # seed 2 joins: seeds 0 and 1 are done, their bases looked up only
     plan = run_ablation("micro", tmp_path, [0, 1, 2], ["opd", "none"], SETTINGS, progress=False,
                         log=lambda _: None, train=fake_train)
-    assert sorted(asked) == [("micro", 0, False), ("micro", 1, False), ("micro", 2, True)]
+    assert sorted(a for a in asked if a[2]) == [("micro", 2, True)]
+    assert {("micro", 0, False), ("micro", 1, False)} <= set(asked)
     assert set(plan["bases"]) == {"seed0", "seed1", "seed2"}
+
+
+# ---------------------------------------------------------------------- bases shared by seeds (issue 30)
+
+
+def test_base_seeds_put_two_training_seeds_on_each_base_and_they_still_differ_by_their_seed(tmp_path):
+    runs = plan_runs("micro", tmp_path, list(range(6)), overrides={"steps": 5}, base_seeds=3)
+    for r in runs:
+        assert (r.config.seed, r.config.base_seed, r.config.build_seed) == (r.seed, r.seed % 3, r.seed % 3), r.name
+    zero, three = ({r.variant: r.config.to_dict() for r in runs if r.seed == s} for s in (0, 3))
+    for variant in ("teacher", *VARIANTS):  # one base, two training seeds: only the seed (and the dirs) differ
+        diff = {k for k in zero[variant] if zero[variant][k] != three[variant][k]}
+        assert diff == {"seed", "out_dir"} | ({"teacher"} if variant not in ("teacher", "base") else set()), variant
+    # without the option: a base per seed, as before (base_seed unset, the base is the seed's)
+    assert all(r.config.base_seed is None and r.config.build_seed == r.seed
+               for r in plan_runs("micro", tmp_path, [0, 4], ["opd"]))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"base_seeds": 0}, "base_seeds=0"),
+    ({"overrides": {"base_seed": 1}}, "base_seed"),
+])
+def test_bad_base_seeds_are_refused(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plan_runs(**{"preset": "micro", "out": tmp_path, "seeds": [0], **kwargs})
+
+
+def test_the_step0_validation_is_shared_by_the_variants_of_a_seed_and_never_across_seeds(tmp_path):
+    from benchmarks.ablate import STEP0_FREE, step0_key
+
+    runs = {r.name: r for r in plan_runs("micro", tmp_path, [0, 3], overrides={"steps": 5}, base_seeds=3)}
+    for seed in (0, 3):
+        variants = [f"seed{seed}/{v}" for v in VARIANTS]
+        for name in variants:  # every other Stage-II variant of the seed, none of another seed or Stage I
+            assert runs[name].step0_from == tuple(v for v in variants if v != name), name
+        assert runs[f"seed{seed}/teacher"].step0_from == ()
+    assert STEP0_FREE == {"out_dir", "searcher_signal", "teacher"}
+    # seeds 0 and 3 share a base but not the validation's sampler seed (TrainConfig.seed): not one key
+    assert step0_key(runs["seed0/opd"].config.to_dict()) != step0_key(runs["seed3/opd"].config.to_dict())
+    # the key reads a config back from JSON (tuples as lists) as it reads the dataclass's
+    cfg = runs["seed0/opd"].config.to_dict()
+    assert step0_key(json.loads(json.dumps(cfg))) == step0_key(cfg)
+
+
+def _fake_bases(tmp_path, asked):
+    """A prepare_model whose bases are real weight files (one tensor: the base's seed), so
+    each has its own weights' hash; records (seed, build) per call."""
+    import torch
+    from safetensors.torch import save_file
+
+    def prepare(model, *, seed=0, progress=True, build=True):
+        asked.append((seed, build))
+        path = tmp_path / "bases" / f"{model}-{seed}"
+        if not path.exists():
+            if not build:
+                raise FileNotFoundError(path)
+            path.mkdir(parents=True)
+            save_file({"w": torch.tensor([float(seed)])}, str(path / "model.safetensors"))
+        return str(path)
+
+    return prepare
+
+
+def test_six_seeds_over_three_bases_build_three_and_every_record_names_its_base(tmp_path, monkeypatch):
+    from algos.reproducible import weight_hash
+
+    asked: list[tuple[int, bool]] = []
+    monkeypatch.setattr("algos.presets.prepare_model", _fake_bases(tmp_path, asked))
+    out, lines = tmp_path / "t2", []
+    plan = run_ablation("micro", out, list(range(6)), ["opd", "none"], SETTINGS, base_seeds=3, progress=False,
+                        log=lines.append, train=fake_train)
+    assert sorted(a for a in asked if a[1]) == [(0, True), (1, True), (2, True)]  # 3 builds, not 6
+    # the estimate printed first: 18 runs, 3 bases (6 with a base per seed), all 3 to build; 2 validations
+    # per run (steps 0 and 2: eval_every 10 > 2 steps), each seed's none taking opd's step 0
+    assert lines[:3] == ["ablation: 18 runs to do (6 Stage I, 12 Stage II), 0 finished before",
+                         "  bases: 3 (a base per seed: 6), 3 of them to build",
+                         "  validations: 30 (6 step-0 validations taken from a variant of the same seed and base; "
+                         "36 without)"]
+    hashes = {b: weight_hash(tmp_path / "bases" / f"micro-{b}") for b in range(3)}
+    assert len(set(hashes.values())) == 3 and None not in hashes.values()
+    for s in range(6):
+        assert plan["bases"][f"seed{s}"]["base_seed"] == s % 3
+        assert plan["bases"][f"seed{s}"]["weight_hash"] == hashes[s % 3]
+    for name, record in plan["runs"].items():
+        seed = int(name.split("/")[0][4:])
+        assert (record["seed"], record["base_seed"], record["base_weight_hash"]) == (seed, seed % 3, hashes[seed % 3])
+        assert record["config"]["seed"] == seed and record["config"]["base_seed"] == seed % 3
+        assert record["step0_validation"] == "computed"  # (the fake computes it always)
+    saved = json.loads((out / "ablation.json").read_text())
+    assert saved["base_seeds"] == 3 and saved["bases"] == plan["bases"]
+    table = write_table2(out, n_resamples=100)
+    assert table["base_seeds"] == 3
+    assert table["runs"]["seed4/none"]["base_seed"] == 1 and table["runs"]["seed4/none"]["base_weight_hash"] == hashes[1]
+    assert table["runs_wall_s"] == pytest.approx(sum(r["wall_s"] for r in plan["runs"].values()), abs=0.1)
+    text = (out / "table2.md").read_text()
+    assert (f"Bases: base seed 0 (weights {hashes[0]}): seeds 0, 3; base seed 1 (weights {hashes[1]}): seeds 1, 4; "
+            f"base seed 2 (weights {hashes[2]}): seeds 2, 5. 6 training seeds share 3 bases:") in text
+    assert "not independent in the base's draw" in text
+    # the same directory with a base per seed: its seeds 3-5 trained from other bases
+    with pytest.raises(ValueError, match="--base-seeds 3, not unset"):
+        run_ablation("micro", out, list(range(6)), ["opd", "none"], SETTINGS, progress=False, train=fake_train)
+    asked.clear()
+    again = run_ablation("micro", out, list(range(6)), ["opd", "none"], SETTINGS, base_seeds=3, progress=False,
+                         log=lines.append, train=fake_train)  # all finished: nothing built, the bases kept
+    assert not any(build for _, build in asked) and again["bases"] == plan["bases"]
+
+
+def test_a_table_without_base_seeds_lists_no_bases():
+    """Tables made before --base-seeds (docs/table2.json) render as before."""
+    from benchmarks.table2 import base_sharing
+
+    assert base_sharing({"seeds": [0, 1], "bases": {"seed0": {"weight_hash": "a"}, "seed1": {"weight_hash": "b"}}}) == ""
+    own = base_sharing({"seeds": [0, 1], "bases": {"seed0": {"weight_hash": "a", "base_seed": 0},
+                                                   "seed1": {"weight_hash": "b", "base_seed": 1}}})
+    assert own == "Bases: base seed 0 (weights a): seed 0; base seed 1 (weights b): seed 1."
+
+
+def test_the_command_line_takes_base_seeds(tmp_path):
+    import argparse
+
+    from benchmarks.__main__ import main
+    from benchmarks.ablate import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--seeds", "6", "--base-seeds", "3"]).base_seeds == 3
+    assert parser.parse_args([]).base_seeds is None
+    with pytest.raises(SystemExit, match="base_seeds=0"):
+        main(["ablate", "--out", str(tmp_path / "t2"), "--base-seeds", "0"])
+    assert not (tmp_path / "t2").exists()
+
+
+def test_base_seed_in_the_config_and_what_python_m_algos_train_builds(tmp_path, monkeypatch):
+    """Unset, a run's base is its seed's (as before base_seed existed); set, the base's seed."""
+    import algos.pipeline as pipeline
+    from algos.config import TrainConfig, parse_overrides
+    from algos.pipeline import run_pipeline
+
+    assert TrainConfig(teacher="base").base_seed is None and TrainConfig(teacher="base", seed=4).build_seed == 4
+    assert TrainConfig(teacher="base", seed=4, base_seed=1).build_seed == 1
+    with pytest.raises(ValueError, match="base_seed=-1"):
+        TrainConfig(teacher="base", base_seed=-1)
+    assert parse_overrides(["base_seed=none", "seed=2"]) == {"base_seed": None, "seed": 2}
+    assert parse_overrides(["base_seed=3"]) == {"base_seed": 3}
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def prepare(model, *, seed=0, progress=True, build=True):
+        asked.append((model, seed))
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "prepare_model", prepare)
+    for overrides, base in (({"seed": 3}, 3), ({}, 0), ({"seed": 3, "base_seed": 1}, 1)):
+        asked.clear()
+        with pytest.raises(Stop):
+            run_pipeline("micro", tmp_path / str(len(overrides)), overrides=overrides, progress=False,
+                         log=lambda *_: None)
+        assert asked == [("micro", base)], overrides
+
+
+# ---------------------------------------------------------------------- the step-0 validation, computed once
+
+
+def _tiny_settings(tiny_dirs, **extra):
+    return dict(model=tiny_dirs["policy"], steps=1, questions_per_step=1, group_size=2, learning_rate=1e-3,
+                max_turn_tokens=8, max_context_tokens=512, max_waves=1, max_searchers=1, max_searcher_turns=2,
+                num_candidates=2, val_per_dataset=2, val_datasets=("nq", "hotpotqa"), train_datasets=("nq",),
+                eval_every=100, save_every=1, max_row_tokens=512, generation_batch_size=8, sample_episodes=3,
+                stage="team", **extra)
+
+
+def _files(run_dir):
+    """Every file a run wrote that validation or training decides, as bytes (metrics.jsonl
+    without its timings), by path."""
+    out = {}
+    for path in sorted(Path(run_dir).rglob("*.jsonl")):
+        text = path.read_bytes()
+        if path.name == "metrics.jsonl":
+            rows = [json.loads(line) for line in text.splitlines()]
+            text = json.dumps([{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]).encode()
+        out[str(path.relative_to(run_dir))] = text
+    return out
+
+
+def test_a_reused_step0_validation_is_byte_for_byte_what_the_run_computes(tmp_path, tiny_dirs, torch_one_thread):
+    """opd computes its step-0 validation; ``base`` (another Teacher: the sample's values
+    differ) run twice, computing it and taking opd's: every file the same, the training
+    after it too. The Prompted-Critic variant's step 0 likewise."""
+    from conftest import WORLD, KeywordRetriever
+
+    from algos.config import TrainConfig
+    from algos.trainer import Trainer
+    from benchmarks.ablate import adopt_step0, step0_key, train_run
+
+    retriever = KeywordRetriever(WORLD)
+
+    def config(name, **extra):
+        return TrainConfig(**_tiny_settings(tiny_dirs, out_dir=str(tmp_path / name), **extra))
+
+    source = config("opd", teacher=tiny_dirs["teacher"])
+    assert train_run(source, resume=False, progress=False, retriever=retriever)["step0_reused_from"] is None
+    own = train_run(config("base_own", teacher="base"), resume=False, progress=False, retriever=retriever,
+                    step0_from=[str(tmp_path / "nothing_there")])
+    taken = train_run(config("base_taken", teacher="base"), resume=False, progress=False, retriever=retriever,
+                      step0_from=[str(tmp_path / "nothing_there"), str(tmp_path / "opd")])
+    assert (own["step0_reused_from"], taken["step0_reused_from"]) == (None, str(tmp_path / "opd"))
+    a, b = _files(tmp_path / "base_own"), _files(tmp_path / "base_taken")
+    assert set(a) == {"metrics.jsonl", "validation/step_000000.jsonl", "validation/step_000001.jsonl",
+                      "samples/val_step_000000.jsonl", "samples/val_step_000001.jsonl", "samples/step_000001.jsonl"}
+    assert a == b
+    opd = _files(tmp_path / "opd")
+    assert opd["validation/step_000000.jsonl"] == a["validation/step_000000.jsonl"]
+    assert opd["samples/val_step_000000.jsonl"] != a["samples/val_step_000000.jsonl"]  # the values are each run's
+    # the Prompted Critic's variant (a second copy of the base loaded): its step 0 alike
+    for name, reuse in (("critic_own", False), ("critic_taken", True)):
+        trainer = Trainer(config(name, teacher=tiny_dirs["teacher"], searcher_signal="critic"), progress=False,
+                          retriever=retriever)
+        if reuse:
+            assert adopt_step0(trainer, tmp_path / "opd")
+        else:
+            trainer.log_metrics({"val/avg@1": trainer.validate()}, step=0)
+        trainer.close()
+    assert _files(tmp_path / "critic_own") == _files(tmp_path / "critic_taken")
+    # not taken: another seed's (its sampler's seed), a run that recorded no config yet
+    other = Trainer(config("seed1", teacher="base", seed=1), progress=False, retriever=retriever)
+    assert step0_key(other.config.to_dict()) != step0_key(source.to_dict())
+    assert not adopt_step0(other, tmp_path / "opd")
+    assert not (tmp_path / "opd" / "run.json").exists()  # (execute writes it): taken above by its checkpoint's config
+    for checkpoint in (tmp_path / "opd" / "checkpoints").glob("step_*"):
+        (checkpoint / "trainer_state.pt").unlink(missing_ok=True)
+    same = Trainer(config("unrecorded", teacher="base"), progress=False, retriever=retriever)
+    assert not adopt_step0(same, tmp_path / "opd")
+    assert [path for name in ("seed1", "unrecorded") for path in (tmp_path / name).rglob("*.jsonl")] == []
+    other.close()
+    same.close()
+
+
+def test_the_ablation_computes_each_seeds_step0_validation_once(tmp_path, monkeypatch):
+    """The orchestration: each run is offered its seed's other variants, the first computes,
+    the others take it; run.json says which. (The fake adopts what a finished run has.)"""
+    def adopting(config, *, resume, progress=True, retriever=None, step0_from=()):
+        done = [d for d in step0_from if Path(d, "run.json").exists()]
+        return {**fake_train(config, resume=resume), "step0_reused_from": done[0] if done else None}
+
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
+    lines = []
+    plan = run_ablation("micro", tmp_path, [0, 1], ["opd", "none", "base"], SETTINGS, progress=False,
+                        log=lines.append, train=adopting)
+    # 8 runs validating at steps 0 and 2; each seed's none and base take opd's step 0
+    assert "  validations: 12 (4 step-0 validations taken from a variant of the same seed and base; 16 without)" \
+        in lines
+    assert {name: r["step0_validation"] for name, r in plan["runs"].items()} == {
+        **{f"seed{s}/teacher": "computed" for s in (0, 1)}, **{f"seed{s}/opd": "computed" for s in (0, 1)},
+        **{f"seed{s}/{v}": f"reused from seed{s}/opd" for s in (0, 1) for v in ("none", "base")}}
