@@ -367,7 +367,7 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
                                 jobs=jobs)
     out.mkdir(parents=True, exist_ok=True)
     with run_threads(threads):  # (a base's cache key holds the thread count: looked up under it)
-        for line in describe_work(work_estimate(runs, built=_base_is_built(progress))):
+        for line in describe_work(work_estimate(runs, built=_base_is_built(progress)), jobs=jobs):
             log(line)
         return _run_all(runs, plan, out, train=train, threads=threads, jobs=jobs, progress=progress,
                         log=log, retriever=retriever)
@@ -454,16 +454,18 @@ def work_estimate(runs: Sequence[Run], *, built: Callable[[str, int], bool] | No
             "step0_reused": len(fresh) - len(computed)}
 
 
-def describe_work(work: dict[str, Any]) -> list[str]:
-    """:func:`work_estimate` as the lines ``python -m benchmarks ablate`` prints first."""
+def describe_work(work: dict[str, Any], *, jobs: int = 1) -> list[str]:
+    """:func:`work_estimate` as the lines ``python -m benchmarks ablate`` prints first
+    (``jobs > 1``: the step-0 validations taken are an upper bound)."""
     builds = "" if work["to_build"] is None else f", {work['to_build']} of them to build"
     saved = (f" (a base per seed: {work['bases_one_per_seed']})"
              if work["bases_one_per_seed"] != work["bases"] else "")
     return [f"ablation: {work['runs']} runs to do ({work['teacher_runs']} Stage I, "
             f"{work['runs'] - work['teacher_runs']} Stage II), {work['finished_runs']} finished before",
             f"  bases: {work['bases']}{saved}{builds}",
-            f"  validations: {work['validations'] - work['step0_reused']} "
-            f"({work['step0_reused']} step-0 validations taken from a variant of the same seed and base; "
+            f"  validations: {'at least ' if jobs > 1 else ''}{work['validations'] - work['step0_reused']} "
+            f"({'up to ' if jobs > 1 else ''}{work['step0_reused']} step-0 validations taken from a variant "
+            "of the same seed and base; "
             f"{work['validations']} without)"]
 
 
