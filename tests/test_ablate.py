@@ -608,6 +608,10 @@ def _files(run_dir):
     return out
 
 
+# slow (17 s), the proof behind the reuse: the tiny end-to-end ablation
+# (test_the_real_learner_runs_the_ablation_on_a_tiny_model) checks in every run that a variant
+# takes another's step-0 records; this one that they are the bytes it would have computed
+@pytest.mark.slow
 def test_a_reused_step0_validation_is_byte_for_byte_what_the_run_computes(tmp_path, tiny_dirs, torch_one_thread):
     """opd computes its step-0 validation; ``base`` (another Teacher: the sample's values
     differ) run twice, computing it and taking opd's: every file the same, the training

@@ -280,6 +280,9 @@ def test_torchrun_runs_the_command_line_and_rank_0_alone_writes(tiny_base, tmp_p
         == ["step_000002"]
 
 
+# slow (21 s): test_fsdp_true_in_the_trainer_equals_one_process_and_resumes_in_one runs the same
+# FSDP2 step inside the Trainer and compares it with one process
+@pytest.mark.slow
 def test_fsdp2_runs_on_cpu_and_its_step_equals_one_process(tmp_path):
     """FSDP2 (``fully_shard``) over 2 gloo ranks, rows split by tokens, the loss a global
     token-mean: the gradient norm and the updated weights equal the one-process step."""
