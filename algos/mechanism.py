@@ -13,7 +13,7 @@ The learner logs :func:`outcome_signal` at every step (``team/mixed_em_groups``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,19 +30,27 @@ class NothingFound:
         return [[] for _ in queries]
 
 
-def _within(values: Sequence[float], rewards: Sequence[float]) -> float:
-    """The population covariance of ``values`` with ``rewards`` over one group."""
-    x, r = np.asarray(values, float), np.asarray(rewards, float)
-    return float(np.mean((x - x.mean()) * (r - r.mean())))
+def _covariances(groups: Sequence[Sequence[Any]],
+                 searched: Callable[[Any], float] = lambda ep: ep.num_searches) -> np.ndarray:
+    """Per group, the population covariance of ``searched(episode)`` with R_EM (``team_em``)."""
+    out = []
+    for g in groups:
+        x = np.array([searched(ep) for ep in g], float)
+        r = np.array([ep.team_em for ep in g], float)
+        out.append(float(np.mean((x - x.mean()) * (r - r.mean()))))
+    return np.array(out)
+
+
+def _mixed(groups: Sequence[Sequence[Any]]) -> np.ndarray:
+    """Per group, whether its R_EM varies (only those carry an outcome advantage)."""
+    return np.array([len({ep.team_em for ep in g}) > 1 for g in groups])
 
 
 def outcome_signal(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
     """Per training step, what outcome GRPO can push on: the share of ``groups`` whose R_EM
     varies (the others carry no outcome advantage) and the mean within-group covariance of
     the search count with R_EM (its sign is the direction outcome RL pushes search)."""
-    return {"mixed_em_groups": float(np.mean([len({ep.team_em for ep in g}) > 1 for g in groups])),
-            "cov_searches_em": float(np.mean([_within([ep.num_searches for ep in g], [ep.team_em for ep in g])
-                                              for g in groups]))}
+    return {"mixed_em_groups": float(_mixed(groups).mean()), "cov_searches_em": float(_covariances(groups).mean())}
 
 
 def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 2000,
@@ -54,11 +62,9 @@ def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 200
     sampled search rate and R_EM. A group of one workflow has covariance 0 and is counted."""
     if not groups or any(not g for g in groups):
         raise ValueError("search_covariance needs at least one non-empty group of episodes")
-    counts = np.array([_within([ep.num_searches for ep in g], [ep.team_em for ep in g])
-                       for g in groups])
-    any_search = np.array([_within([float(ep.num_searches > 0) for ep in g],
-                                   [ep.team_em for ep in g]) for g in groups])
-    mixed = [len({ep.team_em for ep in g}) > 1 for g in groups]
+    counts = _covariances(groups)
+    any_search = _covariances(groups, lambda ep: float(ep.num_searches > 0))
+    mixed = _mixed(groups)
     episodes = [ep for g in groups for ep in g]
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(groups), size=(n_resamples, len(groups)))
@@ -67,14 +73,14 @@ def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 200
         means = values[picks].mean(axis=1)
         return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
 
-    mixed_counts = counts[np.array(mixed)] if any(mixed) else np.array([0.0])
+    mixed_counts = counts[mixed] if mixed.any() else np.array([0.0])
     return {
         "groups": len(groups),
         "group_size": max(len(g) for g in groups),
         "cov_searches_em": float(counts.mean()), "cov_searches_em_ci95": interval(counts),
         "cov_searched_em": float(any_search.mean()), "cov_searched_em_ci95": interval(any_search),
         "cov_searches_em_mixed_groups": float(mixed_counts.mean()),
-        "mixed_group_share": float(np.mean(mixed)),
+        "mixed_group_share": float(mixed.mean()),
         "searches_per_workflow": float(np.mean([ep.num_searches for ep in episodes])),
         "searched_share": float(np.mean([ep.num_searches > 0 for ep in episodes])),
         "team_em": float(np.mean([ep.team_em for ep in episodes])),

@@ -34,6 +34,7 @@ import verifiers.v1 as vf
 from agents.openai_chat import chat_messages, restore_stop
 from envs import make_env
 from envs import protocol as P
+from envs.team import TeamConfig
 
 
 def _seat(role: str) -> vf.AgentConfig:
@@ -43,21 +44,24 @@ def _seat(role: str) -> vf.AgentConfig:
                           sampling=vf.SamplingConfig(stop=list(P.STOP_STRINGS[role])))
 
 
+_TEAM = TeamConfig()  # the team settings default to the env's own, never copied here
+
+
 class SearchTeamEnvConfig(vf.EnvConfig):
     leader: vf.AgentConfig = _seat(P.LEADER)
     searcher: vf.AgentConfig = _seat(P.SEARCHER)
     answerer: vf.AgentConfig = _seat(P.ANSWERER)
-    workflow: str = "hierarchical"
+    workflow: str = _TEAM.workflow
     """``hierarchical`` (Leader, Searchers, Answerers) or ``cascade`` (Stage I: no Leader)."""
-    max_waves: int = 3
-    max_searchers: int = 3
-    max_searcher_turns: int = 4
-    num_candidates: int = 5
-    max_answerer_turns: int = 2
-    top_k: int = 3
-    max_turn_tokens: int = 256
-    max_context_tokens: int = 4096
-    prompts: str = P.DEFAULT_PROMPTS
+    max_waves: int = _TEAM.max_waves
+    max_searchers: int = _TEAM.max_searchers
+    max_searcher_turns: int = _TEAM.max_searcher_turns
+    num_candidates: int = _TEAM.num_candidates
+    max_answerer_turns: int = _TEAM.max_answerer_turns
+    top_k: int = _TEAM.top_k
+    max_turn_tokens: int = _TEAM.max_turn_tokens
+    max_context_tokens: int = _TEAM.max_context_tokens
+    prompts: str = _TEAM.prompts
     """mopd's prompt set (``envs.protocol.PROMPT_SETS``)."""
     retriever: str = "default"
     """``default`` (MiniLM over the synthetic world), ``words``, a corpus JSONL, or the URL
@@ -95,9 +99,7 @@ class SearchTeamEnv(vf.Env[SearchTeamEnvConfig]):
             from envs.retrieval.factory import make_retriever
 
             cfg = self.config
-            kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in (
-                "workflow", "max_waves", "max_searchers", "max_searcher_turns", "num_candidates",
-                "max_answerer_turns", "top_k", "max_turn_tokens", "max_context_tokens", "prompts")}
+            kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in TeamConfig.keywords() if hasattr(cfg, k)}
             kwargs["retriever"] = make_retriever(cfg.retriever, progress=False)
             if cfg.tokenizer:
                 from envs.tokenizer import load_tokenizer
