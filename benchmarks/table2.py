@@ -121,7 +121,7 @@ def seed_figures(records: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping
     ``metrics`` (its metrics.jsonl rows; NaN when none has it)."""
     summary = summarize(records)
     per = {}
-    for name, rows in _by_dataset(records).items():
+    for name, rows in by_dataset(records).items():
         per[name] = float(np.mean([np.mean(r.get("invalid_turns", [0])) for r in rows]))
         summary["datasets"][name]["invalid_turns_per_workflow"] = per[name]
     summary["macro_invalid_turns_per_workflow"] = float(np.mean(list(per.values())))
@@ -129,13 +129,6 @@ def seed_figures(records: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping
     last = max(trained, key=lambda m: m["step"]) if trained else None
     summary["invalid_rate_train"] = float(last["team/invalid_rate"]) if last else float("nan")
     return summary
-
-
-def _by_dataset(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        out.setdefault(r["dataset"], []).append(r)
-    return out
 
 
 def pooled_over_seeds(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
