@@ -83,6 +83,13 @@ class TrainConfig:
     """Only the first N training questions of each dataset (None: all). With
     ``val_split="train"`` and the same ``val_per_dataset``, validation asks the training
     questions themselves: the sanity check that the learner can fit a small set."""
+    pass_rate_filter: int = 0
+    """G > 0: before the first step, sample G workflows per training question with the
+    starting model and train only on the questions some but not all of them got right
+    (R_EM strictly between 0 and 1), the questions whose GRPO groups can carry an outcome
+    advantage (dynamic sampling done once, before training, on training questions only).
+    The kept questions are written to ``<out_dir>/train_questions.json`` and a resumed run
+    reads them back. 0: train on every training question."""
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
     val_split: str = "dev"
     val_per_dataset: int = 10
@@ -187,6 +194,8 @@ class TrainConfig:
             raise bad("train_per_dataset", "must be >= 1, or None for every training question")
         if self.group_size < 2:
             raise bad("group_size", "GRPO needs at least 2 workflows per question")
+        if self.pass_rate_filter == 1 or self.pass_rate_filter < 0:
+            raise bad("pass_rate_filter", "must be 0 (off) or >= 2 (one workflow cannot be partly right)")
         if not self.learning_rate > 0:
             raise bad("learning_rate", "must be > 0")
         if not 0 < self.clip_eps < 1:

@@ -251,6 +251,8 @@ class Trainer:
         history = []
         if self.step == 0 and validate_first:
             self.log_metrics({"val/avg@1": self.validate()}, step=0)
+        if cfg.pass_rate_filter:
+            self.filter_by_pass_rate()
         bar = _bar(cfg.steps, self.step, self.progress, "train " + cfg.stage)
         while self.step < cfg.steps:  # a skipped (non-finite) step does not count
             try:
@@ -519,6 +521,45 @@ class Trainer:
             kl_mask = per_row([np.full(n, float(k)) for n, k in zip(counts, kl_rows)])
         return policy_loss(logp, old, adv, mask, clip_eps=cfg.clip_eps, ref_logp_BT=ref, kl_mask_BT=kl_mask,
                            kl_coef=cfg.kl_coef, aggregation=cfg.aggregation, totals=totals)
+
+    def filter_by_pass_rate(self) -> None:
+        """``pass_rate_filter`` G: keep the training questions on which G workflows of the
+        starting model got R_EM right some but not all of the times. Rank 0 samples them once,
+        before the first step, as it validates: with its own seeded sampler at the rollout
+        temperature (the rollouts' sampler is not advanced, so a run that takes the file from
+        another run of the same starting model and seed trains as if it had computed it), and
+        writes ``train_questions.json`` (each kept question's ``dataset``, ``id`` and right
+        count, and the pool's size); every rank, and a run that resumes, reads that file."""
+        cfg = self.config
+        path = self.out / "train_questions.json"
+        by_id = {(q.dataset, q.id): q for q in self.train_questions}
+        if not path.exists() and self.step:
+            raise FileNotFoundError(f"{path}: a run with pass_rate_filter resumes from step {self.step} "
+                                    "but the questions it kept before step 1 are not there")
+        if not path.exists() and self.is_main:
+            sampler = HFPolicy(self.full_model, self.tokenizer, temperature=cfg.temperature, top_p=cfg.top_p,
+                               max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 999_983,
+                               batch_size=cfg.generation_batch_size)
+            self.full_model.eval()
+            with self.precision.compute():
+                groups = collect(self.env_fn(), sampler, self.train_questions, cfg.pass_rate_filter,
+                                 seed=cfg.seed + 999_979, progress="pass-rate filter" if self.progress else False)
+            self.model.train()
+            kept = [{"dataset": q.dataset, "id": q.id, "right": int(sum(ep.team_em for ep in g))}
+                    for q, g in zip(self.train_questions, groups) if 0 < sum(ep.team_em for ep in g) < len(g)]
+            path.write_text(json.dumps({"group_size": cfg.pass_rate_filter, "pool": len(self.train_questions),
+                                        "kept": kept}, indent=1) + "\n", encoding="utf-8")
+        self.dist.barrier()
+        ids = [(q["dataset"], q["id"]) for q in json.loads(path.read_text(encoding="utf-8"))["kept"]]
+        if self.step == 0:
+            self.log_metrics({"data/train_questions": float(len(ids)), "data/train_pool": float(len(by_id))}, step=0)
+        missing = [i for i in ids if i not in by_id]
+        if missing or not ids:
+            raise ValueError(f"{path}: " + (f"{len(missing)} kept questions are not training questions of this "
+                                            f"run (the first: {missing[0]})" if missing else
+                                            f"no training question of {len(self.train_questions)} was right "
+                                            f"some but not all of {cfg.pass_rate_filter} times: nothing to train on"))
+        self.train_questions = [by_id[i] for i in ids]
 
     # ------------------------------------------------------------------ validation, logging, state
 

@@ -252,7 +252,8 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     ``Trainer.validate`` at step 0 writes: the per-question records (copied), the sample
     of the same episodes with this run's per-token values (its Teacher's, its role rules',
     ``algos.samples.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
-    source logged at step 0)."""
+    source logged at step 0); and, with ``pass_rate_filter``, the questions the source's filter
+    kept (``train_questions.json``: ``Trainer.filter_by_pass_rate`` reads it instead of sampling)."""
     from agents.viewer.records import ViewError, read_records
     from algos.checkpoint import latest_checkpoint
     from algos.report import read_metrics
@@ -287,6 +288,9 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     if groups is not None:
         keep_sample(trainer, "validation", groups)
     trainer.log_metrics({k: v for k, v in rows[0].items() if k not in ("step", "stage")}, step=0)
+    kept = source / "train_questions.json"  # the pass-rate filter, when the runs have one: same key, same file
+    if trainer.config.pass_rate_filter and kept.is_file() and not (trainer.out / kept.name).exists():
+        (trainer.out / kept.name).write_bytes(kept.read_bytes())
     return True
 
 

@@ -682,3 +682,47 @@ def test_the_ablation_computes_each_seeds_step0_validation_once(tmp_path, monkey
     assert {name: r["step0_validation"] for name, r in plan["runs"].items()} == {
         **{f"seed{s}/teacher": "computed" for s in (0, 1)}, **{f"seed{s}/opd": "computed" for s in (0, 1)},
         **{f"seed{s}/{v}": f"reused from seed{s}/opd" for s in (0, 1) for v in ("none", "base")}}
+
+
+def test_a_taken_pass_rate_filter_trains_as_the_computed_one(tmp_path, tiny_dirs, torch_one_thread, monkeypatch):
+    """A variant that takes another's kept questions (``train_questions.json``) trains on the
+    same draws with the same rollout sampler as the run that sampled the filter itself: the
+    filter's sampler is its own. (The filter's outcomes are made up: a random tiny model is
+    never right.)"""
+    from types import SimpleNamespace
+
+    from conftest import WORLD, KeywordRetriever
+
+    import algos.trainer
+    from algos.config import TrainConfig
+    from benchmarks.ablate import train_run
+
+    real_collect = algos.trainer.collect
+
+    def collect(env_fn, sampler, questions, group_size, seed, progress):
+        groups = real_collect(env_fn, sampler, questions, group_size, seed=seed, progress=progress)
+        if seed != 999_979:  # validation
+            return groups
+        return [[SimpleNamespace(team_em=float(k < i % group_size)) for k in range(group_size)]
+                for i in range(len(questions))]
+
+    monkeypatch.setattr(algos.trainer, "collect", collect)
+    retriever = KeywordRetriever(WORLD)
+    settings = {**_tiny_settings(tiny_dirs, teacher="base", pass_rate_filter=3, train_per_dataset=6),
+                "steps": 2, "questions_per_step": 2}
+    computed = train_run(TrainConfig(**settings, out_dir=str(tmp_path / "computed")), resume=False,
+                         progress=False, retriever=retriever)
+    taken = train_run(TrainConfig(**settings, out_dir=str(tmp_path / "taken")), resume=False, progress=False,
+                      retriever=retriever, step0_from=[str(tmp_path / "computed")])
+    assert (computed["step0_reused_from"], taken["step0_reused_from"]) == (None, str(tmp_path / "computed"))
+    kept = json.loads((tmp_path / "computed" / "train_questions.json").read_text())
+    assert kept["pool"] == 6 and [q["right"] for q in kept["kept"]] == [1, 2, 1, 2]  # 0 and 3 of 3 dropped
+    assert (tmp_path / "taken" / "train_questions.json").read_bytes() == (
+        tmp_path / "computed" / "train_questions.json").read_bytes()
+    a, b = _files(tmp_path / "computed"), _files(tmp_path / "taken")
+    assert a == b and "samples/step_000002.jsonl" in a
+    assert {"step": 0, "stage": "team", "data/train_questions": 4.0, "data/train_pool": 6.0} in json.loads(
+        a["metrics.jsonl"])
+    asked = {json.loads(line)["question"]["id"] for name in ("samples/step_000001.jsonl", "samples/step_000002.jsonl")
+             for line in a[name].decode().splitlines() if '"question"' in line}
+    assert asked and asked <= {q["id"] for q in kept["kept"]}

@@ -267,3 +267,51 @@ def test_command_line_overrides_are_typed_and_a_small_training_set_is_the_first_
     first_two = [q.id for name in ("nq", "popqa") for q in load_qa(name, "train", root="synthetic")[:2]]
     assert [q.id for q in trainer.train_questions] == first_two
     assert [q.id for q in trainer.val_questions] == first_two
+
+
+def test_pass_rate_filter_keeps_the_questions_some_but_not_all_workflows_got_right(tmp_path, tiny_dirs,
+                                                                                   monkeypatch):
+    from types import SimpleNamespace
+
+    import algos.trainer
+
+    trainer = _trainer(tmp_path, tiny_dirs, pass_rate_filter=4, train_per_dataset=3)
+    pool = list(trainer.train_questions)
+    right = [0, 1, 4, 2, 4, 3]  # right counts of 4, question by question
+    asked = []
+
+    def collect(env_fn, sampler, questions, group_size, seed, progress):
+        asked.append((len(questions), group_size, sampler.temperature, sampler is trainer.policy))
+        return [[SimpleNamespace(team_em=float(k < r)) for k in range(group_size)] for r in right]
+
+    monkeypatch.setattr(algos.trainer, "collect", collect)
+    trainer.filter_by_pass_rate()
+    assert asked == [(6, 4, trainer.config.temperature, False)] and len(pool) == 6
+    expected = [pool[i] for i in (1, 3, 5)]  # 1, 2 and 3 of 4: neither none nor all
+    assert [(q.dataset, q.id) for q in trainer.train_questions] == [(q.dataset, q.id) for q in expected]
+    saved = json.loads((tmp_path / "run" / "train_questions.json").read_text())
+    assert saved["pool"] == 6 and [q["right"] for q in saved["kept"]] == [1, 2, 3]
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics == [{"step": 0, "stage": "team", "data/train_questions": 3.0, "data/train_pool": 6.0}]
+
+    # a resumed run reads the kept questions back and samples nothing
+    trainer.save()
+    resumed = _trainer(tmp_path, tiny_dirs, resume=True, pass_rate_filter=4, train_per_dataset=3)
+    monkeypatch.setattr(algos.trainer, "collect", lambda *a, **k: pytest.fail("a resumed run re-sampled the filter"))
+    resumed.filter_by_pass_rate()
+    assert [q.id for q in resumed.train_questions] == [q.id for q in expected]
+
+
+def test_pass_rate_filter_that_keeps_nothing_says_so(tmp_path, tiny_dirs, monkeypatch):
+    from types import SimpleNamespace
+
+    import algos.trainer
+
+    trainer = _trainer(tmp_path, tiny_dirs, pass_rate_filter=2, train_per_dataset=1)
+    monkeypatch.setattr(algos.trainer, "collect",
+                        lambda env_fn, sampler, questions, g, seed, progress: [[SimpleNamespace(team_em=0.0)] * g
+                                                                               for _ in questions])
+    with pytest.raises(ValueError, match="no training question of 2 was right some but not all of 2 times"):
+        trainer.filter_by_pass_rate()
+    with pytest.raises(ValueError, match="pass_rate_filter"):
+        TrainConfig(stage="teacher", pass_rate_filter=1)
