@@ -41,7 +41,7 @@ def test_the_micro_preset_is_defined_once():
 
 
 def test_a_recipe_is_named_as_its_preset_and_the_model_it_trains():
-    assert sorted(RECIPES) == ["micro", "paper_cpu", "tiny"]
+    assert sorted(RECIPES) == ["micro", "micro_search", "paper_cpu", "tiny"]
     for name, recipe in RECIPES.items():
         assert recipe.name == name == recipe.train["model"] and PRESETS[name] is recipe.train
 
@@ -126,6 +126,25 @@ def test_prepare_hook_builds_the_default_base(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "build_micro_base", lambda **kw: asked.append(kw) or Path(tmp_path))
     assert RECIPES["micro"].prepare_model(progress=False) == tmp_path
     assert asked == [{"seed": 0, "progress": False, "build": True}]
+
+
+def test_the_micro_search_base_is_the_micro_build_with_its_skip_share(monkeypatch, tmp_path):
+    """micro_search builds the micro base with skip_search 0.25 unless told otherwise, so
+    ``sft --preset micro --skip-search 0.25`` and the preset share one cached base."""
+    import algos.recipes.micro.build as build
+
+    asked = []
+    monkeypatch.setattr(build, "build_micro_base", lambda *args, **kw: asked.append((args, kw)) or Path(tmp_path))
+    recipe = RECIPES["micro_search"]
+    assert recipe.prepare_model(seed=2, progress=False) == tmp_path
+    assert recipe.build_base(tmp_path, progress=False, skip_search=0.1, epochs=2) == tmp_path
+    assert asked == [((None,), {"skip_search": 0.25, "seed": 2, "progress": False, "build": True}),
+                     ((tmp_path,), {"skip_search": 0.1, "seed": 0, "progress": False, "epochs": 2})]
+    assert recipe.env is RECIPES["micro"].env and recipe.train["val_per_dataset"] == 50
+    different = {k for k in recipe.train if recipe.train[k] != RECIPES["micro"].train.get(k)}
+    assert different == {"model", "val_per_dataset", "learning_rate", "pass_rate_filter", "questions_per_step",
+                         "group_size", "train_per_dataset"}
+    assert recipe.train["questions_per_step"] * recipe.train["group_size"] == 32  # micro's workflows per step
 
 
 def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():

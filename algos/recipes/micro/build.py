@@ -19,7 +19,7 @@ from algos.recipes.cache import build_dir
 from algos.recipes.micro.episodes import WORKFLOWS, imitated, scripted_episodes
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
-from algos.recipes.micro.settings import ENV
+from algos.recipes.micro.settings import ENV, SEARCH_SKIP
 from algos.recipes.micro.tokenizer import (
     TOKENIZER_VERSION,
     Saver,
@@ -155,6 +155,14 @@ def build_micro_base(
     with run_threads(settings["threads"]):
         _build(out_dir, settings, retriever, progress)
     return out_dir
+
+
+def build_searching_base(out_dir: str | Path | None = None, **options: Any) -> Path:
+    """The ``micro_search`` preset's base: :func:`build_micro_base` with ``skip_search`` at
+    :data:`~algos.recipes.micro.settings.SEARCH_SKIP` unless ``options`` say otherwise. The
+    cache key holds ``skip_search``, so ``python -m algos sft --preset micro --skip-search
+    0.25`` builds (and finds) the same base."""
+    return build_micro_base(out_dir, **{"skip_search": SEARCH_SKIP, **options})
 
 
 def fresh_micro_model() -> tuple[Any, Any]:
