@@ -21,6 +21,12 @@ import numpy as np
 from envs.data.synthwiki import COMPARISON_STYLES
 from envs.retrieval.passage import Passage
 
+SKIP_FILE = "skip_probability.json"
+"""In a run's directory: the Searchers' skip probability (how likely the first Searcher turn
+reports without searching) of the model the run started from and of its final checkpoint, as
+a recipe measures it after training (``{"step0", "final", "final_step", ...}``); Table 2 reads
+it as a continuous endpoint."""
+
 
 class NothingFound:
     """A retriever that finds nothing: the team plays on what it knows without searching

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from algos.mechanism import SKIP_FILE
 from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
@@ -86,6 +87,11 @@ ENDPOINTS = ("team/searches_per_workflow", "team/mixed_em_groups", "team/cov_sea
 (first and last value), when the run logged them: the sampled training rollouts' searches
 per workflow, the share of groups whose R_EM varies and the within-group covariance of
 searches with R_EM (:func:`algos.mechanism.outcome_signal`)."""
+
+SKIP_ENDPOINT = "searchers/skip_probability"
+"""A run's Searchers' probability of reporting without searching on their first turn, of its
+starting (step 0) and final model, measured after training into
+:data:`algos.mechanism.SKIP_FILE`."""
 
 RECORDS_FILE = "table2_records.jsonl.gz"
 METRICS_FILE = "table2_metrics.jsonl.gz"
@@ -259,14 +265,22 @@ def write_gzip_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     return path
 
 
-def endpoints(metrics: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """The first and last logged value of each of :data:`ENDPOINTS` a run's metrics hold."""
+def endpoints(metrics: Sequence[Mapping[str, Any]], run_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
+    """The first and last logged value of each of :data:`ENDPOINTS` a run's metrics hold; and
+    the Searchers' skip probability of its starting and final model when the run's directory
+    holds :data:`algos.mechanism.SKIP_FILE` (a recipe measures it after training, e.g. ``python -m
+    algos.recipes.micro.mechanism --runs DIR``)."""
     out = {}
     for key in ENDPOINTS:
         series = _series(metrics, key)
         if series:
             out[key] = {"first_step": min(series), "first": series[min(series)],
                         "last_step": max(series), "last": series[max(series)]}
+    skip = Path(run_dir) / SKIP_FILE if run_dir is not None else None
+    if skip is not None and skip.is_file():
+        measured = json.loads(skip.read_text(encoding="utf-8"))
+        out[SKIP_ENDPOINT] = {"first_step": 0, "first": float(measured["step0"]),
+                              "last_step": int(measured["final_step"]), "last": float(measured["final"])}
     return out
 
 
@@ -331,8 +345,8 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
                                                               "val_runs", "val_temperature")},
                                    **{k: r[k] for k in ("base_seed", "base_weight_hash", "step0_validation")
                                       if k in r}}
-        if endpoints(metrics[r["run"]]):
-            table["runs"][r["run"]]["endpoints"] = endpoints(metrics[r["run"]])
+        if ends := endpoints(metrics[r["run"]], out / r["run"]):
+            table["runs"][r["run"]]["endpoints"] = ends
     # how long the table took to train: every run's own wall time, summed (the bases' builds not included)
     table["runs_wall_s"] = round(sum(float(r["wall_s"]) for _, _, r in everything), 1)
     table["environment"] = _environment([r for _, _, r in everything])
@@ -427,6 +441,7 @@ def markdown(table: Mapping[str, Any]) -> str:
             sub = r["without_two_choice"]
             lines.append("| " + " | ".join([v, f"{100 * sub['macro_avg@k']:.2f}", *_versus(sub.get("vs_opd")),
                                              f"{sub['macro_searches_per_workflow']:.2f}"]) + " |")
+    lines += behaviour(table)
     per_dataset = [(v, {"datasets": {n: {"avg@k": a} for n, a in r["datasets"].items()}, "k": r["k"],
                         **{key: r[key] for key in FIGURES}}) for v, r in rows.items()]
     lines += ["", f"avg@{k} per dataset (mean over seeds):", "", markdown_table(per_dataset)]
@@ -435,6 +450,36 @@ def markdown(table: Mapping[str, Any]) -> str:
         lines += ["", "Wall time per run: " + ", ".join(f"{name} {_duration(w['wall_s'])}"
                                                       for name, w in walls.items())]
     return "\n".join(lines) + "\n"
+
+
+BEHAVIOUR = (("team/searches_per_workflow", "sampled searches"), (SKIP_ENDPOINT, "skip probability"),
+             ("team/mixed_em_groups", "mixed-R_EM groups"), ("team/cov_searches_em", "cov(searches, R_EM)"))
+"""The continuous endpoints :func:`behaviour` shows, with their column names."""
+
+
+def behaviour(table: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: per variant (the Teachers first), the mean over its seeds of each
+    continuous endpoint's first and last value (:func:`endpoints`); none when no run has one."""
+    by_variant: dict[str, list[Mapping[str, Any]]] = {}
+    for name, run in table.get("runs", {}).items():
+        by_variant.setdefault(name.split("/", 1)[1], []).append(run.get("endpoints") or {})
+    keys = [(key, label) for key, label in BEHAVIOUR if any(key in e for ends in by_variant.values() for e in ends)]
+    if not keys:
+        return []
+    lines = ["", "Behaviour, mean over seeds, first -> last value (sampled searches, mixed groups and the "
+             "covariance: the training rollouts' first and last step; skip probability: the Searchers' "
+             "first turn on dev contexts, starting and final model):", "",
+             "| Run | " + " | ".join(label for _, label in keys) + " |", "|---|" + "---|" * len(keys)]
+    for variant in [TEACHER, *table["rows"]]:
+        ends = by_variant.get(variant, [])
+        cells = []
+        for key, _ in keys:
+            have = [e[key] for e in ends if key in e]
+            cells.append(f"{np.mean([h['first'] for h in have]):.3f} -> {np.mean([h['last'] for h in have]):.3f}"
+                         if have else "-")
+        if ends:
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def base_sharing(table: Mapping[str, Any]) -> str:

@@ -529,6 +529,26 @@ def test_six_seeds_over_three_bases_build_three_and_every_record_names_its_base(
     assert not any(build for _, build in asked) and again["bases"] == plan["bases"]
 
 
+def test_the_table_shows_the_behaviour_endpoints_and_a_measured_skip_probability(fake_ablation):
+    """Each run's first and last sampled searches (its metrics), and the skip probability a
+    recipe measured after training (skip_probability.json), meaned over seeds per variant."""
+    from algos.mechanism import SKIP_FILE
+
+    for seed, (start, end) in ((0, (0.2, 0.1)), (1, (0.3, 0.0))):
+        (fake_ablation / f"seed{seed}" / "opd" / SKIP_FILE).write_text(json.dumps(
+            {"per_dataset": 20, "workflow": "hierarchical", "contexts": 140, "step0": start, "final": end,
+             "final_step": 3}))
+    table = write_table2(fake_ablation, n_resamples=200)
+    assert table["runs"]["seed1/opd"]["endpoints"]["searchers/skip_probability"] == {
+        "first_step": 0, "first": 0.3, "last_step": 3, "last": 0.0}
+    assert "searchers/skip_probability" not in table["runs"]["seed1/outcome"]["endpoints"]
+    text = (fake_ablation / "table2.md").read_text()
+    # opd's sampled searches: 2 + 1/step, steps 1 and 3, both seeds; skip: (0.2 + 0.3) / 2 -> (0.1 + 0) / 2
+    assert "| opd | 3.000 -> 2.333 | 0.250 -> 0.050 |" in text
+    assert "| outcome | 1.000 -> 0.333 | - |" in text  # 0 + 1 / step
+    assert "| teacher | 2.000 -> 1.333 | - |" in text  # 1 + 1 / step
+
+
 def test_a_table_without_base_seeds_lists_no_bases():
     """Tables made before --base-seeds (docs/table2.json) render as before."""
     from benchmarks.table2 import base_sharing

@@ -255,3 +255,48 @@ def test_an_older_build_gets_its_circuits_freeze_declared_on_reuse(tmp_path, tok
             assert FROZEN_KEY not in again
         assert {k: v for k, v in again.items() if k != FROZEN_KEY} == config
         assert sorted(p.read_bytes() for p in out.glob("*.safetensors")) == weights
+
+
+def test_run_skip_probabilities_measures_each_finished_runs_start_and_end(tok, tmp_path, monkeypatch):
+    """Each finished run's starting model and final checkpoint, in its stage's workflow, as
+    searcher_skip_probability measures them; written beside the run and read back after."""
+    import numpy as np
+
+    import algos.recipes.micro.measure as measure
+    from algos.mechanism import SKIP_FILE
+    from algos.recipes.micro.mechanism import run_skip_probabilities
+
+    retriever = synthetic_keyword_retriever()
+    models = {}
+    for name, seed in (("base", 0), ("teacher_final", 1), ("opd_final", 2)):
+        models[name] = micro_model(tok, hidden_size=64, num_layers=2, num_heads=2, seed=seed).eval()
+    base = tmp_path / "base"
+    models["base"].save_pretrained(base)
+    tok.save_pretrained(base)
+    for variant, stage, final in (("teacher", "teacher", "teacher_final"), ("opd", "team", "opd_final")):
+        run = tmp_path / "abl" / "seed0" / variant
+        checkpoint = run / "checkpoints" / "step_000004"
+        models[final].save_pretrained(checkpoint)
+        tok.save_pretrained(checkpoint)
+        (checkpoint / "trainer_state.pt").write_bytes(b"")
+        (run / "run.json").write_text(json.dumps({"config": {"stage": stage, "model": str(base)}}))
+    (tmp_path / "abl" / "seed0" / "none").mkdir()  # not finished: no run.json
+
+    figures = run_skip_probabilities(tmp_path / "abl", per_dataset=1, retriever=retriever, progress=False)
+
+    def expected(model, workflow):
+        return float(np.mean(measure.searcher_skip_probability(model, tok, workflow=workflow, split="dev",
+                                                               per_dataset=1, retriever=retriever)))
+
+    assert sorted(figures) == ["seed0/opd", "seed0/teacher"]
+    opd, teacher = figures["seed0/opd"], figures["seed0/teacher"]
+    assert (opd["workflow"], teacher["workflow"], opd["final_step"]) == ("hierarchical", "cascade", 4)
+    assert opd["step0"] == pytest.approx(expected(models["base"], "hierarchical"), abs=1e-6)
+    assert opd["final"] == pytest.approx(expected(models["opd_final"], "hierarchical"), abs=1e-6)
+    assert teacher["step0"] == pytest.approx(expected(models["base"], "cascade"), abs=1e-6)
+    assert teacher["final"] == pytest.approx(expected(models["teacher_final"], "cascade"), abs=1e-6)
+    assert opd["final"] != opd["step0"]
+    saved = json.loads((tmp_path / "abl" / "seed0" / "opd" / SKIP_FILE).read_text())
+    assert saved == opd
+    monkeypatch.setattr(measure, "searcher_skip_probability", lambda *a, **k: pytest.fail("measured again"))
+    assert run_skip_probabilities(tmp_path / "abl", per_dataset=1, retriever=retriever, progress=False) == figures

@@ -4,6 +4,10 @@ the within-group covariance of searching with R_EM on training questions
 (:mod:`algos.mechanism`), and the Searchers' skip probability.
 
     python -m algos.recipes.micro.mechanism --model ~/.cache/mopd/models/micro-sft-<key> --out m.json
+
+With ``--runs DIR`` (a Table-2 ablation of a micro preset) it measures the skip probability of
+every finished run's starting and final model instead (:func:`run_skip_probabilities`), the
+continuous endpoint ``python -m benchmarks table2`` reads beside greedy accuracy.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from algos.mechanism import NothingFound, greedy_figures, search_covariance, two_choice
+from algos.mechanism import SKIP_FILE, NothingFound, greedy_figures, search_covariance, two_choice
 
 
 def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50,
@@ -59,13 +63,63 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
     return out
 
 
+def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever: Any = None,
+                           progress: bool = True) -> dict[str, Any]:
+    """The Searchers' skip probability (:func:`algos.recipes.micro.measure.searcher_skip_probability`,
+    on the first ``per_dataset`` dev questions per dataset, in the run's workflow) of every
+    finished run under ``out`` (``seed*/*/run.json``, an ablation of a micro preset): of the
+    model it started from and of its final checkpoint. Written to each run's
+    :data:`algos.mechanism.SKIP_FILE` (``{"per_dataset", "workflow", "contexts", "step0", "final",
+    "final_step"}``) and returned by run name; a run that has the file is read, not measured.
+    ``retriever``: what the probed contexts' searches use (default: the micro env's)."""
+    from algos.checkpoint import latest_checkpoint, load_model
+    from algos.recipes.micro.measure import searcher_skip_probability
+    from envs.retrieval.factory import default_retriever
+
+    out = Path(out)
+    cached: dict[tuple[str, str], tuple[float, int]] = {}
+    figures: dict[str, Any] = {}
+    for record in sorted(out.glob("seed*/*/run.json")):
+        run = record.parent
+        target = run / SKIP_FILE
+        if target.exists():
+            figures[str(run.relative_to(out))] = json.loads(target.read_text(encoding="utf-8"))
+            continue
+        config = json.loads(record.read_text(encoding="utf-8"))["config"]
+        workflow = "cascade" if config["stage"] == "teacher" else "hierarchical"
+        final = latest_checkpoint(run)
+        if final is None:
+            raise FileNotFoundError(f"{run}: a finished run without a checkpoint to measure")
+        retriever = retriever or default_retriever(progress=progress)
+        values = {}
+        for name, path in (("step0", str(config["model"])), ("final", str(final))):
+            if (path, workflow) not in cached:
+                model, tokenizer = load_model(path)
+                model.eval()
+                skips = searcher_skip_probability(model, tokenizer, workflow=workflow, split="dev",
+                                                  per_dataset=per_dataset, retriever=retriever)
+                cached[path, workflow] = (float(np.mean(skips)), len(skips))
+            values[name] = cached[path, workflow][0]
+        row = {"per_dataset": per_dataset, "workflow": workflow, "contexts": cached[str(final), workflow][1],
+               **values, "final_step": int(final.name.split("_")[-1])}
+        target.write_text(json.dumps(row, indent=1) + "\n", encoding="utf-8")
+        figures[str(run.relative_to(out))] = row
+        if progress:
+            print(f"{run.relative_to(out)}: skip probability {row['step0']:.3f} -> {row['final']:.3f}", flush=True)
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from algos.reproducible import run_threads
 
     parser = argparse.ArgumentParser(prog="python -m algos.recipes.micro.mechanism", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a micro base (a folder built by python -m algos sft --preset micro)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="a micro base (a folder built by python -m algos sft --preset micro)")
+    which.add_argument("--runs", help="a Table-2 ablation's directory: the skip probability of every finished run's "
+                                      "starting and final model, written beside each run")
     parser.add_argument("--workflow", default="hierarchical", choices=("hierarchical", "cascade"))
-    parser.add_argument("--per-dataset", type=int, default=50, help="dev questions per dataset (default 50: all 350)")
+    parser.add_argument("--per-dataset", type=int, default=None,
+                        help="dev questions per dataset (default 50, all 350; with --runs 20)")
     parser.add_argument("--train-per-dataset", type=int, default=20, help="training questions per dataset for the sampled groups")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=0.7)
@@ -74,8 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the figures as JSON here")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.runs:
+        with run_threads(args.threads):
+            run_skip_probabilities(args.runs, per_dataset=args.per_dataset or 20, progress=not args.no_progress)
+        return 0
     with run_threads(args.threads):
-        figures = measure(args.model, workflow=args.workflow, per_dataset=args.per_dataset,
+        figures = measure(args.model, workflow=args.workflow, per_dataset=args.per_dataset or 50,
                           train_per_dataset=args.train_per_dataset, group_size=args.group_size,
                           temperature=args.temperature, seed=args.seed, progress=not args.no_progress)
     figures["threads"] = args.threads
