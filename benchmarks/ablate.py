@@ -361,16 +361,19 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     process (a seed's variants wait for its Teacher); with 1 every run is in this process.
     ``train``: the per-run trainer (:func:`train_run`; tests give a fake, which must be a
     module-level function when ``jobs > 1``). ``retriever``: used by every run instead of
-    the config's (tests; ``jobs=1`` only)."""
+    the config's (tests; ``jobs=1`` only). ``out`` is locked for the whole ablation
+    (:func:`algos.runlock.run_lock`): a second ablation into it raises
+    :class:`algos.runlock.RunLockedError` naming the first."""
     if retriever is not None and jobs > 1:
         raise ValueError("a retriever object cannot be shared with worker processes: use jobs=1")
     from algos.reproducible import run_threads
+    from algos.runlock import run_lock
 
     out = Path(out)
     runs, plan = check_ablation(preset, out, seeds, variants, overrides, base_seeds=base_seeds, threads=threads,
                                 jobs=jobs)
-    out.mkdir(parents=True, exist_ok=True)
-    with run_threads(threads):  # (a base's cache key holds the thread count: looked up under it)
+    # one ablation per directory (algos.runlock): a second would train the same runs at once
+    with run_lock(out, log=log), run_threads(threads):  # (a base's cache key holds the thread count)
         for line in describe_work(work_estimate(runs, built=_base_is_built(progress)), jobs=jobs):
             log(line)
         return _run_all(runs, plan, out, train=train, threads=threads, jobs=jobs, progress=progress,

@@ -601,6 +601,7 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
 def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
     from algos.preflight import PreflightError
+    from algos.runlock import RunLockedError
     from benchmarks.ablate import check_ablation, overrides_of, run_ablation, seeds_of
 
     try:  # settings refused before anything loads, builds or trains: one line
@@ -611,8 +612,11 @@ def ablate_command(args: Any) -> int:
                        threads=args.threads, jobs=args.jobs)
     except (ValueError, PreflightError) as err:
         raise SystemExit(f"python -m benchmarks ablate: error: {err}") from None
-    run_ablation(args.preset, args.out, seeds, variants, overrides, base_seeds=args.base_seeds,
-                 threads=args.threads, jobs=args.jobs, progress=not args.no_progress)
+    try:
+        run_ablation(args.preset, args.out, seeds, variants, overrides, base_seeds=args.base_seeds,
+                     threads=args.threads, jobs=args.jobs, progress=not args.no_progress)
+    except RunLockedError as err:  # nothing was trained or written
+        raise SystemExit(f"python -m benchmarks ablate: error: {err}") from None
     return table_command(args)
 
 

@@ -746,3 +746,17 @@ def test_a_taken_pass_rate_filter_trains_as_the_computed_one(tmp_path, tiny_dirs
     asked = {json.loads(line)["question"]["id"] for name in ("samples/step_000001.jsonl", "samples/step_000002.jsonl")
              for line in a[name].decode().splitlines() if '"question"' in line}
     assert asked and asked <= {q["id"] for q in kept["kept"]}
+
+
+def test_a_second_ablation_into_a_directory_in_use_is_refused(tmp_path, monkeypatch):
+    from algos.runlock import RunLockedError, run_lock
+
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
+    TRAINED.clear()
+    with run_lock(tmp_path, log=lambda _: None, command="the first ablation"):
+        with pytest.raises(RunLockedError, match="command 'the first ablation'"):
+            run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, log=lambda _: None,
+                         train=fake_train)
+    assert TRAINED == [] and not (tmp_path / "seed0").exists()
+    run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, log=lambda _: None, train=fake_train)
+    assert TRAINED == ["seed0/teacher", "seed0/opd"]  # free once the first let go
