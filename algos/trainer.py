@@ -547,8 +547,10 @@ class Trainer:
             self.model.train()
             kept = [{"dataset": q.dataset, "id": q.id, "right": int(sum(ep.team_em for ep in g))}
                     for q, g in zip(self.train_questions, groups) if 0 < sum(ep.team_em for ep in g) < len(g)]
-            path.write_text(json.dumps({"group_size": cfg.pass_rate_filter, "pool": len(self.train_questions),
-                                        "kept": kept}, indent=1) + "\n", encoding="utf-8")
+            partial = path.with_name(path.name + ".tmp")  # (a run killed while writing leaves no half file)
+            partial.write_text(json.dumps({"group_size": cfg.pass_rate_filter, "pool": len(self.train_questions),
+                                           "kept": kept}, indent=1) + "\n", encoding="utf-8")
+            partial.replace(path)
         self.dist.barrier()
         ids = [(q["dataset"], q["id"]) for q in json.loads(path.read_text(encoding="utf-8"))["kept"]]
         if self.step == 0:
