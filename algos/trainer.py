@@ -537,16 +537,11 @@ class Trainer:
             raise FileNotFoundError(f"{path}: a run with pass_rate_filter resumes from step {self.step} "
                                     "but the questions it kept before step 1 are not there")
         if not path.exists() and self.is_main:
-            sampler = HFPolicy(self.full_model, self.tokenizer, temperature=cfg.temperature, top_p=cfg.top_p,
-                               max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 999_983,
-                               batch_size=cfg.generation_batch_size)
-            self.full_model.eval()
-            with self.precision.compute():
-                groups = collect(self.env_fn(), sampler, self.train_questions, cfg.pass_rate_filter,
-                                 seed=cfg.seed + 999_979, progress="pass-rate filter" if self.progress else False)
-            self.model.train()
-            kept = [{"dataset": q.dataset, "id": q.id, "right": int(sum(ep.team_em for ep in g))}
-                    for q, g in zip(self.train_questions, groups) if 0 < sum(ep.team_em for ep in g) < len(g)]
+            groups = self._sample_apart(self.train_questions, cfg.pass_rate_filter, cfg.temperature,
+                                        seeds=(cfg.seed + 999_983, cfg.seed + 999_979), label="pass-rate filter")
+            right = [int(sum(ep.team_em for ep in g)) for g in groups]
+            kept = [{"dataset": q.dataset, "id": q.id, "right": r}
+                    for q, r in zip(self.train_questions, right) if 0 < r < cfg.pass_rate_filter]
             partial = path.with_name(path.name + ".tmp")  # (a run killed while writing leaves no half file)
             partial.write_text(json.dumps({"group_size": cfg.pass_rate_filter, "pool": len(self.train_questions),
                                            "kept": kept}, indent=1) + "\n", encoding="utf-8")
@@ -576,14 +571,8 @@ class Trainer:
         questions = list(self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
             return float("nan")
-        sampler = HFPolicy(self.full_model, self.tokenizer, temperature=cfg.val_temperature, top_p=cfg.top_p,
-                           max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed + 7,
-                           batch_size=cfg.generation_batch_size)
-        self.full_model.eval()
-        with self.precision.compute():
-            groups = collect(self.env_fn(questions), sampler, questions, cfg.val_runs, seed=cfg.seed + 99_991,
-                             progress=f"validate step {self.step}" if self.progress else False)
-        self.model.train()
+        groups = self._sample_apart(questions, cfg.val_runs, cfg.val_temperature, seeds=(cfg.seed + 7, cfg.seed + 99_991),
+                                    label=f"validate step {self.step}")
         records = [question_record(g) for g in groups]
         path = validation_path(self.out, self.step)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -591,6 +580,22 @@ class Trainer:
         if cfg.sample_every:
             keep_sample(self, "validation", groups)
         return float(np.mean([ep.final_em for g in groups for ep in g]))
+
+    def _sample_apart(self, questions: Sequence[Any], runs: int, temperature: float, *, seeds: tuple[int, int],
+                      label: str) -> list[list[Episode]]:
+        """``runs`` workflows per question by the current weights with a sampler of their own,
+        in this process (validation, the pass-rate filter): seeded by ``seeds`` (the sampler's,
+        the envs'), so the rollouts' sampler is never advanced and the same weights give the
+        same episodes every time."""
+        cfg = self.config
+        sampler = HFPolicy(self.full_model, self.tokenizer, temperature=temperature, top_p=cfg.top_p,
+                           max_new_tokens=cfg.max_turn_tokens, seed=seeds[0], batch_size=cfg.generation_batch_size)
+        self.full_model.eval()
+        with self.precision.compute():
+            groups = collect(self.env_fn(questions), sampler, questions, runs, seed=seeds[1],
+                             progress=label if self.progress else False)
+        self.model.train()
+        return groups
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """One row of ``metrics.jsonl`` (and TensorBoard) at ``step`` (default: the current one);
