@@ -6,7 +6,9 @@ between searching and R_EM: positive, outcome RL raises search; at or below zero
 do not pay, a no-search path that is right on its own), it can drop it. Only groups whose R_EM
 varies carry an outcome advantage at all. :func:`search_covariance` measures both on groups
 of sampled workflows; :func:`greedy_figures` gives greedy avg@1 with the two-choice questions
-apart; :class:`NothingFound` is the retriever for "what the team knows without searching".
+apart; :class:`NothingFound` is the retriever for "what the team knows without searching", and
+:class:`SearchFirst` the policy for "what it would score if no Searcher skipped the tool": the
+most that unlearning the skip habit alone can gain.
 The learner logs :func:`outcome_signal` at every step (``team/mixed_em_groups``,
 ``team/cov_searches_em``); a recipe can measure a base with the rest before training.
 """
@@ -14,6 +16,7 @@ The learner logs :func:`outcome_signal` at every step (``team/mixed_em_groups``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,38 @@ class NothingFound:
 
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         return [[] for _ in queries]
+
+
+class SearchFirst:
+    """A token policy whose Searchers never report before searching: a Searcher turn with no
+    search of its own yet (``info["queries"]`` empty) starts with ``search_token`` (its context
+    gets the token, ``policy`` writes the rest, the action carries the token at log-prob 0);
+    every other turn is ``policy``'s own. The team it plays is the one a Searcher that had
+    unlearned skipping would make, everything else unchanged."""
+
+    def __init__(self, policy: Any, search_token: int):
+        self.policy, self.search_token = policy, int(search_token)
+
+    def _forced(self, o: Any) -> bool:
+        return o.role == "searcher" and not o.info.get("queries") and o.max_new_tokens > 1
+
+    def act(self, observations: Sequence[Any]) -> list[Any]:
+        from agents.base import Action
+
+        forced = [self._forced(o) for o in observations]
+        asked = [replace(o, token_ids=np.append(np.asarray(o.token_ids, np.int64), self.search_token),
+                         max_new_tokens=o.max_new_tokens - 1) if f else o
+                 for o, f in zip(observations, forced, strict=True)]
+        actions = self.policy.act(asked)
+        out = []
+        for action, f in zip(actions, forced, strict=True):
+            if f:
+                if not isinstance(action, Action) or action.token_ids is None:
+                    raise TypeError("SearchFirst wraps a token policy: its actions must carry token_ids")
+                logprobs = None if action.logprobs is None else [0.0, *action.logprobs]
+                action = Action(token_ids=[self.search_token, *action.token_ids], logprobs=logprobs)
+            out.append(action)
+        return out
 
 
 def _covariances(groups: Sequence[Sequence[Any]],

@@ -215,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
+    from algos.runlock import run_lock
+
     torch.set_num_threads(1)  # a 64x64 MLP: threads only cost
-    train_leader_sb3(args.algo, args.timesteps, args.others, args.out, args.seed, decompose=args.decompose,
-                     search_cost=args.search_cost,
-                     train_questions=synthetic_questions("train", args.train_per_dataset),
-                     eval_questions=synthetic_questions("dev", args.eval_per_dataset),
-                     env_kwargs=_env_overrides(args.env), progress=args.progress)
+    with run_lock(args.out):  # one run per --out: two would interleave monitor.csv and the saved Leader
+        train_leader_sb3(args.algo, args.timesteps, args.others, args.out, args.seed, decompose=args.decompose,
+                         search_cost=args.search_cost,
+                         train_questions=synthetic_questions("train", args.train_per_dataset),
+                         eval_questions=synthetic_questions("dev", args.eval_per_dataset),
+                         env_kwargs=_env_overrides(args.env), progress=args.progress)
     return 0

@@ -295,6 +295,16 @@ def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, c
     assert meta["eval_questions"] == 7 and "held-out (7 questions)" in capsys.readouterr().out
 
 
+def test_cli_refuses_an_out_folder_another_live_run_holds(tmp_path, capsys):
+    from algos.__main__ import main
+    from algos.runlock import run_lock
+
+    with run_lock(tmp_path, command="the first Leader run"):
+        rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path)])
+    assert rc == 2 and "command 'the first Leader run'" in capsys.readouterr().err
+    assert not (tmp_path / "leader.safetensors").exists() and not (tmp_path / "monitor.csv").exists()
+
+
 # ---------------------------------------------------------------------------- the saved Leader is data
 
 

@@ -65,3 +65,36 @@ def test_the_learner_logs_the_outcome_signal_of_every_step():
     assert outcome_signal([paying, flat]) == {"mixed_em_groups": 0.5, "cov_searches_em": 0.125}
     metrics = rollout_metrics([paying, flat], [])
     assert metrics["team/mixed_em_groups"] == 0.5 and metrics["team/cov_searches_em"] == pytest.approx(0.125)
+
+
+def test_search_first_opens_every_searcher_turn_without_a_search_with_the_search_token():
+    import numpy as np
+
+    from agents.base import Action
+    from algos.mechanism import SearchFirst
+    from envs.observation import Observation
+
+    class Echo:
+        """Answers each observation with its context's last token and the budget it got."""
+
+        def __init__(self):
+            self.seen = []
+
+        def act(self, observations):
+            self.seen = list(observations)
+            return [Action(token_ids=[int(o.token_ids[-1]), o.max_new_tokens], logprobs=[-0.5, -0.25])
+                    for o in observations]
+
+    def obs(role, queries, budget=10):
+        return Observation(agent=f"{role}_0", role=role, token_ids=np.array([3, 4]), max_new_tokens=budget,
+                           info={"queries": queries} if role == "searcher" else {})
+
+    inner = Echo()
+    actions = SearchFirst(inner, search_token=7).act(
+        [obs("searcher", []), obs("searcher", ["who"]), obs("leader", []), obs("searcher", [], budget=1)])
+    # the first Searcher's context ends with the search token and it has one token less to write
+    assert list(inner.seen[0].token_ids) == [3, 4, 7] and inner.seen[0].max_new_tokens == 9
+    assert list(actions[0].token_ids) == [7, 7, 9] and list(actions[0].logprobs) == [0.0, -0.5, -0.25]
+    # a Searcher that has searched, a Leader, and a turn with no room for more are the policy's own
+    assert [list(a.token_ids) for a in actions[1:]] == [[4, 10], [4, 10], [4, 1]]
+    assert [list(o.token_ids) for o in inner.seen[1:]] == [[3, 4]] * 3
