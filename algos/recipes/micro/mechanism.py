@@ -23,8 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from algos.mechanism import SKIP_FILE, NothingFound, SearchFirst, greedy_figures, search_covariance, two_choice
-
+from algos.mechanism import (
+    SKIP_FILE,
+    NothingFound,
+    SearchFirst,
+    greedy_figures,
+    search_covariance,
+    two_choice,
+)
 
 PARTS = ("greedy", "greedy_nothing_found", "greedy_search_first", "sampled", "skip_probability")
 """What :func:`measure` can measure, each a key of its result: greedy avg@1 with the retriever,
