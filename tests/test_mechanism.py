@@ -98,3 +98,13 @@ def test_search_first_opens_every_searcher_turn_without_a_search_with_the_search
     # a Searcher that has searched, a Leader, and a turn with no room for more are the policy's own
     assert [list(a.token_ids) for a in actions[1:]] == [[4, 10], [4, 10], [4, 1]]
     assert [list(o.token_ids) for o in inner.seen[1:]] == [[3, 4]] * 3
+
+
+def test_the_micro_mechanism_refuses_unknown_parts_before_loading_anything(capsys):
+    from algos.recipes.micro.mechanism import main, measure
+
+    with pytest.raises(ValueError, match=r"unknown part\(s\) \['greedy_sampled'\]"):
+        measure("/no/such/model", parts=["greedy", "greedy_sampled"])
+    with pytest.raises(SystemExit):
+        main(["--model", "/no/such/model", "--parts", "greedy,bogus"])
+    assert "--parts 'greedy,bogus': choose among greedy,greedy_nothing_found" in capsys.readouterr().err

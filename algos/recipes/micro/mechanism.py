@@ -153,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the figures as JSON here")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - set(PARTS):
+        parser.error(f"--parts {args.parts!r}: choose among {','.join(PARTS)}")
     if args.runs:
         with run_threads(args.threads):
             run_skip_probabilities(args.runs, per_dataset=args.per_dataset or 20, progress=not args.no_progress)
@@ -161,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = measure(args.model, workflow=args.workflow, per_dataset=args.per_dataset or 50,
                           train_per_dataset=args.train_per_dataset, group_size=args.group_size,
                           temperature=args.temperature, seed=args.seed, progress=not args.no_progress,
-                          parts=[p.strip() for p in args.parts.split(",") if p.strip()])
+                          parts=parts)
     figures["threads"] = args.threads
     text = json.dumps(figures, indent=2, sort_keys=True)
     if args.out:
