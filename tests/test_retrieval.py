@@ -444,3 +444,21 @@ def test_the_trainers_retriever_takes_its_progress_setting(tmp_path, monkeypatch
     assert [(kw["index"], kw["progress"]) for kw in made] == [("flat", False), ("auto", False)]
     assert factory.default_retriever() is factory.default_retriever("auto")  # built once per index
     assert len(made) == 2
+
+
+def test_the_word_overlap_retriever_ranks_and_scores_alike_in_every_process():
+    """Its scores are float sums over the query's words: summed in a set's order (which
+    PYTHONHASHSEED picks per process) they differed in the last bit between processes."""
+    import subprocess
+    import sys
+
+    script = ("from envs.retrieval.lexical import WordOverlapRetriever\n"
+              "r = WordOverlapRetriever()\n"
+              "qs = ['who wrote the novel the vikri orchard and where was its author born',\n"
+              "      'which river runs through breibra city in the north',\n"
+              "      'when was the film directed by ludina tovar released in the country']\n"
+              "print([[(p.id, p.score.hex()) for p in ps] for ps in r.search(qs, top_k=5)])\n")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+               for seed in (1, 2, 3, 6)}  # before the fix: three different outputs among these four
+    assert len(outputs) == 1 and outputs.pop().startswith("[[(")

@@ -4,7 +4,7 @@
 Smoke tests, CI and the tiny preset use it so that they never wait on a sentence encoder
 (MiniLM over the synthetic corpus takes about a minute to encode on two busy cores, once per
 process that has no cached index). It speaks the ``Retriever`` protocol
-(``search(queries, top_k) -> list[list[Passage]]``) and pickles, so a Ray actor can hold it.It knows no synonyms: a stand-in for tests and smoke runs, not a benchmark retriever."""
+(``search(queries, top_k) -> list[list[Passage]]``) and pickles, so a Ray actor can hold it. It knows no synonyms: a stand-in for tests and smoke runs, not a benchmark retriever."""
 
 from __future__ import annotations
 
@@ -44,7 +44,10 @@ class WordOverlapRetriever:
         out = []
         for q in queries:
             score: Counter[int] = Counter()
-            for w in set(_words(q)):
+            # the query's words in the order written, not a set's: a set of strings iterates in
+            # an order PYTHONHASHSEED picks per process, and float sums in another order can
+            # differ in the last bit, and so break a tie another way
+            for w in dict.fromkeys(_words(q)):
                 for i in self.index.get(w, ()):
                     score[i] += self.idf[w]
             best = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
