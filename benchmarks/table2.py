@@ -336,6 +336,12 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         table["rows"][v] = row
     for s, r in sorted(runs.get(TEACHER, {}).items()):
         table["teachers"][str(s)] = {"workflow": "cascade", "val_avg@1": r["val_avg@1"]}
+        if first[TEACHER, s]:  # the base it started from, on the same questions
+            start = _macro_avg(first[TEACHER, s])
+            table["teachers"][str(s)].update({"base_avg@1": start, "lead": _macro_avg(final[TEACHER, s]) - start})
+    leads = {s: t["lead"] for s, t in table["teachers"].items() if "lead" in t}
+    if leads:
+        table["teacher_lead"] = seed_interval(leads)
     for _, _, r in everything:
         cfg = r.get("config", {})
         table["runs"][r["run"]] = {"wall_s": r["wall_s"], "steps": r["steps"], "threads": r.get("threads"),
@@ -441,7 +447,7 @@ def markdown(table: Mapping[str, Any]) -> str:
             sub = r["without_two_choice"]
             lines.append("| " + " | ".join([v, f"{100 * sub['macro_avg@k']:.2f}", *_versus(sub.get("vs_opd")),
                                              f"{sub['macro_searches_per_workflow']:.2f}"]) + " |")
-    lines += behaviour(table)
+    lines += behaviour(table) + teacher_lead(table)
     per_dataset = [(v, {"datasets": {n: {"avg@k": a} for n, a in r["datasets"].items()}, "k": r["k"],
                         **{key: r[key] for key in FIGURES}}) for v, r in rows.items()]
     lines += ["", f"avg@{k} per dataset (mean over seeds):", "", markdown_table(per_dataset)]
@@ -480,6 +486,23 @@ def behaviour(table: Mapping[str, Any]) -> list[str]:
         if ends:
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return lines
+
+
+def teacher_lead(table: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: each seed's Stage-I Teacher against the base it started from (greedy,
+    cascade, the same questions) and the mean lead with its interval over seeds; none when
+    the table has no Teacher's start (tables from before it was kept)."""
+    lead = table.get("teacher_lead")
+    if not lead:
+        return []
+    teachers = table["teachers"]
+    seeds = "; ".join(f"seed {s} {100 * t['base_avg@1']:.2f} -> {100 * (t['base_avg@1'] + t['lead']):.2f} "
+                      f"({100 * t['lead']:+.2f})"
+                      for s, t in teachers.items() if "lead" in t)
+    interval = (f"[95% t-CI {100 * lead['low']:+.2f}, {100 * lead['high']:+.2f}]" if lead["low"] is not None
+                else "(one seed: no interval)")
+    return ["", f"Stage-I Teachers against the base each started from (cascade, greedy, points): {seeds}. "
+            f"Mean lead {100 * lead['mean']:+.2f} {interval}: the accuracy OPD has to pass on."]
 
 
 def base_sharing(table: Mapping[str, Any]) -> str:

@@ -549,6 +549,30 @@ def test_the_table_shows_the_behaviour_endpoints_and_a_measured_skip_probability
     assert "| teacher | 2.000 -> 1.333 | - |" in text  # 1 + 1 / step
 
 
+def test_the_table_shows_each_teachers_lead_over_its_base_with_an_interval_over_seeds(fake_ablation):
+    def set_correct(seed, step, correct):
+        path = fake_ablation / f"seed{seed}" / "teacher" / "validation" / f"step_{step:06d}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            row["correct"] = correct.get(row["id"], [0, 0])
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    set_correct(0, 3, {"n1": [1, 1]})  # from 0 to NQ 0.5, HotpotQA 0: macro 0.25
+    set_correct(1, 0, {"h1": [1, 1]})  # from HotpotQA 0.25 (macro 0.125) to NQ 0.25, HotpotQA 0.25
+    set_correct(1, 3, {"h1": [1, 1], "n1": [1, 0]})
+    table = write_table2(fake_ablation, n_resamples=200)
+    assert table["teachers"]["0"]["base_avg@1"] == 0 and table["teachers"]["0"]["lead"] == pytest.approx(0.25)
+    assert table["teachers"]["1"]["base_avg@1"] == pytest.approx(0.125)
+    assert table["teachers"]["1"]["lead"] == pytest.approx(0.125)
+    lead = table["teacher_lead"]
+    # leads 0.25 and 0.125: mean 0.1875, sd 0.125 / sqrt(2), t(0.975, df 1) = 12.7062
+    half = 12.706204736174703 * (0.125 / 2**0.5) / 2**0.5
+    assert (lead["mean"], lead["low"], lead["high"]) == pytest.approx((0.1875, 0.1875 - half, 0.1875 + half))
+    text = (fake_ablation / "table2.md").read_text()
+    assert ("seed 0 0.00 -> 25.00 (+25.00); seed 1 12.50 -> 25.00 (+12.50). Mean lead +18.75 "
+            f"[95% t-CI {100 * (0.1875 - half):+.2f}, {100 * (0.1875 + half):+.2f}]") in text
+
+
 def test_a_table_without_base_seeds_lists_no_bases():
     """Tables made before --base-seeds (docs/table2.json) render as before."""
     from benchmarks.table2 import base_sharing
