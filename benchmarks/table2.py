@@ -421,7 +421,8 @@ def markdown(table: Mapping[str, Any]) -> str:
     head = ["Variant", "Searcher signal", "Teacher", f"avg@{k}", f"pass@{k}", f"all-{k}",
             "vs opd, questions paired [95% CI]", "over seeds [95% t-CI]", "seeds +/-/= (p)", "searches",
             "invalid turns", "invalid rate (train)", "in tok", "out tok"]
-    hashes = sorted({str(b.get("weight_hash")) for b in table.get("bases", {}).values()})
+    bases = table.get("bases", {})  # the plan's: the bases of the seeds in this table only
+    hashes = sorted({str(bases[f"seed{s}"].get("weight_hash")) for s in seeds if f"seed{s}" in bases})
     lines = [f"Validation on the same held-out questions, mean over seeds {seeds} "
              f"(preset {table.get('preset')}, base weights {', '.join(hashes) or 'unrecorded'}); "
              "accuracy in points, costs per workflow.", "",

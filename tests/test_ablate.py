@@ -573,6 +573,15 @@ def test_the_table_shows_each_teachers_lead_over_its_base_with_an_interval_over_
             f"[95% t-CI {100 * (0.1875 - half):+.2f}, {100 * (0.1875 + half):+.2f}]") in text
 
 
+def test_the_header_names_the_bases_of_the_seeds_in_the_table_only(fake_ablation):
+    """A table of the seeds finished so far names their bases, not every base the plan holds."""
+    from benchmarks.table2 import markdown
+
+    table = write_table2(fake_ablation, n_resamples=200)
+    table["bases"] = {"seed0": {"weight_hash": "a"}, "seed1": {"weight_hash": "b"}, "seed2": {"weight_hash": "c"}}
+    assert table["seeds"] == [0, 1] and "(preset micro, base weights a, b);" in markdown(table)
+
+
 def test_a_table_without_base_seeds_lists_no_bases():
     """Tables made before --base-seeds (docs/table2.json) render as before."""
     from benchmarks.table2 import base_sharing
