@@ -460,5 +460,5 @@ def test_the_word_overlap_retriever_ranks_and_scores_alike_in_every_process():
               "print([[(p.id, p.score.hex()) for p in ps] for ps in r.search(qs, top_k=5)])\n")
     outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
-               for seed in (1, 2, 3, 6)}  # before the fix: three different outputs among these four
+               for seed in (1, 2)}  # before the fix these two printed different scores
     assert len(outputs) == 1 and outputs.pop().startswith("[[(")
