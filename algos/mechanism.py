@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from envs import protocol as P
 from envs.data.synthwiki import COMPARISON_STYLES
 from envs.retrieval.passage import Passage
 
@@ -50,7 +51,7 @@ class SearchFirst:
         self.policy, self.search_token = policy, int(search_token)
 
     def _forced(self, o: Any) -> bool:
-        return o.role == "searcher" and not o.info.get("queries") and o.max_new_tokens > 1
+        return o.role == P.SEARCHER and not o.info.get("queries") and o.max_new_tokens > 1
 
     def act(self, observations: Sequence[Any]) -> list[Any]:
         from agents.base import Action
