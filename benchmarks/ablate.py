@@ -52,7 +52,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -388,6 +388,7 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     todo = [r for r in runs if run_state(r) != "done"]
     if todo:  # each base (micro: minutes to build) before any run or worker needs it
         needed = {(r.config.model, r.config.build_seed) for r in todo}
+        _build_bases(sorted(needed), out, threads=threads, jobs=jobs, log=log)
         prepared = {(m, b): prepare_model(m, seed=b, progress=progress) for m, b in sorted(needed)}
         for m, b in {(r.config.model, r.config.build_seed) for r in runs} - needed:  # finished: found, never rebuilt
             with contextlib.suppress(FileNotFoundError):
@@ -417,6 +418,43 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
         _run_in_processes(runs, records, train, threads, jobs, log, save)
     save()
     return plan
+
+
+def _build_bases(bases: Sequence[tuple[str, int]], out: Path, *, threads: int, jobs: int,
+                 log: Callable[[str], None], build: Callable[..., str] | None = None) -> None:
+    """Build the recipe bases among ``bases`` (``(model, base seed)``) that are not built yet,
+    up to ``jobs`` at once, each in its own process on ``threads`` threads (the count is in a
+    base's cache key), its output in ``<out>/base-<model>-seed<b>.log``. A base takes about 20
+    minutes of one core, so with ``jobs`` 2 an ablation's three bases take two builds' time,
+    not three. With ``jobs`` 1, or one base to build, nothing happens here: the caller's
+    ``prepare_model`` builds it in this process, printing its progress. ``build``: what a
+    worker calls as ``build(model, seed=b, progress=False)`` (``algos.presets.prepare_model``;
+    tests give a module-level fake)."""
+    missing = [(m, b) for m, b in bases if not _base_is_built(False)(m, b)]
+    if jobs < 2 or len(missing) < 2:
+        return
+    workers = min(jobs, len(missing))
+    log(f"building {len(missing)} bases, {workers} at a time, each in a worker process "
+        f"(logs: {out}/base-<model>-seed<b>.log)")
+    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), **fresh) as pool:
+        builds = {pool.submit(_build_base_in_child, m, b, threads, str(out / f"base-{m}-seed{b}.log"), build): (m, b)
+                  for m, b in missing}
+        for future in as_completed(builds):
+            m, b = builds[future]
+            log(f"base {m} of seed {b} built: {future.result()}")
+
+
+def _build_base_in_child(model: str, seed: int, threads: int, log_file: str,
+                         build: Callable[..., str] | None = None) -> str:
+    """A worker process's build of one recipe base on ``threads`` threads, its output to ``log_file``."""
+    from algos.presets import prepare_model
+    from algos.reproducible import run_threads
+
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", encoding="utf-8") as f, run_threads(threads):
+        sys.stdout = sys.stderr = f
+        return (build or prepare_model)(model, seed=seed, progress=False)
 
 
 def _base_is_built(progress: bool) -> Callable[[str, int], bool]:

@@ -5,6 +5,8 @@ run of the learner on a tiny model."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -793,3 +795,46 @@ def test_a_second_ablation_into_a_directory_in_use_is_refused(tmp_path, monkeypa
     assert TRAINED == [] and not (tmp_path / "seed0").exists()
     run_ablation("micro", tmp_path, [0], ["opd"], {"steps": 3}, progress=False, log=lambda _: None, train=fake_train)
     assert TRAINED == ["seed0/teacher", "seed0/opd"]  # free once the first let go
+
+
+def fake_base_build(model, *, seed, progress):
+    """A worker's base build (``benchmarks.ablate._build_bases``) that proves it ran beside the
+    other one: it leaves its mark, then waits for the other base's mark (at most 60 s)."""
+    import torch
+
+    marks = Path(os.environ["FAKE_BASE_MARKS"])
+    marks.mkdir(exist_ok=True)
+    (marks / f"{seed}").write_text(json.dumps({"pid": os.getpid(), "threads": torch.get_num_threads(),
+                                               "model": model, "progress": progress}))
+    deadline = time.monotonic() + 60
+    while len(list(marks.iterdir())) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other base was not built at the same time")
+        time.sleep(0.05)
+    print(f"built {model} {seed}")
+    return str(marks / f"{seed}")
+
+
+def test_two_jobs_build_two_missing_bases_at_once_in_worker_processes(tmp_path, monkeypatch):
+    from benchmarks.ablate import _build_bases
+
+    asked = []
+    monkeypatch.setattr("algos.presets.prepare_model", _fake_bases(tmp_path, asked))
+    monkeypatch.setenv("FAKE_BASE_MARKS", str(tmp_path / "marks"))  # (the workers inherit it)
+    _fake_bases(tmp_path, [])("micro", seed=1)  # base 1 is built already: only 0 and 2 are
+    lines = []
+    _build_bases([("micro", 0), ("micro", 1), ("micro", 2)], tmp_path, threads=1, jobs=2, log=lines.append,
+                 build=fake_base_build)
+    marks = {int(p.name): json.loads(p.read_text()) for p in (tmp_path / "marks").iterdir()}
+    assert sorted(marks) == [0, 2]
+    assert all(m["pid"] != os.getpid() and m["threads"] == 1 and m["model"] == "micro"
+               and m["progress"] is False for m in marks.values())
+    assert marks[0]["pid"] != marks[2]["pid"]
+    assert (tmp_path / "base-micro-seed0.log").read_text() == "built micro 0\n"
+    assert lines[0].startswith("building 2 bases, 2 at a time")
+    assert sorted(lines[1:]) == [f"base micro of seed {b} built: {tmp_path / 'marks' / str(b)}" for b in (0, 2)]
+    # one job, or one base left to build: the caller builds it in its own process, with its progress
+    lines.clear()
+    _build_bases([("micro", 1), ("micro", 3)], tmp_path, threads=1, jobs=2, log=lines.append, build=fake_base_build)
+    _build_bases([("micro", 3), ("micro", 4)], tmp_path, threads=1, jobs=1, log=lines.append, build=fake_base_build)
+    assert lines == [] and sorted((tmp_path / "marks").iterdir()) == [tmp_path / "marks" / "0", tmp_path / "marks" / "2"]
