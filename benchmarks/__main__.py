@@ -260,6 +260,10 @@ def _dispatch(argv: list[str] | None) -> int:
     t.add_argument("--render-docs", action="store_true",
                    help="instead: rewrite the README's and docs/table2.md's tables from docs/table2.json and "
                         "docs/micro_seeds.json (after copying new runs' table2.json and records into docs/)")
+    t.add_argument("--restore", metavar="TABLE_JSON",
+                   help="first put the finished runs of a written table (a table2.json and its archives, e.g. "
+                        "committed ones) back into the directory, without checkpoints: a later ablate with the "
+                        "same settings and --out trains only the rest")
     for p in (a, t):
         p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples of the CIs")
     sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)

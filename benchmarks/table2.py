@@ -95,6 +95,11 @@ starting (step 0) and final model, measured after training into
 
 RECORDS_FILE = "table2_records.jsonl.gz"
 METRICS_FILE = "table2_metrics.jsonl.gz"
+RUNS_FILE = "table2_runs.jsonl.gz"
+"""Every run's ``run.json`` record and measured skip probability: with the two archives above,
+what :func:`restore_runs` needs to put finished runs back into an ablation's directory."""
+RECORD_KEYS = ("run", "variant", "seed", "final", "style")
+"""The keys a :data:`RECORDS_FILE` row adds to a validation record (which has none of them)."""
 
 
 def finished_runs(out: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -360,7 +365,71 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         {"run": r["run"], "variant": v, "seed": s, "final": is_final, **row}
         for v, s, r in everything for is_final, rows in ((False, first[v, s]), (True, final[v, s])) for row in rows]
     table["_metrics"] = [{"run": name, **row} for name, rows in metrics.items() for row in rows]
+    table["_runs"] = [{"run": r["run"], "record": r, "skip_probability": _read_json(out / r["run"] / SKIP_FILE)}
+                      for _, _, r in everything]
     return table
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
+    """Put the finished runs of a written table (its ``table2.json`` and the three archives
+    beside it) back into the ablation directory ``out``, as the runs left them for the table
+    (``run.json``, ``metrics.jsonl``, the step-0 and final validation records, the skip
+    probability), without their checkpoints; returns the runs restored. A later ``python -m
+    benchmarks ablate`` with the same settings and ``--out`` takes them as finished and
+    trains only the rest, and ``python -m benchmarks table2 out`` tables them all: an
+    ablation longer than one machine's life goes on from the committed archives.
+
+    A run already in ``out`` is left as it is. A seed's Teacher is restored only when all the
+    table's variants of that seed are (its checkpoint, which a missing variant would start
+    from, is not in the archives): otherwise the ablation trains it again. ``out`` gets the
+    table's plan (``ablation.json``) when it has none, so the ablation refuses other settings
+    as it would for its own runs. Raises ValueError naming the file that is missing or not an
+    archive of this table."""
+    from algos.trainer import validation_path
+
+    table_json, out = Path(table_json), Path(out)
+    try:
+        table = json.loads(table_json.read_text(encoding="utf-8"))
+        names = [table[key] for key in ("records", "metrics", "run_records")]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{table_json}: not a table2.json with its archives ({type(err).__name__}: {err})") from None
+    paths = [table_json.parent / name for name in names]
+    try:
+        records, metrics, runs = (read_records(path) for path in paths)
+    except (OSError, ValueError, EOFError) as err:
+        raise ValueError(f"{table_json.parent}: cannot read the archives {names} ({err})") from None
+    complete = {int(s) for s in table["seeds"]
+                if all(run_name(int(s), v) in {r["run"] for r in runs} for v in table["variants"])}
+    restored = []
+    for row in runs:
+        record, run_dir = row["record"], out / row["run"]
+        if (run_dir / RUN_FILE).exists() or (record["variant"] == TEACHER and int(record["seed"]) not in complete):
+            continue
+        mine = [r for r in records if r["run"] == row["run"]]
+        files = {validation_path(run_dir, 0): [r for r in mine if not r["final"]],
+                 run_dir / record["final_validation"]: [r for r in mine if r["final"]]}
+        for path, rows in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in RECORD_KEYS},
+                                                               ensure_ascii=False) + "\n" for r in rows),
+                                            encoding="utf-8")
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in m.items() if k != "run"}) + "\n"
+                                                       for m in metrics if m["run"] == row["run"]), encoding="utf-8")
+        if row.get("skip_probability") is not None:
+            (run_dir / SKIP_FILE).write_text(json.dumps(row["skip_probability"], indent=2), encoding="utf-8")
+        (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")  # last: the run is done
+        restored.append(row["run"])
+    plan = out / "ablation.json"
+    if restored and not plan.exists():
+        plan.write_text(json.dumps({"preset": table.get("preset"), "seeds": table["seeds"],
+                                    "base_seeds": table.get("base_seeds"), "variants": table["variants"],
+                                    "overrides": table.get("overrides", {}), "bases": table.get("bases", {}),
+                                    "runs": {}, "restored_from": str(table_json)}, indent=2), encoding="utf-8")
+    return restored
 
 
 def _two_choice_count(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -610,7 +679,8 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
     table = build_table(out, n_resamples=n_resamples, seed=seed)
     write_gzip_jsonl(out / RECORDS_FILE, table.pop("_records"))
     write_gzip_jsonl(out / METRICS_FILE, table.pop("_metrics"))
-    table["records"], table["metrics"] = RECORDS_FILE, METRICS_FILE
+    write_gzip_jsonl(out / RUNS_FILE, table.pop("_runs"))
+    table["records"], table["metrics"], table["run_records"] = RECORDS_FILE, METRICS_FILE, RUNS_FILE
     table["curves_png"] = str(plot_curves(out, table["variants"], out / "curves.png").name)
     for name, text in (("table2.json", json.dumps(table, indent=2) + "\n"), ("table2.md", markdown(table))):
         tmp = out / (name + ".tmp")
@@ -645,9 +715,16 @@ def ablate_command(args: Any) -> int:
 
 
 def table_command(args: Any) -> int:
-    """``python -m benchmarks table2 OUT``: (re)write the table of the runs finished so far."""
+    """``python -m benchmarks table2 OUT``: (re)write the table of the runs finished so far;
+    with ``--restore TABLE_JSON``, first put that table's runs back into OUT (:func:`restore_runs`)."""
     if args.out is None:
         raise SystemExit("python -m benchmarks table2: error: give the ablation's directory (or --render-docs)")
+    if getattr(args, "restore", None):
+        try:
+            restored = restore_runs(args.restore, args.out)
+        except ValueError as err:
+            raise SystemExit(f"python -m benchmarks table2: error: {err}") from None
+        print(f"restored {len(restored)} finished runs from {args.restore} into {args.out}: {', '.join(restored) or '-'}")
     try:
         write_table2(args.out, n_resamples=args.resamples)
     except ValueError as err:

@@ -838,3 +838,75 @@ def test_two_jobs_build_two_missing_bases_at_once_in_worker_processes(tmp_path, 
     _build_bases([("micro", 1), ("micro", 3)], tmp_path, threads=1, jobs=2, log=lines.append, build=fake_base_build)
     _build_bases([("micro", 3), ("micro", 4)], tmp_path, threads=1, jobs=1, log=lines.append, build=fake_base_build)
     assert lines == [] and sorted((tmp_path / "marks").iterdir()) == [tmp_path / "marks" / "0", tmp_path / "marks" / "2"]
+
+
+def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(fake_ablation, tmp_path_factory,
+                                                                                  monkeypatch):
+    """What a new machine does with committed archives: restore, then the same ablation trains
+    only what is missing, and the table of the restored runs is the table they were written in."""
+    from benchmarks.table2 import RUNS_FILE, restore_runs
+
+    table = write_table2(fake_ablation, n_resamples=300)
+    assert table["run_records"] == RUNS_FILE
+    committed = tmp_path_factory.mktemp("docs")
+    for name in ("table2.json", RECORDS_FILE, METRICS_FILE, RUNS_FILE):
+        (committed / name).write_bytes((fake_ablation / name).read_bytes())
+    out = tmp_path_factory.mktemp("fresh") / "t2"
+    restored = restore_runs(committed / "table2.json", out)
+    assert sorted(restored) == sorted(table["runs"])  # both seeds have every variant: their Teachers too
+    again = write_table2(out, n_resamples=300)
+    assert again["rows"] == table["rows"] and again["teachers"] == table["teachers"]
+    assert again["runs"] == table["runs"] and again["seeds"] == [0, 1]
+    assert (out / RECORDS_FILE).read_bytes() == (fake_ablation / RECORDS_FILE).read_bytes()
+    assert (out / METRICS_FILE).read_bytes() == (fake_ablation / METRICS_FILE).read_bytes()
+    assert restore_runs(committed / "table2.json", out) == []  # what is there is kept
+    # the same ablation with one seed more trains that seed only; other settings are refused
+    TRAINED.clear()
+    run_ablation("micro", out, [0, 1, 2], ["opd", "outcome"], {"steps": 3}, progress=False,
+                 log=lambda _: None, train=fake_train)
+    assert TRAINED == ["seed2/teacher", "seed2/opd", "seed2/outcome"]
+    with pytest.raises(ValueError, match="settings"):
+        run_ablation("micro", out, [0, 1], ["opd", "outcome"], {"steps": 4}, progress=False, train=fake_train)
+
+
+def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_ablation, tmp_path_factory):
+    from benchmarks.table2 import restore_runs
+
+    (fake_ablation / "seed1" / "outcome" / "run.json").unlink()  # seed 1's outcome did not finish
+    write_table2(fake_ablation, n_resamples=100)
+    out = tmp_path_factory.mktemp("fresh")
+    restored = restore_runs(fake_ablation / "table2.json", out)
+    assert sorted(restored) == ["seed0/opd", "seed0/outcome", "seed0/teacher", "seed1/opd"]
+    assert not (out / "seed1" / "teacher").exists()  # its checkpoint is what outcome would start from
+    TRAINED.clear()
+    run_ablation("micro", out, [0, 1], ["opd", "outcome"], {"steps": 3}, progress=False,
+                 log=lambda _: None, train=fake_train)
+    assert TRAINED == ["seed1/teacher", "seed1/outcome"]
+
+
+def test_restoring_from_a_table_without_its_archives_names_what_is_missing(fake_ablation, tmp_path):
+    from benchmarks.table2 import RUNS_FILE, restore_runs
+
+    write_table2(fake_ablation, n_resamples=100)
+    (fake_ablation / RUNS_FILE).unlink()
+    with pytest.raises(ValueError, match=f"cannot read the archives.*{RUNS_FILE}"):
+        restore_runs(fake_ablation / "table2.json", tmp_path / "x")
+    old = json.loads((fake_ablation / "table2.json").read_text())
+    del old["run_records"]  # a table written before the runs archive
+    (fake_ablation / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="old.json: not a table2.json with its archives"):
+        restore_runs(fake_ablation / "old.json", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_table2_command_restores_then_tables(fake_ablation, tmp_path_factory, capsys):
+    from benchmarks.__main__ import main
+
+    write_table2(fake_ablation, n_resamples=100)
+    out = tmp_path_factory.mktemp("fresh") / "t2"
+    assert main(["table2", "--restore", str(fake_ablation / "table2.json"), str(out), "--resamples", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"restored 6 finished runs from {fake_ablation / 'table2.json'} into {out}: seed0/")
+    assert (out / "table2.md").is_file() and f"wrote {out / 'table2.json'}" in printed
+    with pytest.raises(SystemExit, match="error: .*missing.json: not a table2.json"):
+        main(["table2", "--restore", str(out / "missing.json"), str(out)])
