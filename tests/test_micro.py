@@ -281,6 +281,9 @@ def test_run_skip_probabilities_measures_each_finished_runs_start_and_end(tok, t
         (checkpoint / "trainer_state.pt").write_bytes(b"")
         (run / "run.json").write_text(json.dumps({"config": {"stage": stage, "model": str(base)}}))
     (tmp_path / "abl" / "seed0" / "none").mkdir()  # not finished: no run.json
+    restored = tmp_path / "abl" / "seed0" / "base"  # finished, restored from archives: no checkpoint
+    restored.mkdir()
+    (restored / "run.json").write_text(json.dumps({"config": {"stage": "team", "model": str(base)}}))
 
     figures = run_skip_probabilities(tmp_path / "abl", per_dataset=1, retriever=retriever, progress=False)
 
@@ -297,6 +300,6 @@ def test_run_skip_probabilities_measures_each_finished_runs_start_and_end(tok, t
     assert teacher["final"] == pytest.approx(expected(models["teacher_final"], "cascade"), abs=1e-6)
     assert opd["final"] != opd["step0"]
     saved = json.loads((tmp_path / "abl" / "seed0" / "opd" / SKIP_FILE).read_text())
-    assert saved == opd
+    assert saved == opd and not (restored / SKIP_FILE).exists()
     monkeypatch.setattr(measure, "searcher_skip_probability", lambda *a, **k: pytest.fail("measured again"))
     assert run_skip_probabilities(tmp_path / "abl", per_dataset=1, retriever=retriever, progress=False) == figures

@@ -93,7 +93,8 @@ def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever:
     finished run under ``out`` (``seed*/*/run.json``, an ablation of a micro preset): of the
     model it started from and of its final checkpoint. Written to each run's
     :data:`algos.mechanism.SKIP_FILE` (``{"per_dataset", "workflow", "contexts", "step0", "final",
-    "final_step"}``) and returned by run name; a run that has the file is read, not measured.
+    "final_step"}``) and returned by run name; a run that has the file is read, not measured,
+    and one without a checkpoint (restored from a table's archives) is left out.
     ``retriever``: what the probed contexts' searches use (default: the micro env's)."""
     from algos.checkpoint import latest_checkpoint, load_model
     from algos.recipes.micro.measure import searcher_skip_probability
@@ -111,8 +112,10 @@ def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever:
         config = json.loads(record.read_text(encoding="utf-8"))["config"]
         workflow = "cascade" if config["stage"] == "teacher" else "hierarchical"
         final = latest_checkpoint(run)
-        if final is None:
-            raise FileNotFoundError(f"{run}: a finished run without a checkpoint to measure")
+        if final is None:  # restored from a table's archives (benchmarks.table2.restore_runs) unmeasured
+            if progress:
+                print(f"{run.relative_to(out)}: no checkpoint to measure (a restored run): left out", flush=True)
+            continue
         retriever = retriever or default_retriever(progress=progress)
         values = {}
         for name, path in (("step0", str(config["model"])), ("final", str(final))):
