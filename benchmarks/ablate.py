@@ -430,6 +430,8 @@ def _build_bases(bases: Sequence[tuple[str, int]], out: Path, *, threads: int, j
     ``prepare_model`` builds it in this process, printing its progress. ``build``: what a
     worker calls as ``build(model, seed=b, progress=False)`` (``algos.presets.prepare_model``;
     tests give a module-level fake)."""
+    from algos.reproducible import weight_hash
+
     missing = [(m, b) for m, b in bases if not _base_is_built(False)(m, b)]
     if jobs < 2 or len(missing) < 2:
         return
@@ -442,7 +444,8 @@ def _build_bases(bases: Sequence[tuple[str, int]], out: Path, *, threads: int, j
                   for m, b in missing}
         for future in as_completed(builds):
             m, b = builds[future]
-            log(f"base {m} of seed {b} built: {future.result()}")
+            path = future.result()
+            log(f"base {m} of seed {b} built: {path} (weights {weight_hash(path)})")
 
 
 def _build_base_in_child(model: str, seed: int, threads: int, log_file: str,

@@ -832,7 +832,9 @@ def test_two_jobs_build_two_missing_bases_at_once_in_worker_processes(tmp_path, 
     assert marks[0]["pid"] != marks[2]["pid"]
     assert (tmp_path / "base-micro-seed0.log").read_text() == "built micro 0\n"
     assert lines[0].startswith("building 2 bases, 2 at a time")
-    assert sorted(lines[1:]) == [f"base micro of seed {b} built: {tmp_path / 'marks' / str(b)}" for b in (0, 2)]
+    # (the fake's "base" is a file of JSON, no weights)
+    assert sorted(lines[1:]) == [f"base micro of seed {b} built: {tmp_path / 'marks' / str(b)} (weights None)"
+                                 for b in (0, 2)]
     # one job, or one base left to build: the caller builds it in its own process, with its progress
     lines.clear()
     _build_bases([("micro", 1), ("micro", 3)], tmp_path, threads=1, jobs=2, log=lines.append, build=fake_base_build)
