@@ -81,6 +81,9 @@ TEACHER = "teacher"
 """The name of a seed's Stage-I run (and of its directory)."""
 
 RUN_FILE = "run.json"
+STARTED_FILE = "started.json"
+"""The config a run started with, written before its step-0 validation: what lets a variant
+started beside it take that validation (:func:`adopt_step0`) before its first checkpoint."""
 """Written into a run's directory when it finished: the run is never repeated after it."""
 
 
@@ -229,6 +232,10 @@ def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retri
     trainer = Trainer(config, resume=resume, progress=progress, retriever=retriever)
     reused = None
     if trainer.step == 0:
+        started = Path(config.out_dir) / STARTED_FILE
+        tmp = started.with_name(started.name + ".tmp")
+        tmp.write_text(json.dumps(config.to_dict(), indent=2, default=list), encoding="utf-8")
+        os.replace(tmp, started)
         reused = next((str(d) for d in step0_from if adopt_step0(trainer, Path(d))), None)
     trainer.train(validate_first=reused is None)
     final = validation_path(config.out_dir, trainer.step)
@@ -245,10 +252,12 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     step-0 validation of the run in ``source`` instead of computing it, when that run has
     one and is of the same :func:`step0_key`; returns whether it did.
 
-    ``source`` qualifies when it finished (its ``run.json``) or checkpointed (a checkpoint's
-    ``train_config.json``), and the config recorded there has ``trainer.config``'s key (the
-    same base weights' path included): a run killed before its first checkpoint records
-    nothing to check, so it is not read. Then the trainer gets what its own
+    ``source`` qualifies when it finished (its ``run.json``), checkpointed (a checkpoint's
+    ``train_config.json``) or started under :func:`train_run` (its :data:`STARTED_FILE`), and
+    the config recorded there has ``trainer.config``'s key (the same base weights' path
+    included), and its step-0 validation is done (its metrics row): so a variant started
+    while another of its seed is still training takes what that one has done. A run that
+    recorded no config is not read. Then the trainer gets what its own
     ``Trainer.validate`` at step 0 writes: the per-question records (copied), the sample
     of the same episodes with this run's per-token values (its Teacher's, its role rules',
     ``algos.samples.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
@@ -263,11 +272,12 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     try:
         if (source / RUN_FILE).exists():
             recorded = read_run(source).get("config")
-        else:
-            checkpoint = latest_checkpoint(source)
-            if checkpoint is None:
-                return False
+        elif (checkpoint := latest_checkpoint(source)) is not None:
             recorded = json.loads((checkpoint / "train_config.json").read_text(encoding="utf-8"))
+        elif (source / STARTED_FILE).exists():
+            recorded = json.loads((source / STARTED_FILE).read_text(encoding="utf-8"))
+        else:
+            return False
         if not isinstance(recorded, dict) or step0_key(recorded) != step0_key(trainer.config.to_dict()):
             return False
         rows = [r for r in read_metrics(source / "metrics.jsonl") if r.get("step") == 0 and "val/avg@1" in r]

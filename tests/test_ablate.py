@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ablate import VARIANTS, plan_runs, run_ablation, run_state
+from benchmarks.ablate import STARTED_FILE, VARIANTS, plan_runs, run_ablation, run_state
 from benchmarks.metrics import paired_macro_difference
 from benchmarks.table2 import (
     METRICS_FILE,
@@ -713,11 +713,15 @@ def test_a_reused_step0_validation_is_byte_for_byte_what_the_run_computes(tmp_pa
     assert not (tmp_path / "opd" / "run.json").exists()  # (execute writes it): taken above by its checkpoint's config
     for checkpoint in (tmp_path / "opd" / "checkpoints").glob("step_*"):
         (checkpoint / "trainer_state.pt").unlink(missing_ok=True)
+    running = Trainer(config("running", teacher="base"), progress=False, retriever=retriever)
+    assert adopt_step0(running, tmp_path / "opd")  # no checkpoint yet, but its started.json
+    assert _files(tmp_path / "running")["validation/step_000000.jsonl"] == a["validation/step_000000.jsonl"]
+    (tmp_path / "opd" / STARTED_FILE).unlink()
     same = Trainer(config("unrecorded", teacher="base"), progress=False, retriever=retriever)
     assert not adopt_step0(same, tmp_path / "opd")
     assert [path for name in ("seed1", "unrecorded") for path in (tmp_path / name).rglob("*.jsonl")] == []
-    other.close()
-    same.close()
+    for trainer in (other, running, same):
+        trainer.close()
 
 
 def test_the_ablation_computes_each_seeds_step0_validation_once(tmp_path, monkeypatch):
