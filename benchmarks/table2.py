@@ -304,6 +304,7 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         "preset": plan.get("preset"), "overrides": plan.get("overrides", {}),
         "seeds": sorted({s for v in variants for s in runs[v]}), "variants": variants,
         "base_seeds": plan.get("base_seeds"), "bases": plan.get("bases", {}),
+        "planned_variants": plan.get("variants", variants),
         "reference": REFERENCE, "ci": {"confidence": 0.95, "n_resamples": n_resamples, "seed": seed,
                                        "unit": "question (its seeds pooled), resampled within each dataset"},
         "rows": {}, "teachers": {}, "runs": {},
@@ -384,8 +385,9 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     ablation longer than one machine's life goes on from the committed archives.
 
     A run already in ``out`` is left as it is. A seed's Teacher is restored only when all the
-    table's variants of that seed are (its checkpoint, which a missing variant would start
-    from, is not in the archives): otherwise the ablation trains it again. ``out`` gets the
+    planned variants of that seed are (the ablation's ``--variants``; its checkpoint, which a
+    missing variant would start from, is not in the archives): otherwise the ablation trains
+    it again. ``out`` gets the
     table's plan (``ablation.json``) when it has none, so the ablation refuses other settings
     as it would for its own runs. Raises ValueError naming the file that is missing or not an
     archive of this table."""
@@ -402,8 +404,8 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
         records, metrics, runs = (read_records(path) for path in paths)
     except (OSError, ValueError, EOFError) as err:
         raise ValueError(f"{table_json.parent}: cannot read the archives {names} ({err})") from None
-    complete = {int(s) for s in table["seeds"]
-                if all(run_name(int(s), v) in {r["run"] for r in runs} for v in table["variants"])}
+    planned = table.get("planned_variants") or table["variants"]
+    complete = {int(s) for s in table["seeds"] if all(run_name(int(s), v) in {r["run"] for r in runs} for v in planned)}
     restored = []
     for row in runs:
         record, run_dir = row["record"], out / row["run"]

@@ -884,6 +884,14 @@ def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_
     restored = restore_runs(fake_ablation / "table2.json", out)
     assert sorted(restored) == ["seed0/opd", "seed0/outcome", "seed0/teacher", "seed1/opd"]
     assert not (out / "seed1" / "teacher").exists()  # its checkpoint is what outcome would start from
+    # the plan's variants count, not the table's finished ones: with no outcome finished at all,
+    # no Teacher comes back (the ablation's outcome runs start from them)
+    for seed in (0, 1):
+        (fake_ablation / f"seed{seed}" / "outcome" / "run.json").unlink(missing_ok=True)
+    table = write_table2(fake_ablation, n_resamples=100)
+    assert table["variants"] == ["opd"] and table["planned_variants"] == ["opd", "outcome"]
+    assert sorted(restore_runs(fake_ablation / "table2.json", tmp_path_factory.mktemp("again"))) == [
+        "seed0/opd", "seed1/opd"]
     TRAINED.clear()
     run_ablation("micro", out, [0, 1], ["opd", "outcome"], {"steps": 3}, progress=False,
                  log=lambda _: None, train=fake_train)
