@@ -1,5 +1,6 @@
 """The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
-(``docs/table2.json``, ``docs/micro_seeds.json``), so that no figure in them is typed by hand.
+(``docs/table2.json``, ``docs/micro_seeds.json``, and ``docs/table2_search/table2.json``: the
+running six-seed ablation's finished runs), so that no figure in them is typed by hand.
 
 Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page (:data:`BLOCKS`);
 ``tests/test_committed_tables.py`` fails when a page's block differs from its rendering, and
@@ -88,7 +89,8 @@ BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
     "README.md": {"micro-seeds": ("docs/micro_seeds.json", seeds_table),
                   "table2": ("docs/table2.json", lambda table: summary_table(table, per_seed=False))},
     "docs/table2.md": {"table2-summary": ("docs/table2.json", summary_table),
-                       "table2-full": ("docs/table2.json", markdown)},
+                       "table2-full": ("docs/table2.json", markdown),
+                       "table2-search": ("docs/table2_search/table2.json", markdown)},
 }
 """Page -> block name -> (the JSON it renders, the renderer)."""
 
