@@ -81,10 +81,11 @@ TEACHER = "teacher"
 """The name of a seed's Stage-I run (and of its directory)."""
 
 RUN_FILE = "run.json"
+"""Written into a run's directory when it finished: the run is never repeated after it."""
+
 STARTED_FILE = "started.json"
 """The config a run started with, written before its step-0 validation: what lets a variant
 started beside it take that validation (:func:`adopt_step0`) before its first checkpoint."""
-"""Written into a run's directory when it finished: the run is never repeated after it."""
 
 
 @dataclass(frozen=True)

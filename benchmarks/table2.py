@@ -99,7 +99,8 @@ RUNS_FILE = "table2_runs.jsonl.gz"
 """Every run's ``run.json`` record and measured skip probability: with the two archives above,
 what :func:`restore_runs` needs to put finished runs back into an ablation's directory."""
 RECORD_KEYS = ("run", "variant", "seed", "final", "style")
-"""The keys a :data:`RECORDS_FILE` row adds to a validation record (which has none of them)."""
+"""The keys a :data:`RECORDS_FILE` row adds to a validation record, and a :data:`METRICS_FILE`
+row (``run``) to a metrics row; neither has them of its own."""
 
 
 def finished_runs(out: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -387,10 +388,9 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     A run already in ``out`` is left as it is. A seed's Teacher is restored only when all the
     planned variants of that seed are (the ablation's ``--variants``; its checkpoint, which a
     missing variant would start from, is not in the archives): otherwise the ablation trains
-    it again. ``out`` gets the
-    table's plan (``ablation.json``) when it has none, so the ablation refuses other settings
-    as it would for its own runs. Raises ValueError naming the file that is missing or not an
-    archive of this table."""
+    it again. ``out`` gets the table's plan (``ablation.json``) when it has none, so the
+    ablation refuses other settings as it would for its own runs. Raises ValueError naming
+    the file that is missing or not an archive of this table."""
     from algos.trainer import validation_path
 
     table_json, out = Path(table_json), Path(out)
@@ -414,13 +414,11 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
         mine = [r for r in records if r["run"] == row["run"]]
         files = {validation_path(run_dir, 0): [r for r in mine if not r["final"]],
                  run_dir / record["final_validation"]: [r for r in mine if r["final"]]}
-        for path, rows in files.items():
+        files[run_dir / "metrics.jsonl"] = [m for m in metrics if m["run"] == row["run"]]
+        for path, rows in files.items():  # each row as the run wrote it, without what the archive added
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in RECORD_KEYS},
-                                                               ensure_ascii=False) + "\n" for r in rows),
-                                            encoding="utf-8")
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in m.items() if k != "run"}) + "\n"
-                                                       for m in metrics if m["run"] == row["run"]), encoding="utf-8")
+                                               ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         if row.get("skip_probability") is not None:
             (run_dir / SKIP_FILE).write_text(json.dumps(row["skip_probability"], indent=2), encoding="utf-8")
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")  # last: the run is done
@@ -428,7 +426,7 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     plan = out / "ablation.json"
     if restored and not plan.exists():
         plan.write_text(json.dumps({"preset": table.get("preset"), "seeds": table["seeds"],
-                                    "base_seeds": table.get("base_seeds"), "variants": table["variants"],
+                                    "base_seeds": table.get("base_seeds"), "variants": planned,
                                     "overrides": table.get("overrides", {}), "bases": table.get("bases", {}),
                                     "runs": {}, "restored_from": str(table_json)}, indent=2), encoding="utf-8")
     return restored
