@@ -404,8 +404,8 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
         records, metrics, runs = (read_records(path) for path in paths)
     except (OSError, ValueError, EOFError) as err:
         raise ValueError(f"{table_json.parent}: cannot read the archives {names} ({err})") from None
-    planned = table.get("planned_variants") or table["variants"]
-    complete = {int(s) for s in table["seeds"] if all(run_name(int(s), v) in {r["run"] for r in runs} for v in planned)}
+    planned, archived = table.get("planned_variants") or table["variants"], {r["run"] for r in runs}
+    complete = {int(s) for s in table["seeds"] if all(run_name(int(s), v) in archived for v in planned)}
     restored = []
     for row in runs:
         record, run_dir = row["record"], out / row["run"]
