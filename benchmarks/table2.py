@@ -455,14 +455,49 @@ def _subset_figures(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict
 
 def _environment(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The environment the runs recorded (``run.json``'s ``environment``): one when they all
-    agree, else each run's under ``differs``; None when none recorded one."""
-    found = {r["run"]: r.get("environment") for r in records if r.get("environment")}
-    if not found:
+    agree, else ``{"differs": [{"environment": ..., "runs": [...]}, ...]}``, the runs grouped
+    by the environment they ran in (None for runs that recorded none); None when none
+    recorded one."""
+    groups: list[dict[str, Any]] = []
+    for r in records:
+        env = r.get("environment") or None
+        group = next((g for g in groups if g["environment"] == env), None)
+        if group is None:
+            groups.append(group := {"environment": env, "runs": []})
+        group["runs"].append(r["run"])
+    if all(g["environment"] is None for g in groups):
         return None
-    first = next(iter(found.values()))
-    if all(e == first for e in found.values()) and len(found) == len(records):
-        return first
-    return {"differs": {r["run"]: r.get("environment") for r in records}}
+    return groups[0]["environment"] if len(groups) == 1 else {"differs": groups}
+
+
+def machines(table: Mapping[str, Any]) -> str:
+    """Which CPU the runs ran on (whole seeds named as seeds) and the library versions when
+    they are the same everywhere: a run's figures repeat bit for bit only on the same CPU and
+    versions. "" when the table recorded no environment."""
+    env = table.get("environment")
+    if not env:
+        return ""
+    groups = env["differs"] if "differs" in env else [{"environment": env, "runs": list(table.get("runs", {}))}]
+    by_cpu: dict[str, list[str]] = {}
+    for g in groups:
+        e = g["environment"] or {}
+        cpu = f"{e['cpu_model']} ({e.get('cpu_vendor')}, {e.get('cpu_capability')})" if e else "not recorded"
+        by_cpu.setdefault(cpu, []).extend(g["runs"])
+    seeds: dict[str, list[str]] = {}
+    for run in table.get("runs", {}):
+        seeds.setdefault(run.split("/")[0], []).append(run)
+
+    def named(runs: list[str]) -> str:
+        whole = [seed for seed, all_runs in seeds.items() if set(all_runs) <= set(runs)]
+        rest = [r for r in runs if r.split("/")[0] not in whole]
+        return ", ".join(whole + rest)
+
+    text = "Machines: " + "; ".join(f"{cpu}: {named(runs)}" for cpu, runs in by_cpu.items()) + "."
+    versions = {json.dumps((g["environment"] or {}).get("versions"), sort_keys=True) for g in groups}
+    shown = json.loads(versions.pop()) if len(versions) == 1 else None
+    if shown:
+        return text + " Library versions in every run: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + "."
+    return text + " The library versions differ between runs (table2.json's environment lists them)."
 
 
 def _macro_avg(records: Sequence[Mapping[str, Any]]) -> float:
@@ -504,9 +539,9 @@ def markdown(table: Mapping[str, Any]) -> str:
                  f"{r['macro_output_tokens_per_workflow']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", INTERVALS]
-    shared = base_sharing(table)
-    if shared:
-        lines += ["", shared]
+    for text in (base_sharing(table), machines(table)):
+        if text:
+            lines += ["", text]
     if all(r.get("without_two_choice") for r in rows.values()):
         count = next(iter(rows.values()))["two_choice_questions"]
         lines += ["", f"Without the {count['two_choice']} two-choice questions of {count['questions']} "

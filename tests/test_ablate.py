@@ -594,6 +594,30 @@ def test_a_table_without_base_seeds_lists_no_bases():
     assert own == "Bases: base seed 0 (weights a): seed 0; base seed 1 (weights b): seed 1."
 
 
+def test_the_table_names_the_machine_of_each_seed():
+    """Runs from two machines (an ablation continued on a new one) are grouped by CPU, whole
+    seeds named as seeds; versions are listed once when every run had the same."""
+    from benchmarks.table2 import _environment, machines
+
+    amd = {"cpu_model": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_capability": "AVX512",
+           "versions": {"torch": "2.13.0+cpu"}}
+    intel = {**amd, "cpu_model": "Intel Xeon", "cpu_vendor": "GenuineIntel"}
+    runs = {"seed0/teacher": amd, "seed0/opd": amd, "seed1/teacher": intel, "seed1/opd": amd}
+    env = _environment([{"run": name, "environment": e} for name, e in runs.items()])
+    assert env == {"differs": [{"environment": amd, "runs": ["seed0/teacher", "seed0/opd", "seed1/opd"]},
+                               {"environment": intel, "runs": ["seed1/teacher"]}]}
+    assert machines({"environment": env, "runs": dict.fromkeys(runs)}) == (
+        "Machines: AMD EPYC (AuthenticAMD, AVX512): seed0, seed1/opd; Intel Xeon (GenuineIntel, AVX512): "
+        "seed1/teacher. Library versions in every run: torch 2.13.0+cpu.")
+    one = _environment([{"run": "seed0/opd", "environment": amd}])
+    assert one == amd and machines({"environment": one, "runs": {"seed0/opd": 1}}).startswith(
+        "Machines: AMD EPYC (AuthenticAMD, AVX512): seed0. ")
+    unrecorded = _environment([{"run": "seed0/opd"}, {"run": "seed1/opd", "environment": amd}])
+    assert "not recorded: seed0" in machines({"environment": unrecorded, "runs": {"seed0/opd": 1, "seed1/opd": 1}})
+    assert "versions differ" in machines({"environment": unrecorded, "runs": {"seed0/opd": 1, "seed1/opd": 1}})
+    assert _environment([{"run": "seed0/opd"}]) is None and machines({"environment": None}) == ""
+
+
 def test_the_command_line_takes_base_seeds(tmp_path):
     import argparse
 
