@@ -52,7 +52,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -360,7 +360,8 @@ def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
 def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
                  overrides: dict[str, Any] | None = None, *, base_seeds: int | None = None, threads: int = 1,
                  jobs: int = 1, progress: bool = True, log: Callable[[str], None] = print,
-                 train: TrainFn = train_run, retriever: Any = None) -> dict[str, Any]:
+                 train: TrainFn = train_run, retriever: Any = None,
+                 build: Callable[..., str] | None = None) -> dict[str, Any]:
     """Run (or finish) every run of the ablation; returns the plan with each run's record
     and writes it to ``<out>/ablation.json``. First logs the work left
     (:func:`describe_work`). ``base_seeds``: see :func:`plan_runs`.
@@ -371,8 +372,11 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     on two shared cores wait on each other). ``jobs``: runs at once, each in its own
     process (a seed's variants wait for its Teacher); with 1 every run is in this process.
     ``train``: the per-run trainer (:func:`train_run`; tests give a fake, which must be a
-    module-level function when ``jobs > 1``). ``retriever``: used by every run instead of
-    the config's (tests; ``jobs=1`` only). ``out`` is locked for the whole ablation
+    module-level function when ``jobs > 1``). With ``jobs > 1`` the missing bases are built
+    in worker processes too, a seed's runs starting once its base is built (``build``: what a
+    worker calls, ``build(model, seed=b, progress=False)``, by default
+    :func:`algos.presets.prepare_model`; tests give a module-level fake). ``retriever``: used by
+    every run instead of the config's (tests; ``jobs=1`` only). ``out`` is locked for the whole ablation
     (:func:`algos.runlock.run_lock`): a second ablation into it raises
     :class:`algos.runlock.RunLockedError` naming the first."""
     if retriever is not None and jobs > 1:
@@ -388,28 +392,27 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
         for line in describe_work(work_estimate(runs, built=_base_is_built(progress)), jobs=jobs):
             log(line)
         return _run_all(runs, plan, out, train=train, threads=threads, jobs=jobs, progress=progress,
-                        log=log, retriever=retriever)
+                        log=log, retriever=retriever, build=build)
 
 
 def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn, threads: int, jobs: int,
-             progress: bool, log: Callable[[str], None], retriever: Any) -> dict[str, Any]:
+             progress: bool, log: Callable[[str], None], retriever: Any,
+             build: Callable[..., str] | None = None) -> dict[str, Any]:
     from algos.presets import prepare_model
-    from algos.reproducible import describe_base
+    from algos.reproducible import weight_hash
 
     todo = [r for r in runs if run_state(r) != "done"]
-    if todo:  # each base (micro: minutes to build) before any run or worker needs it
-        needed = {(r.config.model, r.config.build_seed) for r in todo}
-        _build_bases(sorted(needed), out, threads=threads, jobs=jobs, log=log)
-        prepared = {(m, b): prepare_model(m, seed=b, progress=progress) for m, b in sorted(needed)}
-        for m, b in {(r.config.model, r.config.build_seed) for r in runs} - needed:  # finished: found, never rebuilt
+    missing: list[tuple[str, int]] = []
+    if todo:  # each base (micro: minutes to build) before any run that trains from it
+        needed = sorted({_base_key(r) for r in todo})
+        if jobs > 1:  # the workers build the missing ones, beside the runs whose base is ready
+            is_built = _base_is_built(False)
+            missing = [key for key in needed if not is_built(*key)]
+        prepared = {(m, b): prepare_model(m, seed=b, progress=progress) for m, b in needed if (m, b) not in missing}
+        for m, b in {_base_key(r) for r in runs} - set(needed):  # finished: found, never rebuilt
             with contextlib.suppress(FileNotFoundError):
                 prepared[m, b] = prepare_model(m, seed=b, progress=progress, build=False)
-        _check_same_base([r for r in runs if r not in todo], prepared)
-        described = {key: {**describe_base(path), "base_seed": key[1]} for key, path in prepared.items()}
-        runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[key]), base=described[key])
-                if (key := (r.config.model, r.config.build_seed)) in prepared else r for r in runs]
-        # which base each seed's runs start from: its seed and its weights' hash
-        plan["bases"].update({f"seed{r.seed}": r.base for r in runs if r.base is not None})
+        runs = _attach_bases(runs, prepared, plan)
     start = time.perf_counter()
     records: dict[str, dict[str, Any]] = {}
 
@@ -420,43 +423,46 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
         tmp.write_text(json.dumps(plan, indent=2), encoding="utf-8")
         os.replace(tmp, out / "ablation.json")
 
+    def built(key: tuple[str, int], path: str) -> list[Run]:
+        nonlocal runs
+        log(f"base {key[0]} of seed {key[1]} built: {path} (weights {weight_hash(path)})")
+        runs = _attach_bases(runs, {key: path}, plan)
+        return runs
+
     if jobs == 1:
         for run in runs:
             records[run.name] = execute(run, train=train, threads=threads, progress=progress,
                                         retriever=retriever, log=log)
             save()
     else:
-        _run_in_processes(runs, records, train, threads, jobs, log, save)
+        if missing:
+            log(f"building {len(missing)} bases in worker processes, up to {jobs} at once, the runs of a "
+                f"base starting as soon as it is built (logs: {out}/base-<model>-seed<b>.log)")
+        _run_in_processes(runs, records, train, threads, jobs, log, save,
+                          bases=missing, out=out, built=built, build=build)
     save()
     return plan
 
 
-def _build_bases(bases: Sequence[tuple[str, int]], out: Path, *, threads: int, jobs: int,
-                 log: Callable[[str], None], build: Callable[..., str] | None = None) -> None:
-    """Build the recipe bases among ``bases`` (``(model, base seed)``) that are not built yet,
-    up to ``jobs`` at once, each in its own process on ``threads`` threads (the count is in a
-    base's cache key), its output in ``<out>/base-<model>-seed<b>.log``. A base takes about 20
-    minutes of one core, so with ``jobs`` 2 an ablation's three bases take two builds' time,
-    not three. With ``jobs`` 1, or one base to build, nothing happens here: the caller's
-    ``prepare_model`` builds it in this process, printing its progress. ``build``: what a
-    worker calls as ``build(model, seed=b, progress=False)`` (``algos.presets.prepare_model``;
-    tests give a module-level fake)."""
-    from algos.reproducible import weight_hash
+def _base_key(run: Run) -> tuple[str, int]:
+    """The recipe base ``run`` trains from: (its config's model, the base's seed)."""
+    return run.config.model, run.config.build_seed
 
-    missing = [(m, b) for m, b in bases if not _base_is_built(False)(m, b)]
-    if jobs < 2 or len(missing) < 2:
-        return
-    workers = min(jobs, len(missing))
-    log(f"building {len(missing)} bases, {workers} at a time, each in a worker process "
-        f"(logs: {out}/base-<model>-seed<b>.log)")
-    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), **fresh) as pool:
-        builds = {pool.submit(_build_base_in_child, m, b, threads, str(out / f"base-{m}-seed{b}.log"), build): (m, b)
-                  for m, b in missing}
-        for future in as_completed(builds):
-            m, b = builds[future]
-            path = future.result()
-            log(f"base {m} of seed {b} built: {path} (weights {weight_hash(path)})")
+
+def _attach_bases(runs: list[Run], prepared: dict[tuple[str, int], str], plan: dict[str, Any]) -> list[Run]:
+    """``runs`` with each base in ``prepared`` (:func:`_base_key` -> its directory) as their
+    model and its description (seed, weights' hash) as their ``base``, recorded in the plan's
+    ``bases`` per seed; first refuses when a finished run of such a base trained from other
+    weights (:func:`_check_same_base`)."""
+    from algos.reproducible import describe_base
+
+    _check_same_base([r for r in runs if _base_key(r) in prepared and run_state(r) == "done"], prepared)
+    described = {key: {**describe_base(path), "base_seed": key[1]} for key, path in prepared.items()}
+    runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[key]), base=described[key])
+            if (key := _base_key(r)) in prepared else r for r in runs]
+    # which base each seed's runs start from: its seed and its weights' hash
+    plan["bases"].update({f"seed{r.seed}": r.base for r in runs if r.base is not None})
+    return runs
 
 
 def _build_base_in_child(model: str, seed: int, threads: int, log_file: str,
@@ -544,42 +550,69 @@ def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) 
 
 
 def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train: TrainFn, threads: int,
-                      jobs: int, log: Callable[[str], None], save: Callable[[], None]) -> None:
-    """Up to ``jobs`` runs at once, a fresh process each (its memory is returned when it
-    ends); a run starts once the run it needs finished. A failed run stops the ablation
-    after the runs in flight finished (their work is kept)."""
-    pending = list(runs)
-    running: dict[Future, Run] = {}
+                      jobs: int, log: Callable[[str], None], save: Callable[[], None], *,
+                      bases: Sequence[tuple[str, int]] = (), out: Path | None = None,
+                      built: Callable[[tuple[str, int], str], list[Run]] | None = None,
+                      build: Callable[..., str] | None = None) -> None:
+    """Up to ``jobs`` tasks at once, a fresh process each (its memory is returned when it
+    ends): first the missing ``bases`` ((model, base seed), about 20 minutes of one core each
+    for micro; output in ``<out>/base-<model>-seed<b>.log``), then the runs, a run starting
+    once its base is built and the run it needs finished. So a base left over when the
+    others are built (three bases, two jobs) is built beside the first runs, not alone.
+    ``built(key, path)``: the runs with that base attached, once it is built. ``build``: what
+    a worker calls to build a base (:func:`_build_base_in_child`). A failure stops the
+    ablation after the tasks in flight finished (their work is kept)."""
+    pending: list[Run | tuple[str, int]] = [*bases, *runs]
+    unbuilt = set(bases)
+    running: dict[Future, Run | tuple[str, int]] = {}
     failed: list[str] = []
+
+    def ready(task: Run | tuple[str, int]) -> bool:
+        return not isinstance(task, Run) or (_base_key(task) not in unbuilt
+                                              and (task.needs is None or task.needs in records))
+
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: workers are reused
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), **fresh) as pool:
         while pending or running:
             launched = True
             while launched and not failed and len(running) < jobs:  # a run read back may free others
                 launched = False
-                for run in [r for r in pending if r.needs is None or r.needs in records]:
+                for task in [t for t in pending if ready(t)]:
                     if len(running) >= jobs:
                         break
-                    pending.remove(run)
+                    pending.remove(task)
                     launched = True
-                    if run_state(run) == "done":
-                        records[run.name] = read_run(run.out_dir)
-                        continue
-                    log(f"[{run.name}] started in a worker process (its log: {run.out_dir.parent / run.variant}.log)")
-                    running[pool.submit(_execute_in_child, run, train, threads)] = run
+                    if not isinstance(task, Run):
+                        model, seed = task
+                        log_file = Path(out or ".") / f"base-{model}-seed{seed}.log"
+                        log(f"[base {model} of seed {seed}] building in a worker process (its log: {log_file})")
+                        running[pool.submit(_build_base_in_child, model, seed, threads, str(log_file), build)] = task
+                    elif run_state(task) == "done":
+                        records[task.name] = read_run(task.out_dir)
+                    else:
+                        log(f"[{task.name}] started in a worker process "
+                            f"(its log: {task.out_dir.parent / task.variant}.log)")
+                        running[pool.submit(_execute_in_child, task, train, threads)] = task
             if not running:
                 if pending and not failed:  # their Teacher is not among the runs
-                    raise RuntimeError(f"runs {[r.name for r in pending]} wait for runs that are not planned")
+                    raise RuntimeError(f"runs {[getattr(r, 'name', r) for r in pending]} wait for runs that "
+                                       "are not planned")
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                run = running.pop(future)
+                task = running.pop(future)
                 try:
-                    records[run.name] = future.result()
-                    log(f"[{run.name}] done in {records[run.name]['wall_s']:.0f} s: "
-                        f"validation avg@1 = {records[run.name]['val_avg@1']:.3f}")
-                except Exception as err:  # noqa: BLE001  (reported with the run's name, then raised)
-                    failed.append(f"{run.name}: {type(err).__name__}: {err}")
+                    if not isinstance(task, Run):
+                        path = future.result()
+                        unbuilt.discard(task)
+                        attached = {r.name: r for r in built(task, path)} if built else {}
+                        pending = [attached.get(t.name, t) if isinstance(t, Run) else t for t in pending]
+                        continue
+                    records[task.name] = future.result()
+                    log(f"[{task.name}] done in {records[task.name]['wall_s']:.0f} s: "
+                        f"validation avg@1 = {records[task.name]['val_avg@1']:.3f}")
+                except Exception as err:  # noqa: BLE001  (reported with the task's name, then raised)
+                    failed.append(f"{getattr(task, 'name', task)}: {type(err).__name__}: {err}")
             save()
     if failed:
         raise RuntimeError("ablation runs failed (finished runs are kept; rerun to continue): " + "; ".join(failed))

@@ -826,48 +826,60 @@ def test_a_second_ablation_into_a_directory_in_use_is_refused(tmp_path, monkeypa
 
 
 def fake_base_build(model, *, seed, progress):
-    """A worker's base build (``benchmarks.ablate._build_bases``) that proves it ran beside the
-    other one: it leaves its mark, then waits for the other base's mark (at most 60 s)."""
+    """A worker's base build (``benchmarks.ablate._build_base_in_child``) that proves what ran
+    beside it: it leaves its mark, then waits (at most 60 s) for the other base's mark, or,
+    for the seed in ``FAKE_LATE_BASE``, for a run's metrics under ``FAKE_RUNS``."""
     import torch
 
     marks = Path(os.environ["FAKE_BASE_MARKS"])
     marks.mkdir(exist_ok=True)
     (marks / f"{seed}").write_text(json.dumps({"pid": os.getpid(), "threads": torch.get_num_threads(),
                                                "model": model, "progress": progress}))
+    late = str(seed) == os.environ.get("FAKE_LATE_BASE")
     deadline = time.monotonic() + 60
-    while len(list(marks.iterdir())) < 2:
+    while not (any(Path(os.environ["FAKE_RUNS"]).glob("seed*/*/metrics.jsonl")) if late
+               else len(list(marks.iterdir())) >= 2):
         if time.monotonic() > deadline:
-            raise TimeoutError("the other base was not built at the same time")
+            raise TimeoutError("nothing ran beside this base's build")
         time.sleep(0.05)
     print(f"built {model} {seed}")
     return str(marks / f"{seed}")
 
 
-def test_two_jobs_build_two_missing_bases_at_once_in_worker_processes(tmp_path, monkeypatch):
-    from benchmarks.ablate import _build_bases
-
+def test_two_jobs_build_the_missing_bases_in_workers_and_start_a_base_s_runs_beside_the_next_build(
+        tmp_path, monkeypatch):
+    """Bases 0, 2 and 3 are missing (1 is built): two workers build 0 and 2 at once, then base
+    3 is built beside seed 0's run, not alone (base 3 waits for a run's metrics); every run
+    trains from its own seed's base."""
     asked = []
     monkeypatch.setattr("algos.presets.prepare_model", _fake_bases(tmp_path, asked))
-    monkeypatch.setenv("FAKE_BASE_MARKS", str(tmp_path / "marks"))  # (the workers inherit it)
-    _fake_bases(tmp_path, [])("micro", seed=1)  # base 1 is built already: only 0 and 2 are
+    # (the workers inherit these)
+    monkeypatch.setenv("FAKE_BASE_MARKS", str(tmp_path / "marks"))
+    monkeypatch.setenv("FAKE_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("FAKE_LATE_BASE", "3")
+    _fake_bases(tmp_path, [])("micro", seed=1)
     lines = []
-    _build_bases([("micro", 0), ("micro", 1), ("micro", 2)], tmp_path, threads=1, jobs=2, log=lines.append,
-                 build=fake_base_build)
+    plan = run_ablation("micro", tmp_path / "runs", [0, 1, 2, 3], ["base"], {"steps": 2}, jobs=2, progress=False,
+                        log=lines.append, train=fake_train, build=fake_base_build)
     marks = {int(p.name): json.loads(p.read_text()) for p in (tmp_path / "marks").iterdir()}
-    assert sorted(marks) == [0, 2]
+    assert sorted(marks) == [0, 2, 3]
     assert all(m["pid"] != os.getpid() and m["threads"] == 1 and m["model"] == "micro"
                and m["progress"] is False for m in marks.values())
     assert marks[0]["pid"] != marks[2]["pid"]
-    assert (tmp_path / "base-micro-seed0.log").read_text() == "built micro 0\n"
-    assert lines[0].startswith("building 2 bases, 2 at a time")
-    # (the fake's "base" is a file of JSON, no weights)
-    assert sorted(lines[1:]) == [f"base micro of seed {b} built: {tmp_path / 'marks' / str(b)} (weights None)"
-                                 for b in (0, 2)]
-    # one job, or one base left to build: the caller builds it in its own process, with its progress
-    lines.clear()
-    _build_bases([("micro", 1), ("micro", 3)], tmp_path, threads=1, jobs=2, log=lines.append, build=fake_base_build)
-    _build_bases([("micro", 3), ("micro", 4)], tmp_path, threads=1, jobs=1, log=lines.append, build=fake_base_build)
-    assert lines == [] and sorted((tmp_path / "marks").iterdir()) == [tmp_path / "marks" / "0", tmp_path / "marks" / "2"]
+    assert (tmp_path / "runs" / "base-micro-seed0.log").read_text() == "built micro 0\n"
+    assert [line for line in lines if "built:" in line][-1] == (
+        f"base micro of seed 3 built: {tmp_path / 'marks' / '3'} (weights None)")  # (a file of JSON, no weights)
+    assert lines.index("[base micro of seed 3] building in a worker process "
+                       f"(its log: {tmp_path / 'runs' / 'base-micro-seed3.log'})") > 0
+    models = {name: r["config"]["model"] for name, r in plan["runs"].items()}
+    assert models == {"seed0/base": str(tmp_path / "marks" / "0"), "seed1/base": str(tmp_path / "bases" / "micro-1"),
+                      "seed2/base": str(tmp_path / "marks" / "2"), "seed3/base": str(tmp_path / "marks" / "3")}
+    assert [plan["bases"][f"seed{s}"]["model"] for s in range(4)] == list(models.values())
+    # one job: the bases are built in this process, with their progress, before each run
+    asked.clear()
+    run_ablation("micro", tmp_path / "one", [4], ["base"], {"steps": 2}, progress=False, log=lines.append,
+                 train=fake_train, build=fake_base_build)
+    assert (4, True) in asked and sorted(marks) == [0, 2, 3]
 
 
 def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(fake_ablation, tmp_path_factory,
