@@ -436,8 +436,8 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
             save()
     else:
         if missing:
-            log(f"building {len(missing)} bases in worker processes, up to {jobs} at once, the runs of a "
-                f"base starting as soon as it is built (logs: {out}/base-<model>-seed<b>.log)")
+            log(f"building {len(missing)} base{'s' if len(missing) > 1 else ''} in worker processes, up to {jobs} "
+                f"at once, the runs of a base starting as soon as it is built (logs: {out}/base-<model>-seed<b>.log)")
         _run_in_processes(runs, records, train, threads, jobs, log, save,
                           bases=missing, out=out, built=built, build=build)
     save()
