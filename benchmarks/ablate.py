@@ -549,6 +549,22 @@ def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) 
                              f"{now}: the runs would not share a base; give another --out")
 
 
+STEP0_POLL_S = 20.0
+"""How often (seconds) the scheduler looks whether a run's step 0 is done, while a variant
+waits to take it."""
+
+
+def step0_done(run: Run) -> bool:
+    """Whether ``run`` holds what a variant of the same step-0 key takes from it
+    (:func:`adopt_step0`): its step-0 validation's metrics row and, with
+    ``pass_rate_filter``, the questions its filter kept."""
+    from algos.report import read_metrics
+
+    path = run.out_dir / "metrics.jsonl"
+    validated = path.is_file() and any(r.get("step") == 0 and "val/avg@1" in r for r in read_metrics(path))
+    return validated and (not run.config.pass_rate_filter or (run.out_dir / "train_questions.json").is_file())
+
+
 def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train: TrainFn, threads: int,
                       jobs: int, log: Callable[[str], None], save: Callable[[], None], *,
                       bases: Sequence[tuple[str, int]] = (), out: Path | None = None,
@@ -558,7 +574,9 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
     ends): first the missing ``bases`` ((model, base seed), about 20 minutes of one core each
     for micro; output in ``<out>/base-<model>-seed<b>.log``), then the runs, a run starting
     once its base is built and the run it needs finished. So a base left over when the
-    others are built (three bases, two jobs) is built beside the first runs, not alone.
+    others are built (three bases, two jobs) is built beside the first runs, not alone. A
+    fresh run whose step-0 validation another run is computing waits until it is done
+    (:func:`step0_done`) and takes it, while other tasks go first.
     ``built(key, path)``: the runs with that base attached, once it is built. ``build``: what
     a worker calls to build a base (:func:`_build_base_in_child`). A failure stops the
     ablation after the tasks in flight finished (their work is kept)."""
@@ -571,6 +589,13 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
         return not isinstance(task, Run) or (_base_key(task) not in unbuilt
                                               and (task.needs is None or task.needs in records))
 
+    def held(task: Run | tuple[str, int]) -> bool:
+        """A fresh run whose step 0 another run now computes: it waits to take it (it would
+        compute the same validation and pass-rate filter again, minutes of a core)."""
+        busy = {r.name: r for r in running.values() if isinstance(r, Run)}
+        return (isinstance(task, Run) and any(name in busy and not step0_done(busy[name]) for name in task.step0_from)
+                and run_state(task) == "fresh")
+
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: workers are reused
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), **fresh) as pool:
         while pending or running:
@@ -580,6 +605,8 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                 for task in [t for t in pending if ready(t)]:
                     if len(running) >= jobs:
                         break
+                    if held(task):
+                        continue
                     pending.remove(task)
                     launched = True
                     if not isinstance(task, Run):
@@ -598,7 +625,8 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                     raise RuntimeError(f"runs {[getattr(r, 'name', r) for r in pending]} wait for runs that "
                                        "are not planned")
                 break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            waiting = any(ready(t) and held(t) for t in pending)  # then look again in a while
+            done, _ = wait(running, timeout=STEP0_POLL_S if waiting else None, return_when=FIRST_COMPLETED)
             for future in done:
                 task = running.pop(future)
                 try:

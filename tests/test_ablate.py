@@ -846,6 +846,47 @@ def fake_base_build(model, *, seed, progress):
     return str(marks / f"{seed}")
 
 
+def staged_fake_train(config, *, resume, progress=True, retriever=None, step0_from=()):
+    """fake_train with time in it: a run that takes no step 0 from ``step0_from`` spends 1.5 s
+    computing it, then writes its step-0 row; then 1.5 s of training. Logs to the file
+    ``FAKE_EVENTS`` (the workers are processes) when each run started, which run it took its
+    step 0 from, and when its own step 0 was done."""
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{out.parent.name}/{out.name}"
+
+    def event(text):
+        with open(os.environ["FAKE_EVENTS"], "a") as f:
+            f.write(f"{name} {text}\n")
+
+    took = next((Path(d).name for d in step0_from if '"step": 0' in _text(Path(d) / "metrics.jsonl")), None)
+    event(f"started, step 0 taken from {took}")
+    if took is None:
+        time.sleep(1.5)
+        (out / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/avg@1": 0.0}) + "\n")
+        event("step 0 done")
+    time.sleep(1.5)
+    return fake_train(config, resume=True, progress=progress, step0_from=step0_from)
+
+
+def _text(path):
+    return path.read_text() if path.is_file() else ""
+
+
+def test_a_variant_waits_for_the_step_0_another_variant_is_computing(tmp_path, monkeypatch):
+    """Two jobs, two variants ready at once with the same step-0 key: the second starts
+    only once the first's step 0 is done and takes it, instead of computing it again."""
+    monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
+    monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
+    monkeypatch.setattr("benchmarks.ablate.STEP0_POLL_S", 0.2)
+    run_ablation("micro", tmp_path / "runs", [0], ["opd", "outcome"], {"steps": 2}, jobs=2, progress=False,
+                 log=lambda _: None, train=staged_fake_train)
+    events = (tmp_path / "events").read_text().splitlines()
+    assert events == ["seed0/teacher started, step 0 taken from None", "seed0/teacher step 0 done",
+                      "seed0/opd started, step 0 taken from None", "seed0/opd step 0 done",
+                      "seed0/outcome started, step 0 taken from opd"]
+
+
 def test_two_jobs_build_the_missing_bases_in_workers_and_start_a_base_s_runs_beside_the_next_build(
         tmp_path, monkeypatch):
     """Bases 0, 2 and 3 are missing (1 is built): two workers build 0 and 2 at once, then base
