@@ -456,12 +456,16 @@ def _attach_bases(runs: list[Run], prepared: dict[tuple[str, int], str], plan: d
     weights (:func:`_check_same_base`)."""
     from algos.reproducible import describe_base
 
-    _check_same_base([r for r in runs if _base_key(r) in prepared and run_state(r) == "done"], prepared)
+    done = {r.name for r in runs if run_state(r) == "done"}
+    unfinished = {r.seed for r in runs if r.name not in done}  # a finished seed shares its base with nothing new
+    _check_same_base([r for r in runs if _base_key(r) in prepared and r.name in done and r.seed in unfinished],
+                     prepared)
     described = {key: {**describe_base(path), "base_seed": key[1]} for key, path in prepared.items()}
     runs = [dataclasses.replace(r, config=dataclasses.replace(r.config, model=prepared[key]), base=described[key])
             if (key := _base_key(r)) in prepared else r for r in runs]
-    # which base each seed's runs start from: its seed and its weights' hash
-    plan["bases"].update({f"seed{r.seed}": r.base for r in runs if r.base is not None})
+    # which base each seed's runs start from: its seed and its weights' hash (a seed whose runs
+    # all finished keeps what it recorded: restored from another machine, its base may differ)
+    plan["bases"].update({f"seed{r.seed}": r.base for r in runs if r.base is not None and r.seed in unfinished})
     return runs
 
 
@@ -535,18 +539,27 @@ def describe_work(work: dict[str, Any], *, jobs: int = 1) -> list[str]:
 
 
 def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) -> None:
-    """Refuse to add runs from another base than the finished runs trained from (a recipe's
-    base rebuilt under a new cache key, say): the variants would not share a start."""
+    """Refuse to add runs from another base than the finished runs of their seed trained from:
+    the variants would not share a start. Other weights show as another path (a recipe's base
+    rebuilt under a new cache key) or as the same path holding other weights than the run
+    recorded (``base_weight_hash``: the base rebuilt on another CPU or library version, whose
+    bits differ)."""
     from algos.reproducible import weight_hash
 
     for run in finished:
-        before = read_run(run.out_dir).get("config", {}).get("model")
-        now = prepared.get((run.config.model, run.config.build_seed))
-        if now is None or before is None or before == now:
+        record = read_run(run.out_dir)
+        before, now = record.get("config", {}).get("model"), prepared.get(_base_key(run))
+        if now is None or before is None:
             continue
-        if weight_hash(before) is None or weight_hash(before) != weight_hash(now):
-            raise ValueError(f"{run.name} was trained from the base {before}, but {run.config.model!r} is now "
-                             f"{now}: the runs would not share a base; give another --out")
+        recorded, current = record.get("base_weight_hash") or weight_hash(before), weight_hash(now)
+        if recorded is not None and recorded == current:
+            continue
+        if before == now and (recorded is None or current is None):  # nothing to compare: the same entry
+            continue
+        raise ValueError(f"{run.name} was trained from the base {before} (weights {recorded}), but "
+                         f"{run.config.model!r} is now {now} (weights {current}): the runs of seed {run.seed} "
+                         f"would not share a base. Train them on the machine and versions {run.name} ran on, "
+                         f"remove {run.out_dir.parent} to train the whole seed again, or give another --out")
 
 
 STEP0_POLL_S = 20.0

@@ -360,6 +360,7 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
                                       if k in r}}
         if ends := endpoints(metrics[r["run"]], out / r["run"]):
             table["runs"][r["run"]]["endpoints"] = ends
+    table["bases"] = _bases_trained_from(table["bases"], [r for _, _, r in everything])
     # how long the table took to train: every run's own wall time, summed (the bases' builds not included)
     table["runs_wall_s"] = round(sum(float(r["wall_s"]) for _, _, r in everything), 1)
     table["environment"] = _environment([r for _, _, r in everything])
@@ -370,6 +371,25 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     table["_runs"] = [{"run": r["run"], "record": r, "skip_probability": _read_json(out / r["run"] / SKIP_FILE)}
                       for _, _, r in everything]
     return table
+
+
+def _bases_trained_from(planned: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each seed's base as its finished runs recorded it (``base_seed``, ``base_weight_hash``,
+    the config's ``model``) over what the plan says (``ablation.json`` names the base as built
+    on the machine that continued the ablation, which for seeds restored from another machine
+    may be other weights). Raises ValueError when the runs of one seed recorded different
+    bases: their comparison would not share a start."""
+    bases = {name: dict(base) for name, base in planned.items()}
+    for seed in sorted({r["seed"] for r in records if r.get("base_weight_hash")}):
+        found = {(r.get("base_seed"), r["base_weight_hash"], r.get("config", {}).get("model"))
+                 for r in records if r["seed"] == seed and r.get("base_weight_hash")}
+        if len(found) > 1:
+            raise ValueError(f"the runs of seed {seed} recorded different bases (base seed, weights, path): "
+                             f"{sorted(map(str, found))}")
+        base_seed, weights, model = found.pop()
+        bases[f"seed{seed}"] = {**bases.get(f"seed{seed}", {}), "base_seed": base_seed, "weight_hash": weights,
+                                "model": model}
+    return bases
 
 
 def _read_json(path: Path) -> Any:

@@ -487,6 +487,47 @@ def _fake_bases(tmp_path, asked):
     return prepare
 
 
+def test_a_seed_is_not_continued_on_a_base_rebuilt_to_other_weights(tmp_path, monkeypatch):
+    """The same cache path with other weights (the base rebuilt on another CPU): a seed with
+    runs left refuses to go on from it, naming the run and both hashes; a finished seed does
+    not stand in the way of new seeds, and its table keeps the base its runs recorded."""
+    import torch
+    from safetensors.torch import save_file
+
+    from algos.reproducible import weight_hash
+
+    monkeypatch.setattr("algos.presets.prepare_model", _fake_bases(tmp_path, []))
+    run_ablation("micro", tmp_path / "runs", [0], ["base"], {"steps": 2}, progress=False, log=lambda _: None,
+                 train=fake_train)
+    weights = tmp_path / "bases" / "micro-0" / "model.safetensors"
+    first = weight_hash(weights.parent)
+    save_file({"w": torch.tensor([7.0])}, str(weights))  # rebuilt elsewhere: same path, other bits
+    with pytest.raises(ValueError, match=f"seed0/base was trained from the base .*micro-0 \\(weights {first}\\), "
+                                         f"but 'micro' is now .*micro-0 \\(weights {weight_hash(weights.parent)}\\)"):
+        run_ablation("micro", tmp_path / "runs", [0], ["base", "opd"], {"steps": 2}, progress=False,
+                     log=lambda _: None, train=fake_train)
+    assert not (tmp_path / "runs" / "seed0" / "opd").exists()
+    plan = run_ablation("micro", tmp_path / "runs", [0, 1], ["base"], {"steps": 2}, progress=False,
+                        log=lambda _: None, train=fake_train)
+    assert plan["runs"]["seed1/base"]["base_weight_hash"] == weight_hash(tmp_path / "bases" / "micro-1")
+    assert build_table(tmp_path / "runs", n_resamples=100)["bases"]["seed0"]["weight_hash"] == first
+
+
+def test_the_table_names_the_base_each_seed_s_runs_recorded_over_the_plan_s():
+    """A plan rewritten on another machine names the base as rebuilt there; the runs' own
+    records say what they trained from. Runs of one seed from two bases are refused."""
+    from benchmarks.table2 import _bases_trained_from
+
+    planned = {"seed0": {"base_seed": 0, "weight_hash": "rebuilt", "threads": 1}, "seed1": {"base_seed": 1}}
+    records = [{"seed": 0, "base_seed": 0, "base_weight_hash": "amd", "config": {"model": "/m/0"}},
+               {"seed": 0, "base_seed": 0, "base_weight_hash": "amd", "config": {"model": "/m/0"}},
+               {"seed": 1, "base_seed": 1, "base_weight_hash": None}]
+    assert _bases_trained_from(planned, records) == {
+        "seed0": {"base_seed": 0, "weight_hash": "amd", "threads": 1, "model": "/m/0"}, "seed1": {"base_seed": 1}}
+    with pytest.raises(ValueError, match="the runs of seed 0 recorded different bases"):
+        _bases_trained_from(planned, [*records, {**records[0], "base_weight_hash": "intel"}])
+
+
 def test_six_seeds_over_three_bases_build_three_and_every_record_names_its_base(tmp_path, monkeypatch):
     from algos.reproducible import weight_hash
 
