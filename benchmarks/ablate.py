@@ -607,7 +607,7 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
         compute the same validation and pass-rate filter again, minutes of a core)."""
         busy = {r.name: r for r in running.values() if isinstance(r, Run)}
         return (isinstance(task, Run) and any(name in busy and not step0_done(busy[name]) for name in task.step0_from)
-                and run_state(task) == "fresh")
+                and run_state(task) in ("fresh", "restart"))
 
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: workers are reused
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), **fresh) as pool:
