@@ -580,8 +580,8 @@ def step0_done(run: Run) -> bool:
 
 def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train: TrainFn, threads: int,
                       jobs: int, log: Callable[[str], None], save: Callable[[], None], *,
-                      bases: Sequence[tuple[str, int]] = (), out: Path | None = None,
-                      built: Callable[[tuple[str, int], str], list[Run]] | None = None,
+                      bases: Sequence[tuple[str, int]], out: Path,
+                      built: Callable[[tuple[str, int], str], list[Run]],
                       build: Callable[..., str] | None = None) -> None:
     """Up to ``jobs`` tasks at once, a fresh process each (its memory is returned when it
     ends): first the missing ``bases`` ((model, base seed), about 20 minutes of one core each
@@ -624,7 +624,7 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                     launched = True
                     if not isinstance(task, Run):
                         model, seed = task
-                        log_file = Path(out or ".") / f"base-{model}-seed{seed}.log"
+                        log_file = out / f"base-{model}-seed{seed}.log"
                         log(f"[base {model} of seed {seed}] building in a worker process (its log: {log_file})")
                         running[pool.submit(_build_base_in_child, model, seed, threads, str(log_file), build)] = task
                     elif run_state(task) == "done":
@@ -646,7 +646,7 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                     if not isinstance(task, Run):
                         path = future.result()
                         unbuilt.discard(task)
-                        attached = {r.name: r for r in built(task, path)} if built else {}
+                        attached = {r.name: r for r in built(task, path)}
                         pending = [attached.get(t.name, t) if isinstance(t, Run) else t for t in pending]
                         continue
                     records[task.name] = future.result()

@@ -545,7 +545,7 @@ def markdown(table: Mapping[str, Any]) -> str:
     head = ["Variant", "Searcher signal", "Teacher", f"avg@{k}", f"pass@{k}", f"all-{k}",
             "vs opd, questions paired [95% CI]", "over seeds [95% t-CI]", "seeds +/-/= (p)", "searches",
             "invalid turns", "invalid rate (train)", "in tok", "out tok"]
-    bases = table.get("bases", {})  # the plan's: the bases of the seeds in this table only
+    bases = table.get("bases", {})  # each seed's, as its runs recorded it (_bases_trained_from)
     hashes = sorted({str(bases[f"seed{s}"].get("weight_hash")) for s in seeds if f"seed{s}" in bases})
     lines = [f"Validation on the same held-out questions, mean over seeds {seeds} "
              f"(preset {table.get('preset')}, base weights {', '.join(hashes) or 'unrecorded'}); "
