@@ -258,12 +258,15 @@ def _dispatch(argv: list[str] | None) -> int:
     t = sub.add_parser("table2", help="Table 2 of an ablation's finished runs (table2.md/.json, curves.png)")
     t.add_argument("out", nargs="?", help="the ablation's directory")
     t.add_argument("--render-docs", action="store_true",
-                   help="instead: rewrite the README's and docs/table2.md's tables from docs/table2.json and "
-                        "docs/micro_seeds.json (after copying new runs' table2.json and records into docs/)")
+                   help="instead: rewrite the README's and docs/table2.md's tables from the committed JSON "
+                        "(docs/table2.json, after --publish docs; docs/micro_seeds.json)")
     t.add_argument("--restore", metavar="TABLE_JSON",
                    help="first put the finished runs of a written table (a table2.json and its archives, e.g. "
                         "committed ones) back into the directory, without checkpoints: a later ablate with the "
                         "same settings and --out trains only the rest")
+    t.add_argument("--publish", metavar="DIR",
+                   help="then copy the table, its archives and curves into DIR as docs/ keeps them "
+                        "(table2.json, table2_*.jsonl.gz, table2_curves.png), e.g. --publish docs")
     for p in (a, t):
         p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples of the CIs")
     sub.add_parser("perf", help="performance ratios (python -m benchmarks perf --help)", add_help=False)

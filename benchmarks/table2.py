@@ -744,6 +744,36 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
     return table
 
 
+PUBLISHED_CURVES = "table2_curves.png"
+"""The name a published table's curves take beside the other pages' figures in ``docs/``."""
+
+
+def publish_table(out: str | Path, dest: str | Path) -> list[Path]:
+    """Copy the table written in the ablation directory ``out`` into ``dest`` as ``docs/``
+    keeps it: ``table2.json`` and its three archives under their own names, the curves as
+    :data:`PUBLISHED_CURVES` (the JSON's ``curves_png`` says so); returns the files written.
+    :func:`restore_runs` takes the runs back from there, and ``python -m benchmarks table2
+    --render-docs`` renders the pages' tables from it. Raises ValueError naming a file that
+    is missing."""
+    out, dest = Path(out), Path(dest)
+    try:
+        table = json.loads((out / "table2.json").read_text(encoding="utf-8"))
+        sources = {table[key]: table[key] for key in ("records", "metrics", "run_records")}
+        sources[table["curves_png"]] = PUBLISHED_CURVES
+        copies = {name: (out / name).read_bytes() for name in sources}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{out}: no written table with its archives and curves to publish "
+                         f"({type(err).__name__}: {err})") from None
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in copies.items():
+        (dest / sources[name]).write_bytes(data)
+        written.append(dest / sources[name])
+    table["curves_png"] = PUBLISHED_CURVES
+    (dest / "table2.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    return [dest / "table2.json", *written]
+
+
 # ---------------------------------------------------------------------- command line
 
 
@@ -786,4 +816,11 @@ def table_command(args: Any) -> int:
         raise SystemExit(f"python -m benchmarks table2: error: {err}") from None
     print((Path(args.out) / "table2.md").read_text(encoding="utf-8"))
     print(f"wrote {Path(args.out) / 'table2.json'}, table2.md and curves.png")
+    if getattr(args, "publish", None):
+        try:
+            written = publish_table(args.out, args.publish)
+        except ValueError as err:
+            raise SystemExit(f"python -m benchmarks table2: error: {err}") from None
+        print(f"published {', '.join(p.name for p in written)} into {args.publish}; "
+              f"then: python -m benchmarks table2 --render-docs")
     return 0

@@ -626,7 +626,7 @@ def test_the_header_names_the_bases_of_the_seeds_in_the_table_only(fake_ablation
 
 
 def test_a_table_without_base_seeds_lists_no_bases():
-    """Tables made before --base-seeds (docs/table2.json) render as before."""
+    """Tables made before --base-seeds (docs/table2_micro/table2.json) render as before."""
     from benchmarks.table2 import base_sharing
 
     assert base_sharing({"seeds": [0, 1], "bases": {"seed0": {"weight_hash": "a"}, "seed1": {"weight_hash": "b"}}}) == ""
@@ -968,13 +968,20 @@ def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(
                                                                                   monkeypatch):
     """What a new machine does with committed archives: restore, then the same ablation trains
     only what is missing, and the table of the restored runs is the table they were written in."""
-    from benchmarks.table2 import RUNS_FILE, restore_runs
+    from benchmarks.table2 import PUBLISHED_CURVES, RUNS_FILE, publish_table, restore_runs
 
     table = write_table2(fake_ablation, n_resamples=300)
     assert table["run_records"] == RUNS_FILE
     committed = tmp_path_factory.mktemp("docs")
-    for name in ("table2.json", RECORDS_FILE, METRICS_FILE, RUNS_FILE):
-        (committed / name).write_bytes((fake_ablation / name).read_bytes())
+    written = publish_table(fake_ablation, committed)
+    assert sorted(p.name for p in written) == sorted(["table2.json", RECORDS_FILE, METRICS_FILE, RUNS_FILE,
+                                                      PUBLISHED_CURVES])
+    for name in (RECORDS_FILE, METRICS_FILE, RUNS_FILE):
+        assert (committed / name).read_bytes() == (fake_ablation / name).read_bytes()
+    assert (committed / PUBLISHED_CURVES).read_bytes() == (fake_ablation / "curves.png").read_bytes()
+    assert json.loads((committed / "table2.json").read_text()) == {**table, "curves_png": PUBLISHED_CURVES}
+    with pytest.raises(ValueError, match="no written table"):
+        publish_table(committed / "nothing", committed)
     out = tmp_path_factory.mktemp("fresh") / "t2"
     restored = restore_runs(committed / "table2.json", out)
     assert sorted(restored) == sorted(table["runs"])  # both seeds have every variant: their Teachers too
@@ -1040,5 +1047,10 @@ def test_the_table2_command_restores_then_tables(fake_ablation, tmp_path_factory
     printed = capsys.readouterr().out
     assert printed.startswith(f"restored 6 finished runs from {fake_ablation / 'table2.json'} into {out}: seed0/")
     assert (out / "table2.md").is_file() and f"wrote {out / 'table2.json'}" in printed
+    docs = out.parent / "docs"
+    assert main(["table2", str(out), "--resamples", "100", "--publish", str(docs)]) == 0
+    assert f"published table2.json, table2_records.jsonl.gz, table2_metrics.jsonl.gz, table2_runs.jsonl.gz, " \
+           f"table2_curves.png into {docs}" in capsys.readouterr().out
+    assert json.loads((docs / "table2.json").read_text())["curves_png"] == "table2_curves.png"
     with pytest.raises(SystemExit, match="error: .*missing.json: not a table2.json"):
         main(["table2", "--restore", str(out / "missing.json"), str(out)])
