@@ -344,16 +344,23 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
     return record
 
 
+LOG_REFRESH_S = 30
+"""How often a worker process writes its progress bars into its log file (tqdm's
+``mininterval``, set through ``TQDM_MININTERVAL``): a 20-minute build leaves a few dozen
+updates, not thousands."""
+
+
 def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
-    """A worker process's run on ``threads`` threads: its output goes to
-    ``seed<S>/<variant>.log`` (beside the run's directory, which a restart removes), no
-    progress bars."""
+    """A worker process's run on ``threads`` threads: its output, progress bars refreshed
+    every :data:`LOG_REFRESH_S` seconds, goes to ``seed<S>/<variant>.log`` (beside the run's
+    directory, which a restart removes)."""
     from algos.reproducible import run_threads
 
     run.out_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.environ["TQDM_MININTERVAL"] = str(LOG_REFRESH_S)
     with open(run.out_dir.parent / f"{run.variant}.log", "a", encoding="utf-8") as f, run_threads(threads):
         sys.stdout = sys.stderr = f
-        return execute(run, train=train, threads=threads, progress=False,
+        return execute(run, train=train, threads=threads, progress=True,
                        log=lambda line: print(line, flush=True))
 
 
@@ -471,14 +478,16 @@ def _attach_bases(runs: list[Run], prepared: dict[tuple[str, int], str], plan: d
 
 def _build_base_in_child(model: str, seed: int, threads: int, log_file: str,
                          build: Callable[..., str] | None = None) -> str:
-    """A worker process's build of one recipe base on ``threads`` threads, its output to ``log_file``."""
+    """A worker process's build of one recipe base on ``threads`` threads, its output (progress
+    as in :func:`_execute_in_child`) to ``log_file``."""
     from algos.presets import prepare_model
     from algos.reproducible import run_threads
 
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    os.environ["TQDM_MININTERVAL"] = str(LOG_REFRESH_S)
     with open(log_file, "a", encoding="utf-8") as f, run_threads(threads):
         sys.stdout = sys.stderr = f
-        return (build or prepare_model)(model, seed=seed, progress=False)
+        return (build or prepare_model)(model, seed=seed, progress=True)
 
 
 def _base_is_built(progress: bool) -> Callable[[str, int], bool]:

@@ -105,6 +105,7 @@ def fake_train(config, *, resume, progress=True, retriever=None, step0_from=()):
         raise FileExistsError(f"{out} already holds a run")
     run = f"{out.parent.name}/{out.name}"
     TRAINED.append(run + (" (resumed)" if resume else ""))
+    print(f"progress={progress}, bars refreshed every {os.environ.get('TQDM_MININTERVAL')} s")
     variant = out.name
     (out / "validation").mkdir(parents=True, exist_ok=True)
     last = config.steps
@@ -339,7 +340,9 @@ def test_parallel_jobs_run_each_run_once_after_its_teacher(tmp_path, monkeypatch
     records = plan["runs"]
     assert set(records) == {"seed0/teacher", "seed0/opd", "seed0/base"}
     assert all(r["steps"] == 2 and r["threads"] == 1 for r in records.values())
-    assert "finished before" not in (tmp_path / "seed0" / "opd.log").read_text()
+    log = (tmp_path / "seed0" / "opd.log").read_text()
+    assert "finished before" not in log
+    assert "progress=True, bars refreshed every 30 s" in log  # bars, but not thousands of them
     assert build_table(tmp_path, n_resamples=100)["rows"]["base"]["vs_opd"]["questions_paired"]["questions"] == 6
 
 
@@ -875,7 +878,8 @@ def fake_base_build(model, *, seed, progress):
     marks = Path(os.environ["FAKE_BASE_MARKS"])
     marks.mkdir(exist_ok=True)
     (marks / f"{seed}").write_text(json.dumps({"pid": os.getpid(), "threads": torch.get_num_threads(),
-                                               "model": model, "progress": progress}))
+                                               "model": model, "progress": progress,
+                                               "refresh_s": os.environ.get("TQDM_MININTERVAL")}))
     late = str(seed) == os.environ.get("FAKE_LATE_BASE")
     deadline = time.monotonic() + 60
     while not (any(Path(os.environ["FAKE_RUNS"]).glob("seed*/*/metrics.jsonl")) if late
@@ -946,7 +950,7 @@ def test_two_jobs_build_the_missing_bases_in_workers_and_start_a_base_s_runs_bes
     marks = {int(p.name): json.loads(p.read_text()) for p in (tmp_path / "marks").iterdir()}
     assert sorted(marks) == [0, 2, 3]
     assert all(m["pid"] != os.getpid() and m["threads"] == 1 and m["model"] == "micro"
-               and m["progress"] is False for m in marks.values())
+               and m["progress"] is True and m["refresh_s"] == "30" for m in marks.values())
     assert marks[0]["pid"] != marks[2]["pid"]
     assert (tmp_path / "runs" / "base-micro-seed0.log").read_text() == "built micro 0\n"
     assert [line for line in lines if "built:" in line][-1] == (
