@@ -6,7 +6,10 @@
 #   then use the policy spec openai:smollm2@http://127.0.0.1:PORT/v1 (agents.registry)
 #
 # Needs `pip install 'llama-cpp-python[server]'` (compiles llama.cpp: about 10 minutes on
-# 2 cores). The server answers one request at a time (llama-cpp-python default threads:
+# 2 cores). On a VM that lists AMX but does not enable it, a -march=native build faults on
+# the first decode; build it portable, as .ci/run does:
+#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install ...
+# The server answers one request at a time (llama-cpp-python default threads:
 # half the cores; more threads slow it down on a busy 2-core machine); runs in the foreground.
 set -euo pipefail
 cd "$(dirname "$0")/.."

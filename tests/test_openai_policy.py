@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -335,6 +336,15 @@ def llama_server(tmp_path_factory):
          "--model_alias", "smollm2", "--verbose", "False"],
         stdout=log, stderr=subprocess.STDOUT,
     )
+
+    def fail(what: str, hint: str = "") -> None:
+        code = proc.poll()
+        proc.kill()
+        died = (f"it died ({signal.Signals(-code).name})" if code is not None and code < 0
+                else f"it exited with {code}" if code is not None else "it is still running")
+        err = log_path.read_text(errors="replace")[-2000:]
+        pytest.fail(f"llama_cpp.server on {base_url} {what}; {died}.{hint} Its log:\n{err}")
+
     try:
         deadline = time.monotonic() + 40
         while True:
@@ -345,10 +355,19 @@ def llama_server(tmp_path_factory):
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                err = log_path.read_text(errors="replace")[-2000:]
-                pytest.fail(f"llama_cpp.server did not come up on {base_url}:\n{err}")
+                fail("did not come up")
             time.sleep(0.25)
+        # One token first: a server that lists its model can still die on the first decode.
+        warm = json.dumps({"model": "smollm2", "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "Hi"}]}).encode()
+        try:
+            urllib.request.urlopen(urllib.request.Request(
+                f"{base_url}/chat/completions", data=warm,
+                headers={"Content-Type": "application/json"}), timeout=60).close()
+        except OSError as e:
+            fail(f"could not complete one token ({type(e).__name__}: {e})",
+                 " (A llama.cpp compiled with -march=native faults here on a VM that lists AMX but "
+                 "does not enable it: .ci/run builds it without.)")
         yield base_url
     finally:
         proc.terminate()
