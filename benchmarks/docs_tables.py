@@ -1,15 +1,16 @@
 """The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
-(``docs/table2.json``, ``docs/micro_seeds.json``, and ``docs/table2_search/table2.json``: the
-running six-seed ablation's finished runs), so that no figure in them is typed by hand.
+(``docs/table2.json``: the six-seed ablation on ``micro_search``; ``docs/micro_seeds.json``;
+``docs/table2_micro/table2.json``: the first ablation, on ``micro``; ``docs/table2_mechanism.json``:
+the bases measured before training), so that no figure in them is typed by hand.
 
 Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page (:data:`BLOCKS`);
 ``tests/test_committed_tables.py`` fails when a page's block differs from its rendering, and
 
+    python -m benchmarks table2 runs/table2 --publish docs   # the table and its archives
     python -m benchmarks table2 --render-docs
 
-rewrites the blocks after new runs (copy the ablation's ``table2.json``, its two
-``table2_*.jsonl.gz`` archives and ``curves.png`` as ``table2_curves.png`` into ``docs/``
-first; ``python -m algos.recipes.micro.seeds collect`` writes ``docs/micro_seeds.json``).
+rewrites the blocks after new runs (``python -m algos.recipes.micro.seeds collect`` writes
+``docs/micro_seeds.json``).
 """
 
 from __future__ import annotations
@@ -85,12 +86,52 @@ def seeds_table(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bases_table(mechanism: Mapping[str, Any]) -> str:
+    """The ``micro_search`` bases measured before training (the entries of
+    ``docs/table2_mechanism.json``'s ``bases`` that name their ``base_seed``; ``python -m
+    algos.recipes.micro.mechanism``) as a markdown table: greedy avg@1 with the right
+    questions, without the two-choice ones, with a retriever that finds nothing and with
+    Searchers that never skip; searches; the sampled groups' search share, R_EM, mixed share
+    and within-group covariance of searches with R_EM. A part not measured shows "-"."""
+    default_env = mechanism.get("environment") or {}
+    vendors = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}
+
+    def cpu(base: Mapping[str, Any]) -> str:
+        vendor = (base.get("environment") or default_env).get("cpu_vendor", "")
+        return vendors.get(vendor, vendor or "CPU not recorded")
+
+    def right(fig: Mapping[str, Any] | None) -> str:
+        return "-" if fig is None else f"{fig['macro_avg@1']:.3f} ({fig['right']})"
+
+    bases = sorted((b for b in mechanism["bases"].values() if "base_seed" in b),
+                   key=lambda b: (cpu(b), b["base_seed"]))
+    lines = ["| base seed (weights, CPU) | avg@1 (right) | without two-choice | retriever finds nothing | "
+             "Searchers never skip | searches: greedy / never skip | sampled: searched / R_EM | mixed groups | "
+             "cov(searches, R_EM) [95%] |", "|---|" + "---:|" * 7 + "---|"]
+    for b in bases:
+        greedy, first, sampled = b["greedy"], b.get("greedy_search_first"), b.get("sampled")
+        cells = [f"{b['base_seed']} ({b['weight_hash']}, {cpu(b)})", right(greedy),
+                 f"{greedy['macro_avg@1_not_two_choice']:.3f}", right(b.get("greedy_nothing_found")), right(first),
+                 f"{greedy['searches_per_workflow']:.2f} / "
+                 + ("-" if first is None else f"{first['searches_per_workflow']:.2f}")]
+        if sampled is None:
+            cells += ["-"] * 3
+        else:
+            low, high = sampled["cov_searches_em_ci95"]
+            cells += [f"{sampled['searched_share']:.2f} / {sampled['team_em']:.2f}",
+                      f"{100 * sampled['mixed_group_share']:.0f}%",
+                      f"{sampled['cov_searches_em']:+.3f} [{low:+.3f}, {high:+.3f}]"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
     "README.md": {"micro-seeds": ("docs/micro_seeds.json", seeds_table),
                   "table2": ("docs/table2.json", lambda table: summary_table(table, per_seed=False))},
     "docs/table2.md": {"table2-summary": ("docs/table2.json", summary_table),
                        "table2-full": ("docs/table2.json", markdown),
-                       "table2-search": ("docs/table2_search/table2.json", markdown)},
+                       "table2-bases": ("docs/table2_mechanism.json", bases_table),
+                       "table2-micro": ("docs/table2_micro/table2.json", markdown)},
 }
 """Page -> block name -> (the JSON it renders, the renderer)."""
 

@@ -72,9 +72,33 @@ def test_render_docs_rewrites_a_stale_block_and_only_that(tmp_path):
         (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / source).write_text((ROOT / source).read_text())
     assert render_docs(tmp_path) == []
-    stale = (tmp_path / "README.md").read_text().replace("| `outcome` | 1.90 |", "| `outcome` | 9.99 |")
+    readme = (tmp_path / "README.md").read_text()
+    table = block(readme, "table2")
+    stale = readme.replace(table, table.replace("| `outcome` |", "| `outcome` | 9.99 |", 1))
+    assert stale != readme
     (tmp_path / "README.md").write_text(stale)
     assert render_docs(tmp_path) == ["README.md"]
     assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()
     with pytest.raises(ValueError, match="<!-- table2 -->"):
         block("no markers here", "table2")
+
+
+def test_the_bases_table_by_hand():
+    """A base measured in full and one measured in part (a later machine's build, without the
+    sampled groups): each cell by hand, "-" for what was not measured, sorted by CPU then seed."""
+    from benchmarks.docs_tables import bases_table
+
+    greedy = {"macro_avg@1": 0.12857, "right": 45, "macro_avg@1_not_two_choice": 0.1055, "searches_per_workflow": 1.571}
+    full = {"base_seed": 1, "weight_hash": "aa", "greedy": greedy,
+            "greedy_nothing_found": {"macro_avg@1": 0.0371, "right": 13},
+            "greedy_search_first": {"macro_avg@1": 0.12857, "right": 45, "searches_per_workflow": 1.5743},
+            "sampled": {"searched_share": 0.7714, "team_em": 0.1411, "mixed_group_share": 0.2857,
+                        "cov_searches_em": 0.0244, "cov_searches_em_ci95": [0.0109, 0.0391]}}
+    part = {"base_seed": 0, "weight_hash": "bb", "greedy": greedy, "environment": {"cpu_vendor": "GenuineIntel"}}
+    table = bases_table({"environment": {"cpu_vendor": "AuthenticAMD"},
+                         "bases": {"full": full, "part": part, "other preset": {"weight_hash": "cc"}}})
+    assert table.splitlines()[2:] == [
+        "| 1 (aa, AMD) | 0.129 (45) | 0.105 | 0.037 (13) | 0.129 (45) | 1.57 / 1.57 | 0.77 / 0.14 | 29% "
+        "| +0.024 [+0.011, +0.039] |",
+        "| 0 (bb, Intel) | 0.129 (45) | 0.105 | - | - | 1.57 / - | - | - | - |",
+    ]

@@ -1,5 +1,5 @@
 """Statistics over seeds (benchmarks.seed_stats, algos.report.seeds_improved) against values
-computed by hand: docs/table2.json's per-seed differences to opd (questions of 140, so
+computed by hand: docs/table2_micro/table2.json's per-seed differences to opd (questions of 140, so
 multiples of 1/140) and the t quantiles of df = 1, 2."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_ties_are_dropped_from_the_sign_test_over_seeds():
 
 
 @pytest.mark.parametrize("questions, mean, sd, low, high", [
-    # the review's table (docs/table2.json, vs opd): per-seed differences in questions of 140
+    # the review's table (docs/table2_micro/table2.json, vs opd): per-seed differences in questions of 140
     ((-1, 0, -1), -0.476, 0.41, -1.50, +0.55),    # outcome
     ((-1, 2, 0), +0.238, 1.09, -2.47, +2.95),     # none
     ((1, 1, -1), +0.238, 0.82, -1.81, +2.29),     # base
