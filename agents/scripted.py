@@ -100,10 +100,14 @@ class ScriptedPolicy:
         repeat_queries: when True, a Searcher whose search did not resolve its hop may ask
             the same query again; by default it moves on to the entity and keywords. (The
             micro recipe's base imitates a team that repeated itself.)
+        memory: closed-book facts, ``(entity, relation) -> sentence`` (e.g.
+            ``SynthWiki.geography()``): a Searcher that skips the search (``skip_search``) on a
+            one-hop task it knows reports the fact instead of ``SKIPPED_REPORT``, so the
+            no-search path is sometimes right, as a real LM's is.
     """
 
     def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0,
-                 repeat_queries: bool = False):
+                 repeat_queries: bool = False, memory: Mapping[tuple[str, str], str] | None = None):
         if max_searches < 1:
             raise ValueError(f"max_searches must be >= 1, got {max_searches}")
         if not 0 <= skip_search <= 1:
@@ -112,6 +116,7 @@ class ScriptedPolicy:
         self.seed = seed
         self.skip_search = skip_search
         self.repeat_queries = repeat_queries
+        self.memory = dict(memory or {})
 
     def skips(self, task: str) -> bool:
         """Whether the Searcher reports on ``task`` without searching (``skip_search``)."""
@@ -195,7 +200,7 @@ class ScriptedPolicy:
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
         last_turn = bool(searches) and info.get("turns_left", 2) <= 1
         if not searches and self.skips(task):
-            return P.write("summary", SKIPPED_REPORT)
+            return P.write("summary", self._recall(plan) or SKIPPED_REPORT)
         if open_chains and len(searches) < self.max_searches and not last_turn:
             if not searches and len(plan.chains) == 1 and len(plan.chains[0].relations) == 1:
                 return P.write("search", task)
@@ -211,6 +216,12 @@ class ScriptedPolicy:
             if query is not None:
                 return P.write("search", query)
         return P.write("summary", self._summary(progress, sents, max_chars))
+
+    def _recall(self, plan: Plan) -> str | None:
+        """The fact :attr:`memory` holds for a one-hop task, else None."""
+        if len(plan.chains) != 1 or len(plan.chains[0].relations) != 1:
+            return None
+        return self.memory.get((plan.chains[0].entity, plan.chains[0].relations[0]))
 
     def _summary(self, progress: list[tuple[Chain, list[Hop]]], sents: list[Sentence],
                  max_chars: int) -> str:

@@ -87,6 +87,25 @@ def test_skip_search_reports_without_searching_on_a_seeded_share_of_tasks(make_e
         ScriptedPolicy(skip_search=1.5)
 
 
+def test_a_skipping_searcher_reports_what_its_memory_holds(make_env):
+    """Closed-book facts: a Searcher that skips the search on a one-hop task it knows states
+    the fact, so the team can be right without a search; on a task it does not know, or one
+    of two hops at once, it reports SKIPPED_REPORT as before."""
+    from agents.scripted import SKIPPED_REPORT
+
+    memory = {("Velmora Quist", "born_place"): "Velmora Quist was born in Port Velm.",
+              ("Port Velm", "country"): "Port Velm is a city in Ostria."}
+    ep = play(make_env(), ScriptedPolicy(skip_search=1.0, memory=memory), QUESTION)
+    assert ep.num_searches == 0 and ep.team_em == 1.0 and ep.final_answer == "Ostria"
+    assert ep.reports == list(memory.values())
+    forgetful = play(make_env(), ScriptedPolicy(skip_search=1.0, memory={("Port Velm", "country"): "x."}), QUESTION)
+    assert forgetful.reports == [SKIPPED_REPORT] and forgetful.team_em == 0.0  # stuck at the first hop
+    both_hops = play(make_env(workflow="cascade"), ScriptedPolicy(skip_search=1.0, memory=memory), QUESTION)
+    assert both_hops.reports == [SKIPPED_REPORT]  # the cascade's task is the whole two-hop question
+    # memory is used only where the search is skipped
+    assert play(make_env(), ScriptedPolicy(memory=memory), QUESTION).num_searches == 2
+
+
 def test_scripted_turn_depends_only_on_the_observation_text(make_env, tokenizer):
     env = make_env()
     policy = ScriptedPolicy()

@@ -283,3 +283,26 @@ def test_cli_show(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert cli_main(["show", "nq", "--root", str(tmp_path)]) == 2
     assert "no dataset directory" in capsys.readouterr().err
+
+
+def test_the_geography_facts_state_what_the_corpus_says_and_the_reader_reads_them(world):
+    """SynthWiki.geography(): one fact per city (country, river) and country (capital,
+    language), each true to the entities, and agents.reading reads the answer off it as a
+    report, as the Leader reads a Searcher's."""
+    from agents.reading import Chain, resolve, sentences_of
+
+    facts = world.geography()
+    assert len(facts) == 2 * len(world.cities) + 2 * len(world.countries)
+    truth = {}
+    for city in world.cities:
+        truth[city.name, "country"] = world.countries[city.country].name
+        truth[city.name, "river"] = city.river
+    for country in world.countries:
+        truth[country.name, "capital"] = world.cities[country.capital].name
+        truth[country.name, "language"] = country.language
+    assert facts.keys() == truth.keys()
+    for (entity, relation), sentence in facts.items():
+        hops = resolve(Chain(entity, (relation,)), sentences_of("", sentence))
+        assert [h.answer for h in hops] == [truth[entity, relation]], sentence
+    port = world.cities[0]
+    assert facts[port.name, "country"] == f"{port.name} is a city in {world.countries[port.country].name}."

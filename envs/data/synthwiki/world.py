@@ -177,6 +177,20 @@ class SynthWiki:
         """The contents (``"Title\\ntext"``) of one passage."""
         return self.passages[passage_id]["contents"]
 
+    def geography(self) -> dict[tuple[str, str], str]:
+        """The world's geography as closed-book facts, what a real LM knows without searching:
+        ``(entity, relation) -> a sentence stating it``, for each city's ``country`` and
+        ``river`` and each country's ``capital`` and ``language`` (the relation names of
+        ``agents.reading``; each sentence states its subject, as a report must)."""
+        facts = {}
+        for city in self.cities:
+            facts[city.name, "country"] = f"{city.name} is a city in {self.countries[city.country].name}."
+            facts[city.name, "river"] = f"{city.name} lies on the {city.river}."
+        for country in self.countries:
+            facts[country.name, "capital"] = f"{country.name}'s capital is {self.cities[country.capital].name}."
+            facts[country.name, "language"] = f"{country.name}'s official language is {country.language}."
+        return facts
+
 
 def make_entities(
     seed: int,
