@@ -51,7 +51,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -350,16 +350,23 @@ LOG_REFRESH_S = 30
 updates, not thousands."""
 
 
-def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
-    """A worker process's run on ``threads`` threads: its output, progress bars refreshed
-    every :data:`LOG_REFRESH_S` seconds, goes to ``seed<S>/<variant>.log`` (beside the run's
-    directory, which a restart removes)."""
+@contextlib.contextmanager
+def _worker_output(log_file: Path, threads: int) -> Iterator[None]:
+    """A worker process on ``threads`` threads, its output (progress bars refreshed every
+    :data:`LOG_REFRESH_S` seconds) appended to ``log_file``."""
     from algos.reproducible import run_threads
 
-    run.out_dir.parent.mkdir(parents=True, exist_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     os.environ["TQDM_MININTERVAL"] = str(LOG_REFRESH_S)
-    with open(run.out_dir.parent / f"{run.variant}.log", "a", encoding="utf-8") as f, run_threads(threads):
+    with open(log_file, "a", encoding="utf-8") as f, run_threads(threads):
         sys.stdout = sys.stderr = f
+        yield
+
+
+def _execute_in_child(run: Run, train: TrainFn, threads: int) -> dict[str, Any]:
+    """A worker process's run: its output goes to ``seed<S>/<variant>.log`` (beside the run's
+    directory, which a restart removes)."""
+    with _worker_output(run.out_dir.parent / f"{run.variant}.log", threads):
         return execute(run, train=train, threads=threads, progress=True,
                        log=lambda line: print(line, flush=True))
 
@@ -478,15 +485,10 @@ def _attach_bases(runs: list[Run], prepared: dict[tuple[str, int], str], plan: d
 
 def _build_base_in_child(model: str, seed: int, threads: int, log_file: str,
                          build: Callable[..., str] | None = None) -> str:
-    """A worker process's build of one recipe base on ``threads`` threads, its output (progress
-    as in :func:`_execute_in_child`) to ``log_file``."""
+    """A worker process's build of one recipe base on ``threads`` threads, its output to ``log_file``."""
     from algos.presets import prepare_model
-    from algos.reproducible import run_threads
 
-    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    os.environ["TQDM_MININTERVAL"] = str(LOG_REFRESH_S)
-    with open(log_file, "a", encoding="utf-8") as f, run_threads(threads):
-        sys.stdout = sys.stderr = f
+    with _worker_output(Path(log_file), threads):
         return (build or prepare_model)(model, seed=seed, progress=True)
 
 

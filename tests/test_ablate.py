@@ -972,7 +972,7 @@ def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(
                                                                                   monkeypatch):
     """What a new machine does with committed archives: restore, then the same ablation trains
     only what is missing, and the table of the restored runs is the table they were written in."""
-    from benchmarks.table2 import PUBLISHED_CURVES, RUNS_FILE, publish_table, restore_runs
+    from benchmarks.table2_archive import PUBLISHED_CURVES, RUNS_FILE, publish_table, restore_runs
 
     table = write_table2(fake_ablation, n_resamples=300)
     assert table["run_records"] == RUNS_FILE
@@ -1005,7 +1005,7 @@ def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(
 
 
 def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_ablation, tmp_path_factory):
-    from benchmarks.table2 import restore_runs
+    from benchmarks.table2_archive import restore_runs
 
     (fake_ablation / "seed1" / "outcome" / "run.json").unlink()  # seed 1's outcome did not finish
     write_table2(fake_ablation, n_resamples=100)
@@ -1028,7 +1028,7 @@ def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_
 
 
 def test_restoring_from_a_table_without_its_archives_names_what_is_missing(fake_ablation, tmp_path):
-    from benchmarks.table2 import RUNS_FILE, restore_runs
+    from benchmarks.table2_archive import RUNS_FILE, restore_runs
 
     write_table2(fake_ablation, n_resamples=100)
     (fake_ablation / RUNS_FILE).unlink()
