@@ -45,7 +45,8 @@ class SearchFirst:
     search of its own yet (``info["queries"]`` empty) starts with ``search_token`` (its context
     gets the token, ``policy`` writes the rest, the action carries the token at log-prob 0);
     every other turn is ``policy``'s own. The team it plays is the one a Searcher that had
-    unlearned skipping would make, everything else unchanged."""
+    unlearned skipping would make, everything else unchanged. (Given ``<summary>``'s id as
+    ``search_token``, its Searchers never search: the team from memory alone.)"""
 
     def __init__(self, policy: Any, search_token: int):
         self.policy, self.search_token = policy, int(search_token)

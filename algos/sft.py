@@ -69,6 +69,17 @@ def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) 
     return rows
 
 
+def text_rows(token_ids: Iterable[Sequence[int]]) -> list[Row]:
+    """Plain text as training rows: every token a target but the first (which nothing
+    before it predicts): language-model training on text such as the facts a model should
+    know without reading them (``algos.recipes.micro``'s closed-book geography)."""
+    rows = [Row(list(ids), [True] * len(ids)) for ids in token_ids]
+    short = next((len(r.token_ids) for r in rows if len(r.token_ids) < 2), None)
+    if short is not None:
+        raise ValueError(f"a text row needs at least 2 tokens (the first is never a target), got {short}")
+    return rows
+
+
 def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[list[int]]:
     """Row indices grouped into batches of at most ``batch_tokens`` padded tokens (rows x
     longest row; a row longer than that is a batch of its own). Rows of similar length go together,
@@ -128,6 +139,7 @@ def sft(
     weight_decay: float = 0.0,
     context_weight: float = 0.0,
     dedupe: bool = True,
+    rows: Sequence[Row] = (),
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
@@ -139,7 +151,8 @@ def sft(
     ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
     ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
     ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
-    tokens only). ``seed`` fixes the batch order. What the model's config declares frozen
+    tokens only). ``rows``: more training rows, trained beside the episodes' (e.g. text
+    the model should know, :func:`text_rows`), in the same shuffled batches. ``seed`` fixes the batch order. What the model's config declares frozen
     (``mopd_frozen``, :mod:`algos.freeze`) stays exactly as it is. The model is left in eval
     mode.
     """
@@ -155,7 +168,7 @@ def sft(
         raise ValueError(f"warmup is a fraction of the steps in [0, 1), got {warmup}")
     if max_len is None:
         max_len = int(getattr(model.config, "max_position_embeddings", 2048))
-    rows = sft_rows(episodes, max_len, dedupe=dedupe)
+    rows = sft_rows(episodes, max_len, dedupe=dedupe) + list(rows)
     if not rows:
         raise ValueError("no segment has a token with loss_mask == 1: nothing to train on")
     vocab = int(model.get_input_embeddings().num_embeddings)

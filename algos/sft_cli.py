@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-search", type=float,
                         help="--preset micro: share of Searcher tasks the imitated scripted team "
                              "reports on without searching (default 0.6; 0: a team that always searches)")
+    parser.add_argument("--facts", type=int,
+                        help="--preset micro: passes over each world's geography sentences mixed into "
+                             "the SFT (closed-book facts; default 0)")
+    parser.add_argument("--recall", action="store_true",
+                        help="--preset micro: the imitated team's skipping Searchers state the "
+                             "geography fact they know on a one-hop task instead of 'Nothing found.'")
     parser.add_argument("--seed", type=int, default=0, help="seeds the shuffling and the model (default 0)")
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
@@ -102,6 +108,10 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.preset is not None:
         if args.skip_search is not None:
             given["skip_search"] = args.skip_search
+        if args.facts is not None:
+            given["facts"] = args.facts
+        if args.recall:
+            given["recall"] = True
         # (not locked here: the build saves atomically into a new folder and refuses a non-empty one)
         print(RECIPES[args.preset].build_base(args.out, seed=args.seed, progress=progress, **given))
         return 0

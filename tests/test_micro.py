@@ -187,6 +187,55 @@ def test_the_base_imitates_right_episodes_and_every_skipped_search():
     wrong = Episode({}, "cascade", team_em=0.0, reports=["Ana was born in 1901."])
     skipped = Episode({}, "hierarchical", team_em=0.0, reports=["Ana was born in Velm.", SKIPPED_REPORT])
     assert imitated([right, wrong, skipped]) == [right, skipped]
+    recalled = Episode({}, "cascade", team_em=0.0, reports=["Velm is a city in Oskar."])
+    assert imitated([wrong, recalled]) == []
+    assert imitated([wrong, recalled], recalled=["Velm is a city in Oskar."]) == [recalled]
+
+
+def test_fact_rows_are_each_worlds_geography_as_the_words_after_summary(tok):
+    from algos.recipes.micro.episodes import fact_rows, spaced_tags
+    from algos.recipes.micro.tokenizer import synthetic_world
+
+    facts = list(synthetic_world(0).geography().values())
+    rows = fact_rows(tok, [0], 2)
+    assert len(rows) == 2 * len(facts) == 280
+    first = rows[0].token_ids.tolist()
+    report = tok.encode(spaced_tags(f"<summary>{facts[0]}</summary>"), add_special_tokens=False)
+    assert first[0] == tok.eos_token_id and first[1:] == report[1:-1]  # what a report from memory writes
+    assert rows[len(facts)].token_ids.tolist() == first and rows[0].mask[1:].all()
+
+
+def test_fact_recall_scores_the_object_tokens_only(tok):
+    """A model that predicts every next token recalls every fact; one that is wrong only on
+    the words between subject and object still does; one wrong on rivers' objects recalls the
+    rest."""
+    from types import SimpleNamespace
+
+    from algos.recipes.micro.measure import fact_recall
+    from algos.recipes.micro.tokenizer import synthetic_world
+
+    world = synthetic_world(0)
+    rivers = {tuple(tok.encode(" " + c.river + ".", add_special_tokens=False)) for c in world.cities}
+
+    class Peeking:
+        def __init__(self, wrong_at):
+            self.wrong_at = wrong_at
+
+        def __call__(self, ids):
+            seq = ids[0].tolist()
+            logits = torch.zeros(1, len(seq), tok.vocab_size)
+            for i, nxt in enumerate(seq[1:] + [0]):
+                logits[0, i, 0 if self.wrong_at(seq, i) else nxt] = 1.0
+            return SimpleNamespace(logits=logits)
+
+    def river_object(seq, i):
+        return any(tuple(seq[-len(r):]) == r and i >= len(seq) - len(r) - 1 for r in rivers)
+
+    assert fact_recall(Peeking(lambda seq, i: False), tok)["all"] == 1.0
+    assert fact_recall(Peeking(lambda seq, i: i == 2), tok)["all"] == 1.0  # the wording, given
+    figures = fact_recall(Peeking(river_object), tok)
+    assert figures["river"] == 0.0 and figures["country"] == figures["capital"] == 1.0
+    assert figures["all"] == pytest.approx(1 - len(world.cities) / len(world.geography()))
 
 
 @pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
@@ -303,3 +352,18 @@ def test_run_skip_probabilities_measures_each_finished_runs_start_and_end(tok, t
     assert saved == opd and not (restored / SKIP_FILE).exists()
     monkeypatch.setattr(measure, "searcher_skip_probability", lambda *a, **k: pytest.fail("measured again"))
     assert run_skip_probabilities(tmp_path / "abl", per_dataset=1, retriever=retriever, progress=False) == figures
+
+
+def test_closed_book_settings_key_a_base_only_when_set():
+    """``facts`` and ``recall`` at their defaults leave the cache key as it was (the bases
+    built before them are found); set, each is another base. (Look-ups only: nothing built.)"""
+    def where(**options):
+        with pytest.raises(FileNotFoundError) as missing:
+            build_micro_base(build=False, threads=1, progress=False, **options)
+        return str(missing.value).split(" for these")[0]
+
+    plain = where()
+    assert where(facts=0, recall=False) == plain
+    assert len({plain, where(facts=30), where(recall=True), where(facts=30, recall=True)}) == 4
+    with pytest.raises(ValueError, match="facts must be an integer >= 0"):
+        build_micro_base(build=False, threads=1, facts=-1)

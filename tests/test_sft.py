@@ -202,6 +202,8 @@ def test_command_line_trains_and_saves(tmp_path):
     # --skip-search reaches the micro build, which checks it before building anything.
     with pytest.raises(ValueError, match="skip_search must be in"):
         main(["--preset", "micro", "--skip-search", "1.5", "--no-progress"])
+    with pytest.raises(ValueError, match="facts must be an integer >= 0"):
+        main(["--preset", "micro", "--facts", "-2", "--recall", "--no-progress"])
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
@@ -227,3 +229,22 @@ def test_sft_keeps_a_wired_copy_circuit_frozen_and_trains_the_rest():
     assert not moved("model.layers.2.self_attn.k_proj.weight", slice(0, 64))  # lookup keys
     assert moved("model.layers.2.self_attn.q_proj.weight", slice(0, 64))      # lookup queries
     assert moved("model.layers.2.mlp.down_proj.weight")
+
+
+def test_text_rows_train_every_token_after_the_first_beside_the_episodes():
+    from algos.sft import text_rows
+
+    rows = text_rows([[2, 20, 21, 22, 23]])
+    assert rows[0].mask.tolist() == [False, True, True, True, True]
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        text_rows([[2]])
+    fact = torch.tensor([[2, 20, 21, 22, 23]])
+
+    def fact_nll(model):
+        with torch.no_grad():
+            return sft_loss(model, fact, torch.ones_like(fact), torch.tensor([[0, 1, 1, 1, 1]]).bool()).item()
+
+    without, with_fact = tiny(), tiny()
+    sft(without, episodes(), epochs=20, lr=1e-2, batch_tokens=64, progress=False)
+    sft(with_fact, episodes(), epochs=20, lr=1e-2, batch_tokens=64, rows=rows, progress=False)
+    assert fact_nll(with_fact) < 0.5 * fact_nll(without)  # learnt only where it was given

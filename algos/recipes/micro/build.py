@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from algos.recipes.cache import build_dir
-from algos.recipes.micro.episodes import WORKFLOWS, imitated, scripted_episodes
+from algos.recipes.micro.episodes import WORKFLOWS, fact_rows, imitated, scripted_episodes
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
 from algos.recipes.micro.settings import ENV, SEARCH_SKIP
@@ -25,6 +25,7 @@ from algos.recipes.micro.tokenizer import (
     Saver,
     micro_tokenizer,
     save_atomically,
+    synthetic_world,
     tokenizer_fingerprint,
 )
 from algos.reproducible import current_threads, run_threads, weight_hash
@@ -34,7 +35,7 @@ BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
     "episodes_per_dataset": 50, "epochs": 1, "lr": 2e-3, "batch_tokens": 1024,
     "context_weight": 0.5, "only_correct": True, "worlds": (0, 1, 2, 3, 4, 5), "induction": True,
-    "lookup": True, "skip_search": 0.6,
+    "lookup": True, "skip_search": 0.6, "facts": 0, "recall": False,
 }
 """The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
 worlds, each seen once, by a model with the wired copy circuit and lookup heads
@@ -51,6 +52,11 @@ did not teach. At 0.5 the base sat on
 the edge (0.551 or 0.434, depending on the data), where greedy decoding flips on noise.
 50 questions per style and world (35 before ``skip_search``) keep more whole episodes to
 imitate.
+
+``facts`` and ``recall`` (off by default; issue 30's closed-book path): ``facts`` mixes each
+world's geography sentences into the SFT that many times (:func:`~algos.recipes.micro.episodes.fact_rows`:
+what a real LM knows without searching), and with ``recall`` the imitated team's Searchers
+that skip the search state the fact they know on a one-hop task (``ScriptedPolicy(memory=...)``).
 
 What the other choices fixed: ``README.md`` in this folder.
 """
@@ -93,6 +99,8 @@ def build_micro_base(
     induction: bool = BUILD_DEFAULTS["induction"],
     lookup: bool = BUILD_DEFAULTS["lookup"],
     skip_search: float = BUILD_DEFAULTS["skip_search"],
+    facts: int = BUILD_DEFAULTS["facts"],
+    recall: bool = BUILD_DEFAULTS["recall"],
     retriever: Any = None,
     threads: int | None = None,
     seed: int = 0,
@@ -111,7 +119,7 @@ def build_micro_base(
     comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
     scripted team reports on without searching; the episodes with such a report are kept
     even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``context_weight``: the model starts from random weights, so it
+    (:func:`imitated`). ``facts``, ``recall``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
     also learns to predict the contexts (prompts, passages, reports) at this weight (see
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
@@ -137,6 +145,10 @@ def build_micro_base(
                 "tokenizer_fingerprint": tokenizer_fingerprint(vocab_size),
                 "retriever": None if retriever is None else type(retriever).__name__,
                 **arithmetic(current_threads() if threads is None else threads)}
+    # in the cache key only when set, so that the bases built before they existed keep theirs
+    settings.update({k: v for k, v in (("facts", facts), ("recall", recall)) if v != BUILD_DEFAULTS[k]})
+    if isinstance(facts, bool) or not isinstance(facts, int) or facts < 0:
+        raise ValueError(f"facts must be an integer >= 0 (passes over the geography sentences), got {facts!r}")
     if not 0 <= skip_search <= 1:
         raise ValueError(f"skip_search must be in [0, 1] (a share of Searcher tasks), got {skip_search}")
     if out_dir is None and retriever is not None:
@@ -198,21 +210,25 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
         f"{len(WORKFLOWS)} workflows)")
     episodes = scripted_episodes(tokenizer, s["episodes_per_dataset"], retriever=retriever,
                                  worlds=s["worlds"], seed=s["seed"],
-                                 skip_search=s["skip_search"], progress=progress)
+                                 skip_search=s["skip_search"], recall=s.get("recall", False),
+                                 progress=progress)
     collected = time.perf_counter()
     scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
-    kept = imitated(episodes) if s["only_correct"] else episodes
+    recalled = ([f for w in s["worlds"] for f in synthetic_world(w).geography().values()]
+                if s.get("recall") else ())
+    kept = imitated(episodes, recalled) if s["only_correct"] else episodes
+    facts = fact_rows(tokenizer, s["worlds"], s.get("facts", 0))
     model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
                         seed=s["seed"], induction=s["induction"], lookup=s["lookup"])
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
-        f"{len(episodes)} episodes, {s['epochs']} epochs")
+        f"{len(episodes)} episodes{f' and {len(facts)} fact rows' if facts else ''}, {s['epochs']} epochs")
     losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
                  context_weight=s["context_weight"], max_len=ENV["max_context_tokens"],
-                 seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
+                 rows=facts, seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
     record = {
         "settings": settings, "sources": source_fingerprints(), "parameters": params, "episodes": len(episodes),
-        "trained_episodes": len(kept), "scripted_train": scripted, "steps": len(losses),
+        "trained_episodes": len(kept), "fact_rows": len(facts), "scripted_train": scripted, "steps": len(losses),
         "losses": losses,
         "seconds": {"collect": round(collected - started, 1),
                     "sft": round(time.perf_counter() - collected, 1),

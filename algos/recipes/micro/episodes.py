@@ -5,7 +5,7 @@ episodes the base imitates."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from agents.scripted import SKIPPED_REPORT, ScriptedPolicy
@@ -40,12 +40,14 @@ class EosScripted:
     sub-tasks ends only at EOS, so imitation has to see that EOS among the generated
     (loss-masked) tokens."""
 
-    def __init__(self, tokenizer: Any, seed: int = 0, skip_search: float = 0.0):
+    def __init__(self, tokenizer: Any, seed: int = 0, skip_search: float = 0.0,
+                 memory: Any = None):
         # repeat_queries: the base's SFT episodes were made by a Searcher that compared its
         # next query with the queries as written, spaces inside the tags kept, so under
         # spaced tags no query ever matched and it asked again after a search that did not
         # resolve its hop (2 of 1,400 episodes in worlds 0-1, tests/test_scripted_replay.py)
-        self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search, repeat_queries=True)
+        self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search, repeat_queries=True,
+                                     memory=memory)
         self.tokenizer = tokenizer
 
     def act(self, observations: Sequence[Any]) -> list[Any]:
@@ -77,14 +79,16 @@ def questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:
 def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
                       workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
                       worlds: Sequence[int] = (0,), seed: int = 0, skip_search: float = 0.0,
-                      progress: bool = False) -> list[Any]:
+                      recall: bool = False, progress: bool = False) -> list[Any]:
     """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
     dataset in ``split``, one per question and workflow, in the micro env, for each world
     seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
     serves world 0 (default: ``envs.retrieval.factory.default_retriever()``); any other world is
     searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk).
     ``skip_search``: the share of Searcher tasks the scripted team reports on without
-    searching (``agents.scripted.ScriptedPolicy``)."""
+    searching (``agents.scripted.ScriptedPolicy``); with ``recall``, such a report on a one-hop
+    task whose fact the world's geography holds (``SynthWiki.geography()``) states the fact
+    instead of ``SKIPPED_REPORT``: the team answers what it knows from memory."""
     from agents.collect import collect
     from envs.retrieval import DenseRetriever
     from envs.retrieval.factory import default_retriever
@@ -97,16 +101,35 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
             searched = DenseRetriever(synthetic_world(world_seed).corpus, progress=progress)
         memo = MemoRetriever(searched)
         asked = questions(split, per_dataset, world_seed)
+        memory = synthetic_world(world_seed).geography() if recall else None
         for workflow in workflows:
             groups = collect(micro_env_fn(tokenizer, workflow, memo),
-                             EosScripted(tokenizer, seed, skip_search),
+                             EosScripted(tokenizer, seed, skip_search, memory),
                              asked, seed=seed, max_envs=128, progress=progress)
             episodes += [ep for group in groups for ep in group]
     return episodes
 
 
-def imitated(episodes: Sequence[Any]) -> list[Any]:
+def imitated(episodes: Sequence[Any], recalled: Collection[str] = ()) -> list[Any]:
     """The scripted episodes the base imitates: those the team answered right, and those in
     which a Searcher reported without searching (``skip_search``), right or not, so that the
-    base skips as often as the team it imitates."""
-    return [ep for ep in episodes if ep.team_em == 1 or SKIPPED_REPORT in ep.reports]
+    base skips as often as the team it imitates. ``recalled``: the reports a Searcher that
+    skipped writes from memory (``scripted_episodes(recall=True)``: the worlds' geography
+    sentences); an episode with one counts as skipped. (A searching Searcher whose summary is
+    exactly one such sentence counts too: a right report, kept where the team went wrong
+    elsewhere.)"""
+    skipped = {SKIPPED_REPORT, *recalled}
+    return [ep for ep in episodes if ep.team_em == 1 or not skipped.isdisjoint(ep.reports)]
+
+
+def fact_rows(tokenizer: Any, worlds: Sequence[int], repeats: int) -> list[Any]:
+    """Closed-book facts as text to learn, what pretraining gives a real LM: each geography
+    sentence of each world in ``worlds`` (``SynthWiki.geography()``), ``repeats`` times, as
+    an EOS-started row of the tokens a report from memory writes after ``<summary>`` (the
+    sentence with its leading space, :func:`spaced_tags`)."""
+    from algos.sft import text_rows
+
+    eos = tokenizer.eos_token_id
+    ids = [[eos, *tokenizer.encode(" " + sentence, add_special_tokens=False)]
+           for w in worlds for sentence in synthetic_world(w).geography().values()]
+    return text_rows(ids * repeats)

@@ -60,3 +60,31 @@ def searcher_skip_probability(model: Any, tokenizer: Any, *, workflow: str = "ca
             probabilities.append(torch.softmax(logits.double(), -1)[1].item())
     return probabilities
 
+
+
+def fact_recall(model: Any, tokenizer: Any, world_seed: int = 0) -> dict[str, float]:
+    """How many of the world's closed-book facts (``SynthWiki.geography()``) ``model`` states
+    from memory: a fact counts when, after EOS, its subject and its relation's wording
+    (`` Lifith is a city in``), every token of its object (`` Beisumark.``) is the greedy
+    choice, with nothing to read it from. The share per relation and overall (``all``)."""
+    import os
+
+    import torch
+
+    from algos.recipes.micro.tokenizer import synthetic_world
+
+    facts = synthetic_world(world_seed).geography()
+    wording = {}  # what every sentence of a relation says between subject and object
+    for relation in {r for _, r in facts}:
+        rests = [s[len(e):] for (e, r), s in facts.items() if r == relation]
+        wording[relation] = os.path.commonprefix(rests).rpartition(" ")[0]
+    eos = tokenizer.eos_token_id
+    hits: dict[str, list[bool]] = {}
+    with torch.no_grad():
+        for (entity, relation), sentence in facts.items():
+            known = len(tokenizer.encode(" " + entity + wording[relation], add_special_tokens=False))
+            ids = [eos, *tokenizer.encode(" " + sentence, add_special_tokens=False)]
+            guess = model(torch.tensor([ids])).logits[0, :-1].argmax(-1).tolist()
+            hits.setdefault(relation, []).append(guess[known:] == ids[known + 1:])
+    every = [h for v in hits.values() for h in v]
+    return {"all": sum(every) / len(every), **{r: sum(v) / len(v) for r, v in sorted(hits.items())}}

@@ -32,11 +32,14 @@ from algos.mechanism import (
     two_choice,
 )
 
-PARTS = ("greedy", "greedy_nothing_found", "greedy_search_first", "sampled", "skip_probability")
+PARTS = ("greedy", "greedy_nothing_found", "greedy_search_first", "greedy_closed_book", "sampled",
+         "skip_probability", "fact_recall")
 """What :func:`measure` can measure, each a key of its result: greedy avg@1 with the retriever,
-with one that finds nothing, and with Searchers that never skip the tool (:class:`SearchFirst`:
-the ceiling of what unlearning skipping can gain); the sampled groups' covariance; the skip
-probability."""
+with one that finds nothing, with Searchers that never skip the tool (:class:`SearchFirst`:
+the ceiling of what unlearning skipping can gain) and with Searchers that always do (their
+first token ``<summary>``: the team from memory alone); the sampled groups' covariance; the skip
+probability; the share of world 0's geography the model states from memory
+(:func:`algos.recipes.micro.measure.fact_recall`)."""
 
 
 def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50,
@@ -50,7 +53,7 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
     from agents.collect import collect
     from agents.hf import HFPolicy
     from algos.recipes.micro.episodes import micro_env_fn, questions
-    from algos.recipes.micro.measure import searcher_skip_probability
+    from algos.recipes.micro.measure import fact_recall, searcher_skip_probability
     from envs.retrieval.factory import default_retriever
 
     unknown = sorted(set(parts) - set(PARTS))
@@ -62,8 +65,12 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
     retriever = default_retriever(progress=progress)
     out: dict[str, Any] = {"model": str(model), "workflow": workflow, "temperature": temperature}
     started = time.perf_counter()
+    def opening(tag: str) -> SearchFirst:
+        return SearchFirst(greedy, tokenizer.convert_tokens_to_ids(tag))
+
     greedy_runs = {"greedy": (greedy, retriever), "greedy_nothing_found": (greedy, NothingFound()),
-                   "greedy_search_first": (SearchFirst(greedy, tokenizer.convert_tokens_to_ids("<search>")), retriever)}
+                   "greedy_search_first": (opening("<search>"), retriever),
+                   "greedy_closed_book": (opening("<summary>"), NothingFound())}
     for name, (policy, searched) in greedy_runs.items():
         if name in parts:
             groups = collect(micro_env_fn(tokenizer, workflow, searched), policy, dev, seed=seed,
@@ -78,6 +85,8 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
         groups = collect(micro_env_fn(tokenizer, workflow, retriever), sampled, train, group_size,
                          seed=seed, max_envs=64, progress="sampled" if progress else False)
         out["sampled"] = search_covariance(groups)
+    if "fact_recall" in parts:
+        out["fact_recall"] = fact_recall(greedy.model, tokenizer)
     if "skip_probability" in parts:
         skips = searcher_skip_probability(greedy.model, tokenizer, workflow="cascade", split="dev",
                                           per_dataset=per_dataset, retriever=retriever)
