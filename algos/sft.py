@@ -72,7 +72,7 @@ def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) 
 def text_rows(token_ids: Iterable[Sequence[int]]) -> list[Row]:
     """Plain text as training rows: every token a target but the first (which nothing
     before it predicts): language-model training on text such as the facts a model should
-    know without reading them (``algos.recipes.micro``'s closed-book geography)."""
+    know without reading them (a recipe's closed-book facts)."""
     rows = [Row(list(ids), [True] * len(ids)) for ids in token_ids]
     short = next((len(r.token_ids) for r in rows if len(r.token_ids) < 2), None)
     if short is not None:
