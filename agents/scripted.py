@@ -104,23 +104,33 @@ class ScriptedPolicy:
             ``SynthWiki.geography()``): a Searcher that skips the search (``skip_search``) on a
             one-hop task it knows reports the fact instead of ``SKIPPED_REPORT``, so the
             no-search path is sometimes right, as a real LM's is.
+        skip_known: the share of the one-hop tasks :attr:`memory` holds that the Searcher
+            reports on from memory, in place of ``skip_search`` for those tasks (None: the
+            same share as any task): a team that searches less for what it knows, as a real
+            LM does. The same draw decides both, so a task skipped at the smaller share is
+            skipped at the larger.
     """
 
     def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0,
-                 repeat_queries: bool = False, memory: Mapping[tuple[str, str], str] | None = None):
+                 repeat_queries: bool = False, memory: Mapping[tuple[str, str], str] | None = None,
+                 skip_known: float | None = None):
         if max_searches < 1:
             raise ValueError(f"max_searches must be >= 1, got {max_searches}")
-        if not 0 <= skip_search <= 1:
-            raise ValueError(f"skip_search must be in [0, 1], got {skip_search}")
+        for name, share in (("skip_search", skip_search), ("skip_known", skip_known)):
+            if share is not None and not 0 <= share <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {share}")
         self.max_searches = max_searches
         self.seed = seed
         self.skip_search = skip_search
         self.repeat_queries = repeat_queries
         self.memory = dict(memory or {})
+        self.skip_known = skip_search if skip_known is None else skip_known
 
-    def skips(self, task: str) -> bool:
-        """Whether the Searcher reports on ``task`` without searching (``skip_search``)."""
-        return random.Random(f"{self.seed}:skip:{task}").random() < self.skip_search
+    def skips(self, task: str, known: bool = False) -> bool:
+        """Whether the Searcher reports on ``task`` without searching: ``skip_search``, or
+        ``skip_known`` for a task whose answer it knows from memory (``known``)."""
+        share = self.skip_known if known else self.skip_search
+        return random.Random(f"{self.seed}:skip:{task}").random() < share
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
         return [self.turn(obs.role, obs.info, obs.max_new_tokens, context=lambda o=obs: o.text)
@@ -199,8 +209,9 @@ class ScriptedPolicy:
         progress = [(c, resolve(c, sents, exclude, task)) for c in plan.chains]
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
         last_turn = bool(searches) and info.get("turns_left", 2) <= 1
-        if not searches and self.skips(task):
-            return P.write("summary", self._recall(plan) or SKIPPED_REPORT)
+        recalled = self._recall(plan)
+        if not searches and self.skips(task, known=recalled is not None):
+            return P.write("summary", recalled or SKIPPED_REPORT)
         if open_chains and len(searches) < self.max_searches and not last_turn:
             if not searches and len(plan.chains) == 1 and len(plan.chains[0].relations) == 1:
                 return P.write("search", task)

@@ -355,7 +355,7 @@ def test_run_skip_probabilities_measures_each_finished_runs_start_and_end(tok, t
 
 
 def test_closed_book_settings_key_a_base_only_when_set():
-    """``facts`` and ``recall`` at their defaults leave the cache key as it was (the bases
+    """``facts``, ``recall``, ``known_worlds`` and ``skip_known`` at their defaults leave the cache key as it was (the bases
     built before them are found); set, each is another base. (Look-ups only: nothing built.)"""
     def where(**options):
         with pytest.raises(FileNotFoundError) as missing:
@@ -365,5 +365,11 @@ def test_closed_book_settings_key_a_base_only_when_set():
     plain = where()
     assert where(facts=0, recall=False) == plain
     assert len({plain, where(facts=30), where(recall=True), where(facts=30, recall=True)}) == 4
+    assert where(known_worlds=None, skip_known=None) == plain
+    assert len({plain, where(known_worlds=(0,)), where(known_worlds=[0, 0]), where(skip_known=0.4)}) == 3
+    with pytest.raises(ValueError, match="known_worlds"):
+        build_micro_base(build=False, threads=1, known_worlds=(7,))
+    with pytest.raises(ValueError, match="skip_known"):
+        build_micro_base(build=False, threads=1, skip_known=2.0)
     with pytest.raises(ValueError, match="facts must be an integer >= 0"):
         build_micro_base(build=False, threads=1, facts=-1)

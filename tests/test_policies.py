@@ -106,6 +106,27 @@ def test_a_skipping_searcher_reports_what_its_memory_holds(make_env):
     assert play(make_env(), ScriptedPolicy(memory=memory), QUESTION).num_searches == 2
 
 
+def test_skip_known_skips_the_tasks_memory_holds_at_their_own_share(make_env):
+    """``skip_known`` replaces ``skip_search`` for the one-hop tasks memory holds, with the
+    same draw: a task skipped at the smaller share stays skipped at the larger; an unknown
+    task keeps ``skip_search``."""
+    tasks = [f"In which city was Person {i} born?" for i in range(400)]
+    plain, knowing = ScriptedPolicy(skip_search=0.25), ScriptedPolicy(skip_search=0.25, skip_known=0.75)
+    known = [knowing.skips(t, known=True) for t in tasks]
+    assert 0.7 < np.mean(known) < 0.8
+    assert [knowing.skips(t) for t in tasks] == [plain.skips(t) for t in tasks]
+    assert all(k for t, k in zip(tasks, known) if plain.skips(t))
+    assert ScriptedPolicy(skip_search=0.25).skip_known == 0.25  # None: the same share
+    memory = {("Velmora Quist", "born_place"): "Velmora Quist was born in Port Velm.",
+              ("Port Velm", "country"): "Port Velm is a city in Ostria."}
+    ep = play(make_env(), ScriptedPolicy(skip_search=0.0, skip_known=1.0, memory=memory), QUESTION)
+    assert ep.num_searches == 0 and ep.reports == list(memory.values()) and ep.team_em == 1.0
+    ep = play(make_env(), ScriptedPolicy(skip_search=1.0, skip_known=0.0, memory=memory), QUESTION)
+    assert ep.num_searches == 2  # it knows both hops and searches both at skip_known 0
+    with pytest.raises(ValueError, match="skip_known"):
+        ScriptedPolicy(skip_known=-0.1)
+
+
 def test_scripted_turn_depends_only_on_the_observation_text(make_env, tokenizer):
     env = make_env()
     policy = ScriptedPolicy()

@@ -35,7 +35,8 @@ BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
     "episodes_per_dataset": 50, "epochs": 1, "lr": 2e-3, "batch_tokens": 1024,
     "context_weight": 0.5, "only_correct": True, "worlds": (0, 1, 2, 3, 4, 5), "induction": True,
-    "lookup": True, "skip_search": 0.6, "facts": 0, "recall": False,
+    "lookup": True, "skip_search": 0.6, "facts": 0, "recall": False, "known_worlds": None,
+    "skip_known": None,
 }
 """The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
 worlds, each seen once, by a model with the wired copy circuit and lookup heads
@@ -57,6 +58,9 @@ imitate.
 world's geography sentences into the SFT that many times (:func:`~algos.recipes.micro.episodes.fact_rows`:
 what a real LM knows without searching), and with ``recall`` the imitated team's Searchers
 that skip the search state the fact they know on a one-hop task (``ScriptedPolicy(memory=...)``).
+``known_worlds``: the worlds whose geography the base learns and recalls (None: all of
+``worlds``); ``skip_known``: the share of the tasks it knows the answer to that the imitated
+team skips the search on (None: ``skip_search``).
 
 What the other choices fixed: ``README.md`` in this folder.
 """
@@ -101,6 +105,8 @@ def build_micro_base(
     skip_search: float = BUILD_DEFAULTS["skip_search"],
     facts: int = BUILD_DEFAULTS["facts"],
     recall: bool = BUILD_DEFAULTS["recall"],
+    known_worlds: Sequence[int] | None = BUILD_DEFAULTS["known_worlds"],
+    skip_known: float | None = BUILD_DEFAULTS["skip_known"],
     retriever: Any = None,
     threads: int | None = None,
     seed: int = 0,
@@ -119,7 +125,7 @@ def build_micro_base(
     comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
     scripted team reports on without searching; the episodes with such a report are kept
     even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``facts``, ``recall``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
+    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
     also learns to predict the contexts (prompts, passages, reports) at this weight (see
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
@@ -146,11 +152,17 @@ def build_micro_base(
                 "retriever": None if retriever is None else type(retriever).__name__,
                 **arithmetic(current_threads() if threads is None else threads)}
     # in the cache key only when set, so that the bases built before they existed keep theirs
-    settings.update({k: v for k, v in (("facts", facts), ("recall", recall)) if v != BUILD_DEFAULTS[k]})
+    known = None if known_worlds is None else sorted(set(known_worlds))
+    settings.update({k: v for k, v in (("facts", facts), ("recall", recall), ("known_worlds", known),
+                                       ("skip_known", skip_known)) if v != BUILD_DEFAULTS[k]})
     if isinstance(facts, bool) or not isinstance(facts, int) or facts < 0:
         raise ValueError(f"facts must be an integer >= 0 (passes over the geography sentences), got {facts!r}")
     if not 0 <= skip_search <= 1:
         raise ValueError(f"skip_search must be in [0, 1] (a share of Searcher tasks), got {skip_search}")
+    if skip_known is not None and not 0 <= skip_known <= 1:
+        raise ValueError(f"skip_known must be in [0, 1] (a share of the tasks the base knows), got {skip_known}")
+    if known is not None and not set(known) <= set(worlds):
+        raise ValueError(f"known_worlds {known} must be among the worlds {list(worlds)}")
     if out_dir is None and retriever is not None:
         raise ValueError("a build with a custom retriever needs an explicit out_dir (the "
                          "default cache directory is keyed for the default retriever)")
@@ -211,13 +223,15 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     episodes = scripted_episodes(tokenizer, s["episodes_per_dataset"], retriever=retriever,
                                  worlds=s["worlds"], seed=s["seed"],
                                  skip_search=s["skip_search"], recall=s.get("recall", False),
+                                 known_worlds=s.get("known_worlds"), skip_known=s.get("skip_known"),
                                  progress=progress)
     collected = time.perf_counter()
     scripted = {wf: team_stats([ep for ep in episodes if ep.workflow == wf]) for wf in WORKFLOWS}
-    recalled = ([f for w in s["worlds"] for f in synthetic_world(w).geography().values()]
+    known = s["worlds"] if s.get("known_worlds") is None else s["known_worlds"]
+    recalled = ([f for w in known for f in synthetic_world(w).geography().values()]
                 if s.get("recall") else ())
     kept = imitated(episodes, recalled) if s["only_correct"] else episodes
-    facts = fact_rows(tokenizer, s["worlds"], s.get("facts", 0))
+    facts = fact_rows(tokenizer, known, s.get("facts", 0))
     model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
                         seed=s["seed"], induction=s["induction"], lookup=s["lookup"])
     params = sum(p.numel() for p in model.parameters())

@@ -41,13 +41,13 @@ class EosScripted:
     (loss-masked) tokens."""
 
     def __init__(self, tokenizer: Any, seed: int = 0, skip_search: float = 0.0,
-                 memory: Any = None):
+                 memory: Any = None, skip_known: float | None = None):
         # repeat_queries: the base's SFT episodes were made by a Searcher that compared its
         # next query with the queries as written, spaces inside the tags kept, so under
         # spaced tags no query ever matched and it asked again after a search that did not
         # resolve its hop (2 of 1,400 episodes in worlds 0-1, tests/test_scripted_replay.py)
         self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search, repeat_queries=True,
-                                     memory=memory)
+                                     memory=memory, skip_known=skip_known)
         self.tokenizer = tokenizer
 
     def act(self, observations: Sequence[Any]) -> list[Any]:
@@ -79,7 +79,8 @@ def questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:
 def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
                       workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
                       worlds: Sequence[int] = (0,), seed: int = 0, skip_search: float = 0.0,
-                      recall: bool = False, progress: bool = False) -> list[Any]:
+                      recall: bool = False, known_worlds: Collection[int] | None = None,
+                      skip_known: float | None = None, progress: bool = False) -> list[Any]:
     """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
     dataset in ``split``, one per question and workflow, in the micro env, for each world
     seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
@@ -88,7 +89,9 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
     ``skip_search``: the share of Searcher tasks the scripted team reports on without
     searching (``agents.scripted.ScriptedPolicy``); with ``recall``, such a report on a one-hop
     task whose fact the world's geography holds (``SynthWiki.geography()``) states the fact
-    instead of ``SKIPPED_REPORT``: the team answers what it knows from memory."""
+    instead of ``SKIPPED_REPORT``: the team answers what it knows from memory, the geography
+    of the worlds in ``known_worlds`` (None: every world), skipping the search on a share
+    ``skip_known`` of those tasks (None: ``skip_search``)."""
     from agents.collect import collect
     from envs.retrieval import DenseRetriever
     from envs.retrieval.factory import default_retriever
@@ -101,10 +104,11 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
             searched = DenseRetriever(synthetic_world(world_seed).corpus, progress=progress)
         memo = MemoRetriever(searched)
         asked = questions(split, per_dataset, world_seed)
-        memory = synthetic_world(world_seed).geography() if recall else None
+        knows = recall and (known_worlds is None or world_seed in known_worlds)
+        memory = synthetic_world(world_seed).geography() if knows else None
         for workflow in workflows:
             groups = collect(micro_env_fn(tokenizer, workflow, memo),
-                             EosScripted(tokenizer, seed, skip_search, memory),
+                             EosScripted(tokenizer, seed, skip_search, memory, skip_known),
                              asked, seed=seed, max_envs=128, progress=progress)
             episodes += [ep for group in groups for ep in group]
     return episodes
