@@ -125,12 +125,37 @@ def bases_table(mechanism: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def closed_book_table(mechanism: Mapping[str, Any]) -> str:
+    """The closed-book candidates (``docs/table2_mechanism.json``'s ``closed_book_candidates``:
+    bases that learnt geography facts, issue 30's item 1) as a markdown table: their build
+    settings and SFT size (with the closed-book practice episodes), the share of world 0's geography they state from memory, greedy
+    avg@1 (right) with the retriever, with one that finds nothing and from memory alone, and
+    greedy searches per workflow."""
+    def right(fig: Mapping[str, Any]) -> str:
+        return f"{fig['macro_avg@1']:.3f} ({fig['right']})"
+
+    lines = ["| base (weights) | worlds known | fact passes | skip (known tasks) | practice episodes | SFT steps | "
+             "facts recalled | avg@1 (right) | retriever finds nothing | from memory alone | searches |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in mechanism.get("closed_book_candidates", {}).values():
+        s = b["settings"]
+        known = s["known_worlds"] if s["known_worlds"] is not None else s["worlds"]
+        skip = f"{s['skip_search']:g}" + ("" if s["skip_known"] is None else f" ({s['skip_known']:g})")
+        cells = [f"{b['model']} ({b['weight_hash']})", ", ".join(map(str, known)), str(s["facts"]), skip,
+                 str(b.get("practised_episodes", 0)), f"{b['sft_steps']:,}", f"{b['fact_recall']['all']:.2f}", right(b["greedy"]),
+                 right(b["greedy_nothing_found"]), right(b["greedy_closed_book"]),
+                 f"{b['greedy']['searches_per_workflow']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
     "README.md": {"micro-seeds": ("docs/micro_seeds.json", seeds_table),
                   "table2": ("docs/table2.json", lambda table: summary_table(table, per_seed=False))},
     "docs/table2.md": {"table2-summary": ("docs/table2.json", summary_table),
                        "table2-full": ("docs/table2.json", markdown),
                        "table2-bases": ("docs/table2_mechanism.json", bases_table),
+                       "table2-closed-book": ("docs/table2_mechanism.json", closed_book_table),
                        "table2-micro": ("docs/table2_micro/table2.json", markdown)},
 }
 """Page -> block name -> (the JSON it renders, the renderer)."""

@@ -102,3 +102,27 @@ def test_the_bases_table_by_hand():
         "| +0.024 [+0.011, +0.039] |",
         "| 0 (bb, Intel) | 0.129 (45) | 0.105 | - | - | 1.57 / - | - | - | - |",
     ]
+
+
+def test_the_closed_book_table_by_hand():
+    """One row per candidate, its cells by hand: known worlds (all of ``worlds`` when None),
+    the skip share with the share on known tasks in brackets when set, the three greedy runs."""
+    from benchmarks.docs_tables import closed_book_table
+
+    def fig(avg, right, searches=0.0):
+        return {"macro_avg@1": avg, "right": right, "searches_per_workflow": searches}
+
+    def base(known, skip_known):
+        return {"model": "micro-sft-k", "weight_hash": "aa", "sft_steps": 2603, "fact_recall": {"all": 0.914},
+                "practised_episodes": 215,
+                "settings": {"skip_search": 0.25, "skip_known": skip_known, "facts": 30, "known_worlds": known,
+                             "worlds": [0, 1]},
+                "greedy": fig(0.0714, 25, 1.537), "greedy_nothing_found": fig(0.0343, 12),
+                "greedy_closed_book": fig(0.0314, 11)}
+
+    table = closed_book_table({"closed_book_candidates": {"all": base(None, None), "one": base([0], 0.4)}})
+    assert table.splitlines()[2:] == [
+        "| micro-sft-k (aa) | 0, 1 | 30 | 0.25 | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 |",
+        "| micro-sft-k (aa) | 0 | 30 | 0.25 (0.4) | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 |",
+    ]
+    assert closed_book_table({}).count("\n") == 2  # no candidates: the header alone

@@ -192,6 +192,18 @@ def test_the_base_imitates_right_episodes_and_every_skipped_search():
     assert imitated([wrong, recalled], recalled=["Velm is a city in Oskar."]) == [recalled]
 
 
+def test_closed_book_practice_keeps_the_right_episodes_with_a_recalled_fact():
+    from algos.recipes.micro.episodes import recalled_right
+    from envs.episode import Episode
+
+    fact = "Velm is a city in Oskar."
+    right = Episode({}, "hierarchical", team_em=1.0, reports=["Ana was born in Velm.", fact])
+    wrong = Episode({}, "hierarchical", team_em=0.0, reports=["Ana was born in Velm.", fact])
+    searched = Episode({}, "hierarchical", team_em=1.0, reports=["Ana was born in Velm."])
+    assert recalled_right([right, wrong, searched], [fact]) == [right]
+    assert recalled_right([right], []) == []
+
+
 def test_fact_rows_are_each_worlds_geography_as_the_words_after_summary(tok):
     from algos.recipes.micro.episodes import fact_rows, spaced_tags
     from algos.recipes.micro.tokenizer import synthetic_world
@@ -367,6 +379,11 @@ def test_closed_book_settings_key_a_base_only_when_set():
     assert len({plain, where(facts=30), where(recall=True), where(facts=30, recall=True)}) == 4
     assert where(known_worlds=None, skip_known=None) == plain
     assert len({plain, where(known_worlds=(0,)), where(known_worlds=[0, 0]), where(skip_known=0.4)}) == 3
+    assert where(recall=True, recall_practice=0) == where(recall=True) != where(recall=True, recall_practice=150)
+    with pytest.raises(ValueError, match="recall_practice needs recall"):
+        build_micro_base(build=False, threads=1, recall_practice=150)
+    with pytest.raises(ValueError, match="recall_practice must be an integer"):
+        build_micro_base(build=False, threads=1, recall=True, recall_practice=-1)
     with pytest.raises(ValueError, match="known_worlds"):
         build_micro_base(build=False, threads=1, known_worlds=(7,))
     with pytest.raises(ValueError, match="skip_known"):

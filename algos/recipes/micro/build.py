@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from algos.recipes.cache import build_dir
-from algos.recipes.micro.episodes import WORKFLOWS, fact_rows, imitated, scripted_episodes
+from algos.recipes.micro.episodes import (
+    WORKFLOWS,
+    fact_rows,
+    imitated,
+    recalled_right,
+    scripted_episodes,
+)
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
 from algos.recipes.micro.settings import ENV, SEARCH_SKIP
@@ -36,7 +42,7 @@ BUILD_DEFAULTS: dict[str, Any] = {
     "episodes_per_dataset": 50, "epochs": 1, "lr": 2e-3, "batch_tokens": 1024,
     "context_weight": 0.5, "only_correct": True, "worlds": (0, 1, 2, 3, 4, 5), "induction": True,
     "lookup": True, "skip_search": 0.6, "facts": 0, "recall": False, "known_worlds": None,
-    "skip_known": None,
+    "skip_known": None, "recall_practice": 0,
 }
 """The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
 worlds, each seen once, by a model with the wired copy circuit and lookup heads
@@ -60,7 +66,10 @@ what a real LM knows without searching), and with ``recall`` the imitated team's
 that skip the search state the fact they know on a one-hop task (``ScriptedPolicy(memory=...)``).
 ``known_worlds``: the worlds whose geography the base learns and recalls (None: all of
 ``worlds``); ``skip_known``: the share of the tasks it knows the answer to that the imitated
-team skips the search on (None: ``skip_search``).
+team skips the search on (None: ``skip_search``); ``recall_practice``: that many further
+training questions per dataset of each known world (after the first ``episodes_per_dataset``)
+played by the team recalling every task it knows and searching the rest, the episodes where
+a recalled fact led to a right answer joining the SFT (:func:`~algos.recipes.micro.episodes.recalled_right`).
 
 What the other choices fixed: ``README.md`` in this folder.
 """
@@ -107,6 +116,7 @@ def build_micro_base(
     recall: bool = BUILD_DEFAULTS["recall"],
     known_worlds: Sequence[int] | None = BUILD_DEFAULTS["known_worlds"],
     skip_known: float | None = BUILD_DEFAULTS["skip_known"],
+    recall_practice: int = BUILD_DEFAULTS["recall_practice"],
     retriever: Any = None,
     threads: int | None = None,
     seed: int = 0,
@@ -125,7 +135,7 @@ def build_micro_base(
     comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
     scripted team reports on without searching; the episodes with such a report are kept
     even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
+    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``, ``recall_practice``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
     also learns to predict the contexts (prompts, passages, reports) at this weight (see
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
@@ -154,13 +164,18 @@ def build_micro_base(
     # in the cache key only when set, so that the bases built before they existed keep theirs
     known = None if known_worlds is None else sorted(set(known_worlds))
     settings.update({k: v for k, v in (("facts", facts), ("recall", recall), ("known_worlds", known),
-                                       ("skip_known", skip_known)) if v != BUILD_DEFAULTS[k]})
+                                       ("skip_known", skip_known), ("recall_practice", recall_practice))
+                     if v != BUILD_DEFAULTS[k]})
     if isinstance(facts, bool) or not isinstance(facts, int) or facts < 0:
         raise ValueError(f"facts must be an integer >= 0 (passes over the geography sentences), got {facts!r}")
     if not 0 <= skip_search <= 1:
         raise ValueError(f"skip_search must be in [0, 1] (a share of Searcher tasks), got {skip_search}")
     if skip_known is not None and not 0 <= skip_known <= 1:
         raise ValueError(f"skip_known must be in [0, 1] (a share of the tasks the base knows), got {skip_known}")
+    if isinstance(recall_practice, bool) or not isinstance(recall_practice, int) or recall_practice < 0:
+        raise ValueError(f"recall_practice must be an integer >= 0 (questions per dataset), got {recall_practice!r}")
+    if recall_practice and not recall:
+        raise ValueError("recall_practice needs recall=True (it practises recalling what the base knows)")
     if known is not None and not set(known) <= set(worlds):
         raise ValueError(f"known_worlds {known} must be among the worlds {list(worlds)}")
     if out_dir is None and retriever is not None:
@@ -231,18 +246,26 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     recalled = ([f for w in known for f in synthetic_world(w).geography().values()]
                 if s.get("recall") else ())
     kept = imitated(episodes, recalled) if s["only_correct"] else episodes
+    practised = []
+    if s.get("recall_practice"):  # every known task recalled, the rest searched
+        practice = scripted_episodes(tokenizer, s["recall_practice"], retriever=retriever, worlds=known,
+                                     seed=s["seed"], recall=True, skip_known=1.0,
+                                     start=s["episodes_per_dataset"], progress=progress)
+        practised = recalled_right(practice, recalled)
     facts = fact_rows(tokenizer, known, s.get("facts", 0))
     model = micro_model(tokenizer, s["hidden_size"], s["num_layers"], s["num_heads"],
                         seed=s["seed"], induction=s["induction"], lookup=s["lookup"])
     params = sum(p.numel() for p in model.parameters())
     log(f"micro base: SFT of a {params / 1e6:.1f}M-parameter model on {len(kept)} of "
-        f"{len(episodes)} episodes{f' and {len(facts)} fact rows' if facts else ''}, {s['epochs']} epochs")
-    losses = sft(model, kept, epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
+        f"{len(episodes)} episodes{f' and {len(practised)} of closed-book practice' if practised else ''}"
+        f"{f' and {len(facts)} fact rows' if facts else ''}, {s['epochs']} epochs")
+    losses = sft(model, [*kept, *practised], epochs=s["epochs"], lr=s["lr"], batch_tokens=s["batch_tokens"],
                  context_weight=s["context_weight"], max_len=ENV["max_context_tokens"],
                  rows=facts, seed=s["seed"], progress=progress)  # keeps the wired circuit frozen
     record = {
         "settings": settings, "sources": source_fingerprints(), "parameters": params, "episodes": len(episodes),
-        "trained_episodes": len(kept), "fact_rows": len(facts), "scripted_train": scripted, "steps": len(losses),
+        "trained_episodes": len(kept), "practised_episodes": len(practised), "fact_rows": len(facts),
+        "scripted_train": scripted, "steps": len(losses),
         "losses": losses,
         "seconds": {"collect": round(collected - started, 1),
                     "sft": round(time.perf_counter() - collected, 1),

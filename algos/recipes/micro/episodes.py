@@ -69,20 +69,22 @@ def micro_env_fn(tokenizer: Any, workflow: str = "hierarchical", retriever: Any 
                   **{**ENV, **overrides})
 
 
-def questions(split: str, per_dataset: int, world_seed: int = 0) -> list[Any]:
+def questions(split: str, per_dataset: int, world_seed: int = 0, start: int = 0) -> list[Any]:
+    """Questions ``start`` to ``start + per_dataset`` of each dataset of a world's split."""
     from envs.data.qa import DATASETS
 
     world = synthetic_world(world_seed)
-    return [q for d in DATASETS for q in world.questions(d, split)[:per_dataset]]
+    return [q for d in DATASETS for q in world.questions(d, split)[start:start + per_dataset]]
 
 
 def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
                       workflows: Sequence[str] = WORKFLOWS, retriever: Any = None,
                       worlds: Sequence[int] = (0,), seed: int = 0, skip_search: float = 0.0,
                       recall: bool = False, known_worlds: Collection[int] | None = None,
-                      skip_known: float | None = None, progress: bool = False) -> list[Any]:
-    """The scripted team's Episodes on the first ``per_dataset`` synthetic questions of each
-    dataset in ``split``, one per question and workflow, in the micro env, for each world
+                      skip_known: float | None = None, start: int = 0,
+                      progress: bool = False) -> list[Any]:
+    """The scripted team's Episodes on ``per_dataset`` synthetic questions of each dataset in
+    ``split`` (from question ``start``), one per question and workflow, in the micro env, for each world
     seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
     serves world 0 (default: ``envs.retrieval.factory.default_retriever()``); any other world is
     searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk).
@@ -103,7 +105,7 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
         else:
             searched = DenseRetriever(synthetic_world(world_seed).corpus, progress=progress)
         memo = MemoRetriever(searched)
-        asked = questions(split, per_dataset, world_seed)
+        asked = questions(split, per_dataset, world_seed, start)
         knows = recall and (known_worlds is None or world_seed in known_worlds)
         memory = synthetic_world(world_seed).geography() if knows else None
         for workflow in workflows:
@@ -124,6 +126,13 @@ def imitated(episodes: Sequence[Any], recalled: Collection[str] = ()) -> list[An
     elsewhere.)"""
     skipped = {SKIPPED_REPORT, *recalled}
     return [ep for ep in episodes if ep.team_em == 1 or not skipped.isdisjoint(ep.reports)]
+
+
+def recalled_right(episodes: Sequence[Any], recalled: Collection[str]) -> list[Any]:
+    """The episodes in which a Searcher stated a fact from memory (one of ``recalled``) and
+    the team answered right: closed-book practice, the path from memory to a right answer."""
+    facts = set(recalled)
+    return [ep for ep in episodes if ep.team_em == 1 and not facts.isdisjoint(ep.reports)]
 
 
 def fact_rows(tokenizer: Any, worlds: Sequence[int], repeats: int) -> list[Any]:
