@@ -13,6 +13,7 @@ from typing import Any
 
 from algos.config import TrainConfig
 from algos.recipes import Recipe
+from algos.recipes.micro import FACTS_RECIPE as MICRO_FACTS
 from algos.recipes.micro import RECIPE as MICRO
 from algos.recipes.micro import SEARCH_RECIPE as MICRO_SEARCH
 from algos.recipes.paper_cpu import RECIPE as PAPER_CPU
@@ -20,7 +21,8 @@ from algos.recipes.tiny import RECIPE as TINY
 
 __all__ = ["PRESETS", "RECIPES", "model_tokenizer", "prepare_model", "preset_config"]
 
-RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (MICRO, MICRO_SEARCH, TINY, PAPER_CPU)}
+RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (MICRO, MICRO_SEARCH, MICRO_FACTS, TINY,
+                                                                       PAPER_CPU)}
 """The recipe behind a preset (:class:`algos.recipes.Recipe`), by its name (the preset's and
 the model's), for the command line and the pipeline, never the learner. A preset without a
 recipe trains a model that loads by name or path."""
@@ -30,6 +32,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "micro": MICRO.train,
     # The same recipe with a base that searches, validated on 350 questions: Table 2's preset.
     "micro_search": MICRO_SEARCH.train,
+    # ... whose base also knows world 0's geography and sometimes answers from memory (issue 30).
+    "micro_facts": MICRO_FACTS.train,
     # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
     "tiny": TINY.train,
     # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update

@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--recall", action="store_true",
                         help="--preset micro: the imitated team's skipping Searchers state the "
                              "geography fact they know on a one-hop task instead of 'Nothing found.'")
+    parser.add_argument("--known-worlds", type=_worlds,
+                        help="--preset micro: the worlds whose geography the base learns and recalls, "
+                             "e.g. 0 or 0,1 (default: all six)")
+    parser.add_argument("--skip-known", type=float,
+                        help="--preset micro: share of the tasks the base knows the answer to that the "
+                             "imitated team reports on from memory (default: --skip-search's)")
+    parser.add_argument("--recall-practice", type=int,
+                        help="--preset micro --recall: further training questions per dataset played "
+                             "recalling every known task, whose right episodes join the SFT (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the shuffling and the model (default 0)")
     parser.add_argument("--out", type=Path, help="where to save model and tokenizer")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
@@ -77,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
                              "on any machine, and on a busy machine the faster choice; sft.json records it)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
+
+
+def _worlds(text: str) -> tuple[int, ...]:
+    """``--known-worlds 0,1`` -> ``(0, 1)``."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected world seeds like 0 or 0,1, got {text!r}") from None
 
 
 def threads_line(command: str, threads: int) -> str:
@@ -112,6 +129,9 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             given["facts"] = args.facts
         if args.recall:
             given["recall"] = True
+        for key in ("known_worlds", "skip_known", "recall_practice"):
+            if getattr(args, key) is not None:
+                given[key] = getattr(args, key)
         # (not locked here: the build saves atomically into a new folder and refuses a non-empty one)
         print(RECIPES[args.preset].build_base(args.out, seed=args.seed, progress=progress, **given))
         return 0

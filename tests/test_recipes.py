@@ -41,7 +41,7 @@ def test_the_micro_preset_is_defined_once():
 
 
 def test_a_recipe_is_named_as_its_preset_and_the_model_it_trains():
-    assert sorted(RECIPES) == ["micro", "micro_search", "paper_cpu", "tiny"]
+    assert sorted(RECIPES) == ["micro", "micro_facts", "micro_search", "paper_cpu", "tiny"]
     for name, recipe in RECIPES.items():
         assert recipe.name == name == recipe.train["model"] and PRESETS[name] is recipe.train
 
@@ -145,6 +145,23 @@ def test_the_micro_search_base_is_the_micro_build_with_its_skip_share(monkeypatc
     assert different == {"model", "val_per_dataset", "learning_rate", "pass_rate_filter", "questions_per_step",
                          "group_size", "train_per_dataset"}
     assert recipe.train["questions_per_step"] * recipe.train["group_size"] == 32  # micro's workflows per step
+
+
+def test_the_micro_facts_base_is_the_micro_build_with_its_closed_book_settings(monkeypatch, tmp_path):
+    """micro_facts builds the micro base with FACTS_BUILD unless told otherwise and trains
+    with micro_search's settings on it."""
+    import algos.recipes.micro.build as build
+
+    asked = []
+    monkeypatch.setattr(build, "build_micro_base", lambda *args, **kw: asked.append((args, kw)) or Path(tmp_path))
+    recipe = RECIPES["micro_facts"]
+    assert recipe.prepare_model(seed=1, progress=False) == tmp_path
+    assert recipe.build_base(None, progress=False, facts=10) == tmp_path
+    closed_book = {"skip_search": 0.25, "facts": 80, "recall": True, "known_worlds": (0,), "skip_known": 0.4,
+                   "recall_practice": 150}
+    assert asked == [((None,), {**closed_book, "seed": 1, "progress": False, "build": True}),
+                     ((None,), {**closed_book, "facts": 10, "seed": 0, "progress": False})]
+    assert recipe.train == {**RECIPES["micro_search"].train, "model": "micro_facts"}
 
 
 def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():

@@ -204,6 +204,14 @@ def test_command_line_trains_and_saves(tmp_path):
         main(["--preset", "micro", "--skip-search", "1.5", "--no-progress"])
     with pytest.raises(ValueError, match="facts must be an integer >= 0"):
         main(["--preset", "micro", "--facts", "-2", "--recall", "--no-progress"])
+    with pytest.raises(ValueError, match="known_worlds"):
+        main(["--preset", "micro", "--known-worlds", "0,9", "--no-progress"])
+    with pytest.raises(ValueError, match="skip_known must be in"):
+        main(["--preset", "micro", "--skip-known", "1.5", "--no-progress"])
+    with pytest.raises(ValueError, match="recall_practice needs recall"):
+        main(["--preset", "micro", "--recall-practice", "150", "--no-progress"])
+    with pytest.raises(SystemExit):
+        main(["--preset", "micro", "--known-worlds", "zero"])
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():

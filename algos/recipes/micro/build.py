@@ -25,7 +25,7 @@ from algos.recipes.micro.episodes import (
 )
 from algos.recipes.micro.measure import team_stats
 from algos.recipes.micro.model import micro_model
-from algos.recipes.micro.settings import ENV, SEARCH_SKIP
+from algos.recipes.micro.settings import ENV, FACTS_BUILD, SEARCH_SKIP
 from algos.recipes.micro.tokenizer import (
     TOKENIZER_VERSION,
     Saver,
@@ -202,6 +202,13 @@ def build_searching_base(out_dir: str | Path | None = None, **options: Any) -> P
     cache key holds ``skip_search``, so ``python -m algos sft --preset micro --skip-search
     0.25`` builds (and finds) the same base."""
     return build_micro_base(out_dir, **{"skip_search": SEARCH_SKIP, **options})
+
+
+def build_closed_book_base(out_dir: str | Path | None = None, **options: Any) -> Path:
+    """The ``micro_facts`` preset's base: :func:`build_micro_base` with
+    :data:`~algos.recipes.micro.settings.FACTS_BUILD` unless ``options`` say otherwise (the
+    same cache entry as ``python -m algos sft --preset micro`` with those settings)."""
+    return build_micro_base(out_dir, **{**FACTS_BUILD, **options})
 
 
 def fresh_micro_model() -> tuple[Any, Any]:
