@@ -117,10 +117,8 @@ def bases_table(mechanism: Mapping[str, Any]) -> str:
         if sampled is None:
             cells += ["-"] * 3
         else:
-            low, high = sampled["cov_searches_em_ci95"]
             cells += [f"{sampled['searched_share']:.2f} / {sampled['team_em']:.2f}",
-                      f"{100 * sampled['mixed_group_share']:.0f}%",
-                      f"{sampled['cov_searches_em']:+.3f} [{low:+.3f}, {high:+.3f}]"]
+                      f"{100 * sampled['mixed_group_share']:.0f}%", _covariance(sampled)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -129,14 +127,15 @@ def closed_book_table(mechanism: Mapping[str, Any]) -> str:
     """The closed-book candidates (``docs/table2_mechanism.json``'s ``closed_book_candidates``:
     bases that learnt geography facts, issue 30's item 1) as a markdown table: their build
     settings and SFT size (with the closed-book practice episodes), the share of world 0's geography they state from memory, greedy
-    avg@1 (right) with the retriever, with one that finds nothing and from memory alone, and
-    greedy searches per workflow."""
+    avg@1 (right) with the retriever, with one that finds nothing and from memory alone,
+    greedy searches per workflow, and the sampled groups' within-group covariance of searches
+    with R_EM ("-" where not measured)."""
     def right(fig: Mapping[str, Any]) -> str:
         return f"{fig['macro_avg@1']:.3f} ({fig['right']})"
 
     lines = ["| base (weights) | worlds known | fact passes | skip (known tasks) | practice episodes | SFT steps | "
-             "facts recalled | avg@1 (right) | retriever finds nothing | from memory alone | searches |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "facts recalled | avg@1 (right) | retriever finds nothing | from memory alone | searches | "
+             "cov(searches, R_EM) [95%] |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for b in mechanism.get("closed_book_candidates", {}).values():
         s = b["settings"]
         known = s["known_worlds"] if s["known_worlds"] is not None else s["worlds"]
@@ -144,9 +143,17 @@ def closed_book_table(mechanism: Mapping[str, Any]) -> str:
         cells = [f"{b['model']} ({b['weight_hash']})", ", ".join(map(str, known)), str(s["facts"]), skip,
                  str(b.get("practised_episodes", 0)), f"{b['sft_steps']:,}", f"{b['fact_recall']['all']:.2f}", right(b["greedy"]),
                  right(b["greedy_nothing_found"]), right(b["greedy_closed_book"]),
-                 f"{b['greedy']['searches_per_workflow']:.2f}"]
+                 f"{b['greedy']['searches_per_workflow']:.2f}", _covariance(b.get("sampled"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _covariance(sampled: Mapping[str, Any] | None) -> str:
+    """A sampled measurement's covariance of searches with R_EM and its interval, or "-"."""
+    if sampled is None:
+        return "-"
+    low, high = sampled["cov_searches_em_ci95"]
+    return f"{sampled['cov_searches_em']:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {

@@ -120,9 +120,11 @@ def test_the_closed_book_table_by_hand():
                 "greedy": fig(0.0714, 25, 1.537), "greedy_nothing_found": fig(0.0343, 12),
                 "greedy_closed_book": fig(0.0314, 11)}
 
-    table = closed_book_table({"closed_book_candidates": {"all": base(None, None), "one": base([0], 0.4)}})
+    sampled = {**base([0], 0.4), "sampled": {"cov_searches_em": 0.0214, "cov_searches_em_ci95": [0.0113, 0.0324]}}
+    table = closed_book_table({"closed_book_candidates": {"all": base(None, None), "one": sampled}})
     assert table.splitlines()[2:] == [
-        "| micro-sft-k (aa) | 0, 1 | 30 | 0.25 | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 |",
-        "| micro-sft-k (aa) | 0 | 30 | 0.25 (0.4) | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 |",
+        "| micro-sft-k (aa) | 0, 1 | 30 | 0.25 | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 | - |",
+        "| micro-sft-k (aa) | 0 | 30 | 0.25 (0.4) | 215 | 2,603 | 0.91 | 0.071 (25) | 0.034 (12) | 0.031 (11) | 1.54 "
+        "| +0.021 [+0.011, +0.032] |",
     ]
     assert closed_book_table({}).count("\n") == 2  # no candidates: the header alone
