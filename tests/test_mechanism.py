@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from algos.mechanism import NothingFound, greedy_figures, outcome_signal, search_covariance
+from algos.mechanism import (
+    NothingFound,
+    greedy_figures,
+    outcome_signal,
+    search_covariance,
+    two_choice,
+)
 from envs.episode import Episode
 
 
@@ -108,3 +114,22 @@ def test_the_micro_mechanism_refuses_unknown_parts_before_loading_anything(capsy
     with pytest.raises(SystemExit):
         main(["--model", "/no/such/model", "--parts", "greedy,bogus"])
     assert "--parts 'greedy,bogus': choose among greedy,greedy_nothing_found" in capsys.readouterr().err
+
+
+def test_from_memory_marks_the_questions_the_geography_answers_and_not_the_guesses():
+    """A city's river is answerable from memory; a two-choice question the scripted team
+    guesses right without memory is not; a person's birth year is not."""
+    from algos.recipes.micro.episodes import questions
+    from algos.recipes.micro.mechanism import from_memory
+    from algos.recipes.micro.tokenizer import micro_tokenizer, synthetic_world
+
+    dev = questions("dev", 50)
+    river = next(q for q in dev if q.question.startswith("what river runs through"))
+    year = next(q for q in dev if q.question.lower().startswith("in what year was") or " born" in q.question)
+    memory = synthetic_world(0).geography()
+    assert any(river.golden_answers[0] in fact for fact in memory.values())
+    assert from_memory([river, year], micro_tokenizer(4096)) == [True, False]
+    # over the 350 dev questions: the 54 the memory team gets right less the 22 it guesses
+    # right without memory (all two-choice), as docs/table2.md counts them
+    known = from_memory(dev, micro_tokenizer(4096))
+    assert sum(known) == 32 and not any(k for k, q in zip(known, dev) if q.id in two_choice(dev))

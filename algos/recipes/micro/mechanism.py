@@ -2,7 +2,8 @@
 dev questions with the retriever, with one that finds nothing and with Searchers that never skip
 the tool (the ceiling of unlearning the skip habit), the sampled search rate and
 the within-group covariance of searching with R_EM on training questions
-(:mod:`algos.mechanism`), and the Searchers' skip probability.
+(:mod:`algos.mechanism`; also on the questions a team can answer from memory alone,
+:func:`from_memory`), and the Searchers' skip probability.
 
     python -m algos.recipes.micro.mechanism --model ~/.cache/mopd/models/micro-sft-<key> --out m.json
 
@@ -85,6 +86,9 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
         groups = collect(micro_env_fn(tokenizer, workflow, retriever), sampled, train, group_size,
                          seed=seed, max_envs=64, progress="sampled" if progress else False)
         out["sampled"] = search_covariance(groups)
+        known = [g for g, k in zip(groups, from_memory(train, tokenizer, workflow)) if k]
+        if known:  # where skipping the search can pay: the covariance there alone
+            out["sampled_from_memory"] = search_covariance(known)
     if "fact_recall" in parts:
         out["fact_recall"] = fact_recall(greedy.model, tokenizer)
     if "skip_probability" in parts:
@@ -93,6 +97,24 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
         out["skip_probability"] = float(np.mean(skips))
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out
+
+
+def from_memory(questions: Sequence[Any], tokenizer: Any, workflow: str = "hierarchical",
+                world_seed: int = 0) -> list[bool]:
+    """Which of ``questions`` a team can answer from memory alone: the scripted team whose
+    Searchers all report at once gets them right stating the world's geography
+    (``ScriptedPolicy(skip_search=1, memory=SynthWiki.geography())``) and wrong without it,
+    with a retriever that finds nothing (so a two-choice guess does not count)."""
+    from agents.collect import collect
+    from agents.scripted import ScriptedPolicy
+    from algos.recipes.micro.episodes import micro_env_fn
+    from algos.recipes.micro.tokenizer import synthetic_world
+
+    env = micro_env_fn(tokenizer, workflow, NothingFound())
+    memory = synthetic_world(world_seed).geography()
+    right = [[g[0].team_em == 1 for g in collect(env, ScriptedPolicy(skip_search=1.0, memory=m), questions)]
+             for m in (memory, None)]
+    return [known and not guessed for known, guessed in zip(*right)]
 
 
 def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever: Any = None,
