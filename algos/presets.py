@@ -21,8 +21,8 @@ from algos.recipes.tiny import RECIPE as TINY
 
 __all__ = ["PRESETS", "RECIPES", "model_tokenizer", "prepare_model", "preset_config"]
 
-RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (MICRO, MICRO_SEARCH, MICRO_FACTS, TINY,
-                                                                       PAPER_CPU)}
+RECIPES: dict[str, Recipe] = {
+    recipe.name: recipe for recipe in (MICRO, MICRO_SEARCH, MICRO_FACTS, TINY, PAPER_CPU)}
 """The recipe behind a preset (:class:`algos.recipes.Recipe`), by its name (the preset's and
 the model's), for the command line and the pipeline, never the learner. A preset without a
 recipe trains a model that loads by name or path."""

@@ -135,7 +135,8 @@ def build_micro_base(
     comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
     scripted team reports on without searching; the episodes with such a report are kept
     even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``, ``recall_practice``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
+    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``,
+    ``recall_practice``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
     also learns to predict the contexts (prompts, passages, reports) at this weight (see
     :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
     copying of names and questions that valid turns need. ``retriever``: what the scripted
