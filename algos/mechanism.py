@@ -31,6 +31,11 @@ reports without searching) of the model the run started from and of its final ch
 a recipe measures it after training (``{"step0", "final", "final_step", ...}``); Table 2 reads
 it as a continuous endpoint."""
 
+QUESTION_SUBSETS_FILE = "question_subsets.json"
+"""In an ablation's directory: named sets of its validation questions that a recipe marks
+(``{name: {"about": text, "questions": [[dataset, id], ...]}}``), e.g. those a team can answer
+from memory alone; Table 2 reports every variant on each set apart."""
+
 
 class NothingFound:
     """A retriever that finds nothing: the team plays on what it knows without searching

@@ -106,12 +106,16 @@ def paired_macro_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[
     samples = [np.asarray(v) for _, v in sorted(diffs.items())]
     point = float(np.mean([s.mean() for s in samples]))
 
-    def statistic(*xs, axis=-1):
-        return np.mean([x.mean(axis=axis) for x in xs], axis=0)
-
     if all(len(s) < 2 or np.ptp(s) == 0 for s in samples):
         return {"difference": point, "low": point, "high": point, "questions": sum(map(len, samples))}
-    res = bootstrap(samples, statistic, n_resamples=n_resamples, confidence_level=confidence,
+    # a dataset of one question resamples to itself (and scipy refuses a sample of one): a constant
+    constants = [float(s[0]) for s in samples if len(s) < 2]
+
+    def statistic(*xs, axis=-1):
+        means = [x.mean(axis=axis) for x in xs]
+        return np.mean(means + [np.full_like(means[0], c) for c in constants], axis=0)
+
+    res = bootstrap([s for s in samples if len(s) >= 2], statistic, n_resamples=n_resamples, confidence_level=confidence,
                     method="percentile", paired=False, vectorized=True, rng=np.random.default_rng(seed))
     return {"difference": point, "low": float(res.confidence_interval.low),
             "high": float(res.confidence_interval.high), "questions": sum(map(len, samples))}

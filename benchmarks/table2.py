@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from algos.mechanism import SKIP_FILE
+from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
 from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
@@ -325,6 +325,9 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         if first[TEACHER, s]:  # the base it started from, on the same questions
             start = _macro_avg(first[TEACHER, s])
             table["teachers"][str(s)].update({"base_avg@1": start, "lead": _macro_avg(final[TEACHER, s]) - start})
+    starts = {v: {s: first[v, s] for s in runs[v]} for v in variants}
+    if subsets := question_subsets(out, records, starts, n_resamples=n_resamples, seed=seed):
+        table["question_subsets"] = subsets
     leads = {s: t["lead"] for s, t in table["teachers"].items() if "lead" in t}
     if leads:
         table["teacher_lead"] = seed_interval(leads)
@@ -350,6 +353,45 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     table["_runs"] = [{"run": r["run"], "record": r, "skip_probability": _read_json(out / r["run"] / SKIP_FILE)}
                       for _, _, r in everything]
     return table
+
+
+def question_subsets(out: Path, final: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
+                     start: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], *,
+                     n_resamples: int, seed: int) -> dict[str, Any]:
+    """Every variant on each named set of validation questions that a recipe marked in
+    ``out``'s :data:`algos.mechanism.QUESTION_SUBSETS_FILE` ({} when there is none): its
+    :data:`SUBSET_FIGURES` at the end (``final``) and at step 0 (``start``: the base), and
+    its comparison with ``opd`` on those questions. Raises ValueError naming the file when
+    it is not such a set, or names questions no run validated."""
+    path = out / QUESTION_SUBSETS_FILE
+    if not path.exists():
+        return {}
+    try:
+        marked = json.loads(path.read_text(encoding="utf-8"))
+        keys = {name: {(str(d), str(i)) for d, i in spec["questions"]} for name, spec in marked.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        raise ValueError(f"{path}: not a set of named question lists ({type(err).__name__}: {err})") from None
+    asked = {(r["dataset"], str(r["id"])) for rows in next(iter(final.values())).values() for r in rows}
+    out_sets: dict[str, Any] = {}
+    for name, wanted in keys.items():
+        if unknown := sorted(wanted - asked):
+            raise ValueError(f"{path}: set {name!r} names questions no run validated, e.g. {unknown[0]}")
+        rows = {}
+        for v, per_seed in final.items():
+            rows[v] = {**_subset_figures(_only(per_seed, wanted)),
+                       "start": _subset_figures(_only(start.get(v, {}), wanted))}
+            if v != REFERENCE and set(per_seed) & set(final.get(REFERENCE, {})):
+                rows[v]["vs_opd"] = comparison(_only(per_seed, wanted), _only(final[REFERENCE], wanted),
+                                               n_resamples=n_resamples, seed=seed)
+        out_sets[name] = {"about": str(marked[name].get("about", "")),
+                          "questions": sorted([d, i] for d, i in wanted), "rows": rows}
+    return out_sets
+
+
+def _only(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], keys: set[tuple[str, str]]
+          ) -> dict[int, list[Mapping[str, Any]]]:
+    """Each seed's records of the questions ``keys`` names ((dataset, id))."""
+    return {s: [r for r in rows if (r["dataset"], str(r["id"])) in keys] for s, rows in per_seed.items()}
 
 
 def _bases_trained_from(planned: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -495,7 +537,7 @@ def markdown(table: Mapping[str, Any]) -> str:
             sub = r["without_two_choice"]
             lines.append("| " + " | ".join([v, f"{100 * sub['macro_avg@k']:.2f}", *_versus(sub.get("vs_opd")),
                                              f"{sub['macro_searches_per_workflow']:.2f}"]) + " |")
-    lines += behaviour(table) + teacher_lead(table)
+    lines += subset_lines(table, k) + behaviour(table) + teacher_lead(table)
     per_dataset = [(v, {"datasets": {n: {"avg@k": a} for n, a in r["datasets"].items()}, "k": r["k"],
                         **{key: r[key] for key in FIGURES}}) for v, r in rows.items()]
     lines += ["", f"avg@{k} per dataset (mean over seeds):", "", markdown_table(per_dataset)]
@@ -504,6 +546,23 @@ def markdown(table: Mapping[str, Any]) -> str:
         lines += ["", "Wall time per run: " + ", ".join(f"{name} {_duration(w['wall_s'])}"
                                                       for name, w in walls.items())]
     return "\n".join(lines) + "\n"
+
+
+def subset_lines(table: Mapping[str, Any], k: int) -> list[str]:
+    """Markdown lines: each variant on each of the table's ``question_subsets``, step 0 (its
+    base) -> final, with its comparison with ``opd`` there."""
+    lines: list[str] = []
+    for name, subset in table.get("question_subsets", {}).items():
+        lines += ["", f"On the {len(subset['questions'])} questions {subset['about']} (`{name}`; "
+                  "step 0 -> final):", "",
+                  f"| Variant | avg@{k} | vs opd, questions paired [95% CI] | over seeds [95% t-CI] | "
+                  "seeds +/-/= (p) | searches |", "|---|---|---|---|---|---|"]
+        for v, r in subset["rows"].items():
+            steps = [f for f in (r.get("start"), r) if f]
+            accuracy = " -> ".join(f"{100 * f['macro_avg@k']:.2f}" for f in steps)
+            searches = " -> ".join(f"{f['macro_searches_per_workflow']:.2f}" for f in steps)
+            lines.append("| " + " | ".join([v, accuracy, *_versus(r.get("vs_opd")), searches]) + " |")
+    return lines
 
 
 BEHAVIOUR = (("team/searches_per_workflow", "sampled searches"), (SKIP_ENDPOINT, "skip probability"),

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from algos.mechanism import SKIP_FILE
+from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
 from benchmarks.ablate import RUN_FILE, TEACHER, run_name
 
 RECORDS_FILE = "table2_records.jsonl.gz"
@@ -57,7 +57,8 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     """Put the finished runs of a written table (its ``table2.json`` and the three archives
     beside it) back into the ablation directory ``out``, as the runs left them for the table
     (``run.json``, ``metrics.jsonl``, the step-0 and final validation records, the skip
-    probability), without their checkpoints; returns the runs restored. A later ``python -m
+    probability; the marked question sets, :data:`algos.mechanism.QUESTION_SUBSETS_FILE`), without
+    their checkpoints; returns the runs restored. A later ``python -m
     benchmarks ablate`` with the same settings and ``--out`` takes them as finished and
     trains only the rest, and ``python -m benchmarks table2 out`` tables them all: an
     ablation longer than one machine's life goes on from the committed archives.
@@ -100,6 +101,11 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
             (run_dir / SKIP_FILE).write_text(json.dumps(row["skip_probability"], indent=2), encoding="utf-8")
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")  # last: the run is done
         restored.append(row["run"])
+    subsets = out / QUESTION_SUBSETS_FILE
+    if restored and table.get("question_subsets") and not subsets.exists():
+        subsets.write_text(json.dumps({name: {"about": kept["about"], "questions": kept["questions"]}
+                                       for name, kept in table["question_subsets"].items()}, indent=1) + "\n",
+                           encoding="utf-8")
     plan = out / "ablation.json"
     if restored and not plan.exists():
         plan.write_text(json.dumps({"preset": table.get("preset"), "seeds": table["seeds"],

@@ -205,6 +205,42 @@ def test_the_table_holds_the_hand_computed_figures(fake_ablation):
     assert validation_searches(fake_ablation / "seed0" / "opd") == {0: 2.0, 3: 2.0}
 
 
+def test_a_marked_question_set_is_tabled_apart_and_restored_with_the_runs(fake_ablation, tmp_path_factory):
+    from algos.mechanism import QUESTION_SUBSETS_FILE
+    from benchmarks.table2_archive import publish_table, restore_runs
+
+    marked = {"from_memory": {"about": "a team knows", "questions": [["nq", "n2"], ["hotpotqa", "h1"],
+                                                                      ["hotpotqa", "h2"]]}}
+    (fake_ablation / QUESTION_SUBSETS_FILE).write_text(json.dumps(marked))
+    table = write_table2(fake_ablation, n_resamples=300)
+    subset = table["question_subsets"]["from_memory"]
+    assert subset["about"] == "a team knows" and len(subset["questions"]) == 3
+    opd, outcome = subset["rows"]["opd"], subset["rows"]["outcome"]
+    # opd seed 0: NQ n2 0.5, HotpotQA (h1 0.5 + h2 0) / 2 -> macro 0.375; seed 1: NQ 1, HotpotQA 0.5 -> 0.75
+    assert opd["per_seed"]["0"]["macro_avg@k"] == pytest.approx(0.375)
+    assert opd["macro_avg@k"] == pytest.approx((0.375 + 0.75) / 2)
+    assert outcome["macro_avg@k"] == 0 and outcome["vs_opd"]["per_seed"] == pytest.approx({"0": -0.375, "1": -0.75})
+    assert outcome["vs_opd"]["questions_paired"]["questions"] == 3 and "vs_opd" not in opd
+    # step 0 (the fake's first validation): nothing right; searches as the fake writes them
+    assert (opd["start"]["macro_avg@k"], opd["start"]["macro_searches_per_workflow"]) == (0, 2)
+    text = (fake_ablation / "table2.md").read_text()
+    assert "On the 3 questions a team knows (`from_memory`; step 0 -> final):" in text
+    assert "| opd | 0.00 -> 56.25 | - | - | - | 2.00 -> 2.00 |" in text
+    assert "| outcome | 0.00 -> 0.00 | -56.25 [" in text
+    # the set travels with the published table and comes back with its runs
+    committed = tmp_path_factory.mktemp("docs")
+    publish_table(fake_ablation, committed)
+    out = tmp_path_factory.mktemp("fresh") / "t2"
+    restore_runs(committed / "table2.json", out)
+    assert json.loads((out / QUESTION_SUBSETS_FILE).read_text()) == {
+        "from_memory": {"about": "a team knows", "questions": sorted(marked["from_memory"]["questions"])}}
+    assert write_table2(out, n_resamples=300)["question_subsets"] == table["question_subsets"]
+    # a set naming a question no run validated is refused, naming the file
+    (fake_ablation / QUESTION_SUBSETS_FILE).write_text(json.dumps({"x": {"questions": [["nq", "n9"]]}}))
+    with pytest.raises(ValueError, match=f"{QUESTION_SUBSETS_FILE}: set 'x' names questions no run validated"):
+        write_table2(fake_ablation, n_resamples=300)
+
+
 def test_the_records_archive_holds_every_validation_and_recomputes_the_comparisons(fake_ablation):
     table = write_table2(fake_ablation, n_resamples=500)
     assert (table["records"], table["metrics"]) == (RECORDS_FILE, METRICS_FILE)

@@ -133,3 +133,28 @@ def test_from_memory_marks_the_questions_the_geography_answers_and_not_the_guess
     # right without memory (all two-choice), as docs/table2.md counts them
     known = from_memory(dev, micro_tokenizer(4096))
     assert sum(known) == 32 and not any(k for k, q in zip(known, dev) if q.id in two_choice(dev))
+
+
+def test_an_ablation_s_validation_questions_answerable_from_memory_are_marked_for_the_table(tmp_path):
+    import json
+
+    from algos.mechanism import QUESTION_SUBSETS_FILE
+    from algos.recipes.micro.mechanism import mark_from_memory
+    from algos.recipes.micro.tokenizer import micro_tokenizer
+    from envs.data.qa import DATASETS
+
+    with pytest.raises(ValueError, match="no finished run"):
+        mark_from_memory(tmp_path)
+    micro_tokenizer(4096).save_pretrained(tmp_path / "base")
+    config = {"val_split": "dev", "val_per_dataset": 50, "val_datasets": list(DATASETS), "data": "synthetic",
+              "model": str(tmp_path / "base")}
+    (tmp_path / "seed0" / "opd").mkdir(parents=True)
+    (tmp_path / "seed0" / "opd" / "run.json").write_text(json.dumps({"config": config}))
+    (tmp_path / QUESTION_SUBSETS_FILE).write_text(json.dumps({"other": {"questions": []}}))
+    marked = mark_from_memory(tmp_path)
+    assert len(marked) == 32 and ["nq", "dev_3"] in marked  # the 32 of the test above
+    saved = json.loads((tmp_path / QUESTION_SUBSETS_FILE).read_text())
+    assert saved["from_memory"]["questions"] == marked and saved["other"] == {"questions": []}
+    config["val_datasets"] = ["nq"]  # a validation of one dataset marks its questions only
+    (tmp_path / "seed0" / "opd" / "run.json").write_text(json.dumps({"config": config}))
+    assert {d for d, _ in mark_from_memory(tmp_path)} == {"nq"}

@@ -56,6 +56,15 @@ def test_bootstrap_ci_matches_the_normal_approximation():
     assert paired_macro_difference(a, b, n_resamples=4000, seed=1) == ci  # seeded
 
 
+def test_a_dataset_of_one_question_is_a_constant_in_the_bootstrap():
+    # nq: one question, A - B = 1 in every resample; popqa: differences 0 and 1, whose resampled
+    # mean is 0, 0.5 or 1 -> macro 0.5, 0.75 or 1 (probabilities 1/4, 1/2, 1/4)
+    a = [_rec("nq", 0, [1]), _rec("popqa", 0, [0]), _rec("popqa", 1, [1])]
+    b = [_rec("nq", 0, [0]), _rec("popqa", 0, [0]), _rec("popqa", 1, [0])]
+    ci = paired_macro_difference(a, b, n_resamples=2000)
+    assert ci == {"difference": 0.75, "low": 0.5, "high": 1.0, "questions": 3}
+
+
 def test_bootstrap_needs_shared_questions():
     with pytest.raises(ValueError, match="share no"):
         paired_macro_difference([_rec("nq", 1, [1])], [_rec("nq", 2, [1])])

@@ -9,7 +9,9 @@ the within-group covariance of searching with R_EM on training questions
 
 With ``--runs DIR`` (a Table-2 ablation of a micro preset) it measures the skip probability of
 every finished run's starting and final model instead (:func:`run_skip_probabilities`), the
-continuous endpoint ``python -m benchmarks table2`` reads beside greedy accuracy.
+continuous endpoint ``python -m benchmarks table2`` reads beside greedy accuracy, and marks
+the validation questions answerable from memory alone (:func:`mark_from_memory`), which the
+table reports apart.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from algos.mechanism import (
+    QUESTION_SUBSETS_FILE,
     SKIP_FILE,
     NothingFound,
     SearchFirst,
@@ -117,6 +120,43 @@ def from_memory(questions: Sequence[Any], tokenizer: Any, workflow: str = "hiera
     return [known and not guessed for known, guessed in zip(*right)]
 
 
+FROM_MEMORY = "from_memory"
+"""The name of the question set :func:`mark_from_memory` writes."""
+
+
+def mark_from_memory(out: str | Path) -> list[list[str]]:
+    """Mark, in the ablation directory ``out``'s :data:`algos.mechanism.QUESTION_SUBSETS_FILE`
+    (as :data:`FROM_MEMORY`), the validation questions of its runs that a team can answer from
+    memory alone (:func:`from_memory`, in the hierarchical workflow Stage II validates), so
+    Table 2 reports every variant on them apart: where outcome RL could trade search for
+    memory, it shows there first. The questions are those of the first finished run's
+    validation (``val_split``, ``val_per_dataset``; synthetic world 0); returns them as
+    ``[dataset, id]`` pairs. Other sets in the file are kept."""
+    from transformers import AutoTokenizer
+
+    from algos.checkpoint import resolve_model_path
+    from algos.recipes.micro.episodes import questions
+
+    out = Path(out)
+    records = sorted(out.glob("seed*/*/run.json"))
+    if not records:
+        raise ValueError(f"{out}: no finished run (seed*/*/run.json) to take the validation questions from")
+    config = json.loads(records[0].read_text(encoding="utf-8"))["config"]
+    if config.get("data", "synthetic") != "synthetic":
+        raise ValueError(f"{records[0]}: data {config.get('data')!r}: only the synthetic world's questions can be marked")
+    asked = [q for q in questions(config["val_split"], config["val_per_dataset"])
+             if q.dataset in (config.get("val_datasets") or [q.dataset])]
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(str(config["model"])))
+    marked = [[q.dataset, str(q.id)] for q, known in zip(asked, from_memory(asked, tokenizer)) if known]
+    path = out / QUESTION_SUBSETS_FILE
+    subsets = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    subsets[FROM_MEMORY] = {"about": "answerable from memory alone (the scripted team states the world's "
+                                     "geography and is right, and is wrong without it)",
+                            "questions": marked}
+    path.write_text(json.dumps(subsets, indent=1) + "\n", encoding="utf-8")
+    return marked
+
+
 def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever: Any = None,
                            progress: bool = True) -> dict[str, Any]:
     """The Searchers' skip probability (:func:`algos.recipes.micro.measure.searcher_skip_probability`,
@@ -173,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="a micro base (a folder built by python -m algos sft --preset micro)")
     which.add_argument("--runs", help="a Table-2 ablation's directory: the skip probability of every finished run's "
-                                      "starting and final model, written beside each run")
+                                      "starting and final model, written beside each run, and the validation "
+                                      "questions answerable from memory alone")
     parser.add_argument("--workflow", default="hierarchical", choices=("hierarchical", "cascade"))
     parser.add_argument("--per-dataset", type=int, default=None,
                         help="dev questions per dataset (default 50, all 350; with --runs 20)")
@@ -193,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.runs:
         with run_threads(args.threads):
             run_skip_probabilities(args.runs, per_dataset=args.per_dataset or 20, progress=not args.no_progress)
+            marked = mark_from_memory(args.runs)
+        print(f"{Path(args.runs) / QUESTION_SUBSETS_FILE}: {len(marked)} validation questions answerable from memory")
         return 0
     with run_threads(args.threads):
         figures = measure(args.model, workflow=args.workflow, per_dataset=args.per_dataset or 50,
