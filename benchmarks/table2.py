@@ -553,8 +553,8 @@ def subset_lines(table: Mapping[str, Any], k: int) -> list[str]:
     base) -> final, with its comparison with ``opd`` there."""
     lines: list[str] = []
     for name, subset in table.get("question_subsets", {}).items():
-        lines += ["", f"On the {len(subset['questions'])} questions {subset['about']} (`{name}`; "
-                  "step 0 -> final):", "",
+        lines += ["", f"On the {len(subset['questions'])} questions {subset['about']} (`{name}`), "
+                  "step 0 -> final:", "",
                   f"| Variant | avg@{k} | vs opd, questions paired [95% CI] | over seeds [95% t-CI] | "
                   "seeds +/-/= (p) | searches |", "|---|---|---|---|---|---|"]
         for v, r in subset["rows"].items():

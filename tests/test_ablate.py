@@ -224,7 +224,7 @@ def test_a_marked_question_set_is_tabled_apart_and_restored_with_the_runs(fake_a
     # step 0 (the fake's first validation): nothing right; searches as the fake writes them
     assert (opd["start"]["macro_avg@k"], opd["start"]["macro_searches_per_workflow"]) == (0, 2)
     text = (fake_ablation / "table2.md").read_text()
-    assert "On the 3 questions a team knows (`from_memory`; step 0 -> final):" in text
+    assert "On the 3 questions a team knows (`from_memory`), step 0 -> final:" in text
     assert "| opd | 0.00 -> 56.25 | - | - | - | 2.00 -> 2.00 |" in text
     assert "| outcome | 0.00 -> 0.00 | -56.25 [" in text
     # the set travels with the published table and comes back with its runs

@@ -145,11 +145,13 @@ def test_an_ablation_s_validation_questions_answerable_from_memory_are_marked_fo
 
     with pytest.raises(ValueError, match="no finished run"):
         mark_from_memory(tmp_path)
-    micro_tokenizer(4096).save_pretrained(tmp_path / "base")
     config = {"val_split": "dev", "val_per_dataset": 50, "val_datasets": list(DATASETS), "data": "synthetic",
               "model": str(tmp_path / "base")}
     (tmp_path / "seed0" / "opd").mkdir(parents=True)
     (tmp_path / "seed0" / "opd" / "run.json").write_text(json.dumps({"config": config}))
+    with pytest.raises(ValueError, match=f"run.json: cannot load the tokenizer of its model {tmp_path / 'base'}"):
+        mark_from_memory(tmp_path)
+    micro_tokenizer(4096).save_pretrained(tmp_path / "base")
     (tmp_path / QUESTION_SUBSETS_FILE).write_text(json.dumps({"other": {"questions": []}}))
     marked = mark_from_memory(tmp_path)
     assert len(marked) == 32 and ["nq", "dev_3"] in marked  # the 32 of the test above

@@ -146,12 +146,15 @@ def mark_from_memory(out: str | Path) -> list[list[str]]:
         raise ValueError(f"{records[0]}: data {config.get('data')!r}: only the synthetic world's questions can be marked")
     asked = [q for q in questions(config["val_split"], config["val_per_dataset"])
              if q.dataset in (config.get("val_datasets") or [q.dataset])]
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(str(config["model"])))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(str(config["model"])))
+    except OSError as err:
+        raise ValueError(f"{records[0]}: cannot load the tokenizer of its model {config['model']} ({err})") from None
     marked = [[q.dataset, str(q.id)] for q, known in zip(asked, from_memory(asked, tokenizer)) if known]
     path = out / QUESTION_SUBSETS_FILE
     subsets = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    subsets[FROM_MEMORY] = {"about": "answerable from memory alone (the scripted team states the world's "
-                                     "geography and is right, and is wrong without it)",
+    subsets[FROM_MEMORY] = {"about": "answerable from memory alone: the scripted team that states the world's "
+                                     "geography gets them right, and wrong without it",
                             "questions": marked}
     path.write_text(json.dumps(subsets, indent=1) + "\n", encoding="utf-8")
     return marked
