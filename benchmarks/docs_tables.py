@@ -1,5 +1,6 @@
 """The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
-(``docs/table2.json``: the six-seed ablation on ``micro_search``; ``docs/micro_seeds.json``;
+(``docs/table2.json``: the six-seed ablation on ``micro_search``; ``docs/table2_facts/table2.json``:
+the six seeds on ``micro_facts``; ``docs/micro_seeds.json``;
 ``docs/table2_micro/table2.json``: the first ablation, on ``micro``; ``docs/table2_mechanism.json``:
 the bases measured before training), so that no figure in them is typed by hand.
 
@@ -163,6 +164,8 @@ BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
                        "table2-full": ("docs/table2.json", markdown),
                        "table2-bases": ("docs/table2_mechanism.json", bases_table),
                        "table2-closed-book": ("docs/table2_mechanism.json", closed_book_table),
+                       "table2-facts-summary": ("docs/table2_facts/table2.json", summary_table),
+                       "table2-facts-full": ("docs/table2_facts/table2.json", markdown),
                        "table2-micro": ("docs/table2_micro/table2.json", markdown)},
 }
 """Page -> block name -> (the JSON it renders, the renderer)."""
