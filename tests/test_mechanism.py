@@ -157,6 +157,10 @@ def test_an_ablation_s_validation_questions_answerable_from_memory_are_marked_fo
     assert len(marked) == 32 and ["nq", "dev_3"] in marked  # the 32 of the test above
     saved = json.loads((tmp_path / QUESTION_SUBSETS_FILE).read_text())
     assert saved["from_memory"]["questions"] == marked and saved["other"] == {"questions": []}
+    (tmp_path / QUESTION_SUBSETS_FILE).write_text("{cut off")
+    with pytest.raises(ValueError, match=f"{QUESTION_SUBSETS_FILE}: not JSON"):
+        mark_from_memory(tmp_path)
+    (tmp_path / QUESTION_SUBSETS_FILE).unlink()
     config["val_datasets"] = ["nq"]  # a validation of one dataset marks its questions only
     (tmp_path / "seed0" / "opd" / "run.json").write_text(json.dumps({"config": config}))
     assert {d for d, _ in mark_from_memory(tmp_path)} == {"nq"}

@@ -152,7 +152,10 @@ def mark_from_memory(out: str | Path) -> list[list[str]]:
         raise ValueError(f"{records[0]}: cannot load the tokenizer of its model {config['model']} ({err})") from None
     marked = [[q.dataset, str(q.id)] for q, known in zip(asked, from_memory(asked, tokenizer)) if known]
     path = out / QUESTION_SUBSETS_FILE
-    subsets = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    try:
+        subsets = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except ValueError as err:
+        raise ValueError(f"{path}: not JSON ({err}); move it aside to mark the questions again") from None
     subsets[FROM_MEMORY] = {"about": "answerable from memory alone: the scripted team that states the world's "
                                      "geography gets them right, and wrong without it",
                             "questions": marked}
