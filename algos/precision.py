@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Precision", "precision_for"]
+__all__ = ["AdamW", "Precision", "adamw", "fused_adamw", "precision_for"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -86,6 +86,10 @@ class Precision:
         if self.mixed and self.device_type == "cuda":
             torch.set_float32_matmul_precision("high")
 
+    def adamw(self, params: Any, **kwargs: Any) -> Any:
+        """The trained model's optimizer: :func:`adamw` on this precision's device (fused on CUDA)."""
+        return adamw(params, self.device_type, **kwargs)
+
     def prepare(self, model: Any) -> Any:
         """``model`` (a trained model given by the caller rather than loaded here) with its
         floating parameters in ``param_dtype``; returned for chaining."""
@@ -103,3 +107,33 @@ def precision_for(device: str, dtype: str) -> Precision:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     return Precision(param_dtype=torch.float32, compute_dtype=_DTYPES[dtype],
                      device_type=torch.device(device).type)
+
+
+def fused_adamw(device: str) -> bool:
+    """Whether the trained model's AdamW runs fused on ``device``: on CUDA, yes. PyTorch's
+    default there is ``foreach``, whose step allocates ``sqrt(exp_avg_sq)`` for every parameter
+    at once (``torch/optim/adam.py``, ``_multi_tensor_adam``): a fourth float32 copy of the
+    weights, 15 GiB at 4B parameters, at the one moment gradients and moments are all held.
+    The fused kernel keeps no such temporary. Elsewhere the default stays (on CPU: one
+    parameter at a time), so CPU runs keep their numbers. ``algos.plan`` reads the same answer."""
+    return str(device).startswith("cuda")
+
+
+class AdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` whose ``fused``/``foreach`` choice survives ``load_state_dict``:
+    a plain one takes those from the saved param groups, so a CUDA run resumed from a checkpoint
+    written without ``fused`` (or on a CPU) would step with ``foreach`` and its temporary."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        chosen = [(g.get("fused"), g.get("foreach")) for g in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, (fused, foreach) in zip(self.param_groups, chosen):
+            group["fused"], group["foreach"] = fused, foreach
+
+
+def adamw(params: Any, device: str, **kwargs: Any) -> AdamW:
+    """The trained model's optimizer on ``device``: :class:`AdamW`, fused on CUDA
+    (:func:`fused_adamw`), PyTorch's default elsewhere."""
+    if fused_adamw(device):
+        kwargs.setdefault("fused", True)
+    return AdamW(params, **kwargs)

@@ -141,8 +141,8 @@ class Trainer:
 
             base, _ = load_model(cfg.model, cfg.device, cfg.dtype)
             self.critic = PromptedCritic(base, tokenizer)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate,
-                                           weight_decay=cfg.weight_decay)
+        self.optimizer = self.precision.adamw(self.model.parameters(), lr=cfg.learning_rate,  # fused on CUDA
+                                              weight_decay=cfg.weight_decay)
         self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
         self.backend: RolloutBackend = self._rollout_backend()
         """What generates this process's rollouts (``agents.backends``: one contract, one
