@@ -47,3 +47,41 @@ def seed_interval(per_seed: Mapping[str, float], *, confidence: float = 0.95) ->
         out.update(sd=sd, df=n - 1, low=mean - half, high=mean + half)
     out["sign_test"] = seeds_improved(out["per_seed"])
     return out
+
+
+def t_test_p(per_seed: Mapping[str, float]) -> float | None:
+    """The two-sided p of the one-sample Student-t test that the per-seed differences' mean is
+    zero (df = seeds - 1), the test behind :func:`seed_interval`'s interval (the interval
+    excludes zero exactly when p < 1 - confidence). None with fewer than two seeds; with
+    every seed alike (sd 0) 0.0 when they differ from zero, else 1.0."""
+    from scipy.stats import t
+
+    values = [float(v) for v in per_seed.values()]
+    n = len(values)
+    if n < 2:
+        return None
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    if sd == 0:
+        return 0.0 if mean != 0 else 1.0
+    return float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+
+
+def holm(p_values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Holm's step-down adjustment of the p-values of a family of comparisons (name -> raw
+    p; None, a test that could not be made, stays None and does not count): with the m raw
+    p-values in ascending order p(1) <= ... <= p(m), the adjusted p(i) is
+    max over j <= i of min(1, (m - j + 1) * p(j)). It controls the family-wise error rate:
+    reject where the adjusted p is below alpha. Ties keep their input order.
+
+    >>> holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    {'a': 0.03, 'b': 0.06, 'c': 0.06}
+    """
+    tested = sorted(((p, i, name) for i, (name, p) in enumerate(p_values.items()) if p is not None))
+    m = len(tested)
+    adjusted: dict[str, float | None] = dict.fromkeys(p_values)
+    running = 0.0
+    for rank, (p, _, name) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * float(p)))
+        adjusted[name] = running
+    return adjusted

@@ -67,7 +67,7 @@ from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
 from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
-from benchmarks.seed_stats import seed_interval
+from benchmarks.seed_stats import holm, seed_interval, t_test_p
 from benchmarks.table2_archive import (
     METRICS_FILE,
     RECORDS_FILE,
@@ -331,6 +331,8 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     leads = {s: t["lead"] for s, t in table["teachers"].items() if "lead" in t}
     if leads:
         table["teacher_lead"] = seed_interval(leads)
+    table["bases"] = _bases_trained_from(table["bases"], [r for _, _, r in everything])
+    table["multiplicity"] = multiplicity(table)
     for _, _, r in everything:
         cfg = r.get("config", {})
         table["runs"][r["run"]] = {"wall_s": r["wall_s"], "steps": r["steps"], "threads": r.get("threads"),
@@ -342,7 +344,6 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
                                       if k in r}}
         if ends := endpoints(metrics[r["run"]], out / r["run"]):
             table["runs"][r["run"]]["endpoints"] = ends
-    table["bases"] = _bases_trained_from(table["bases"], [r for _, _, r in everything])
     # how long the table took to train: every run's own wall time, summed (the bases' builds not included)
     table["runs_wall_s"] = round(sum(float(r["wall_s"]) for _, _, r in everything), 1)
     table["environment"] = _environment([r for _, _, r in everything])
@@ -386,6 +387,75 @@ def question_subsets(out: Path, final: Mapping[str, Mapping[int, Sequence[Mappin
         out_sets[name] = {"about": str(marked[name].get("about", "")),
                           "questions": sorted([d, i] for d, i in wanted), "rows": rows}
     return out_sets
+
+
+HEADLINE = "all questions"
+"""The question set of a table's headline comparisons (``vs_opd``)."""
+
+
+def comparisons_made(table: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """Every comparison with ``opd`` a table makes, as (variant, question set, comparison):
+    on all questions (:data:`HEADLINE`), without the two-choice questions, and on each of its
+    ``question_subsets``, in that order."""
+    rows = table["rows"]
+    made = [(v, HEADLINE, r["vs_opd"]) for v, r in rows.items() if "vs_opd" in r]
+    made += [(v, "without two-choice", r["without_two_choice"]["vs_opd"]) for v, r in rows.items()
+             if "vs_opd" in (r.get("without_two_choice") or {})]
+    made += [(v, name, r["vs_opd"]) for name, subset in table.get("question_subsets", {}).items()
+             for v, r in subset["rows"].items() if "vs_opd" in r]
+    return made
+
+
+def multiplicity(table: Mapping[str, Any]) -> dict[str, Any]:
+    """How many comparisons the table makes and their p-values, raw and Holm-adjusted
+    (:func:`benchmarks.seed_stats.holm`), from its JSON alone: for each comparison
+    (:func:`comparisons_made`) the two tests over seeds, the t-test's p
+    (:func:`benchmarks.seed_stats.t_test_p`, the test of the t-interval) and the sign test's,
+    each adjusted over the ``headline`` family (the comparisons on all questions) and over
+    ``all`` of them. With fewer bases than seeds (seeds sharing a base are not independent in
+    its draw), ``over_bases`` repeats the headline comparisons with the bases as the unit
+    (each base's seeds averaged: :func:`over_bases`), Holm over them too."""
+    made = comparisons_made(table)
+    names = [f"{v} - {REFERENCE} ({questions})" for v, questions, _ in made]
+    t_p = {n: t_test_p(ci["per_seed"]) for n, (_, _, ci) in zip(names, made)}
+    sign_p = {n: ci["over_seeds"]["sign_test"]["p_value"] for n, (_, _, ci) in zip(names, made)}
+    headline = [n for n, (_, questions, _) in zip(names, made) if questions == HEADLINE]
+    adjusted = {family: {"t": holm({n: t_p[n] for n in members}), "sign": holm({n: sign_p[n] for n in members})}
+                for family, members in (("headline", headline), ("all", names))}
+    entries = []
+    for n, (v, questions, ci) in zip(names, made):
+        entries.append({"comparison": n, "variant": v, "questions": questions, "difference": ci["difference"],
+                        "seeds": len(ci["per_seed"]), "t_p": t_p[n], "sign_p": sign_p[n],
+                        "holm_headline": ({"t": adjusted["headline"]["t"][n], "sign": adjusted["headline"]["sign"][n]}
+                                          if n in headline else None),
+                        "holm_all": {"t": adjusted["all"]["t"][n], "sign": adjusted["all"]["sign"][n]}})
+    out: dict[str, Any] = {"method": "holm", "tests": "over seeds: the t-test of the t-interval and the exact sign test",
+                           "families": {"headline": len(headline), "all": len(names)}, "comparisons": entries}
+    by_base = {v: over_bases(table, ci["per_seed"]) for v, questions, ci in made if questions == HEADLINE}
+    if by_base and all(b is not None for b in by_base.values()):
+        base_p = holm({v: b["t_p"] for v, b in by_base.items()})
+        out["over_bases"] = {v: {**b, "holm_headline_t": base_p[v]} for v, b in by_base.items()}
+    return out
+
+
+def over_bases(table: Mapping[str, Any], per_seed: Mapping[str, float]) -> dict[str, Any] | None:
+    """A comparison with the bases as the unit: its per-seed differences averaged over the
+    seeds of each base (a base: its ``base_seed`` and weights' hash in the table's ``bases``),
+    then :func:`benchmarks.seed_stats.seed_interval` and the t-test's p over those means.
+    None when the table names no base for a seed, or when every seed has its own base (the
+    seed-level figures are then the base-level ones)."""
+    bases = table.get("bases") or {}
+    groups: dict[str, list[float]] = {}
+    for s, d in per_seed.items():
+        base = bases.get(f"seed{s}") or {}
+        if "base_seed" not in base:
+            return None
+        groups.setdefault(f"base seed {base['base_seed']} ({base.get('weight_hash')})", []).append(float(d))
+    if len(groups) == len(per_seed):
+        return None
+    means = {name: sum(v) / len(v) for name, v in groups.items()}
+    return {"bases": len(means), "seeds_per_base": {name: len(v) for name, v in groups.items()},
+            "interval": seed_interval(means), "t_p": t_test_p(means)}
 
 
 def _only(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], keys: set[tuple[str, str]]
@@ -537,7 +607,7 @@ def markdown(table: Mapping[str, Any]) -> str:
             sub = r["without_two_choice"]
             lines.append("| " + " | ".join([v, f"{100 * sub['macro_avg@k']:.2f}", *_versus(sub.get("vs_opd")),
                                              f"{sub['macro_searches_per_workflow']:.2f}"]) + " |")
-    lines += subset_lines(table, k) + behaviour(table) + teacher_lead(table)
+    lines += subset_lines(table, k) + multiplicity_lines(table) + behaviour(table) + teacher_lead(table)
     per_dataset = [(v, {"datasets": {n: {"avg@k": a} for n, a in r["datasets"].items()}, "k": r["k"],
                         **{key: r[key] for key in FIGURES}}) for v, r in rows.items()]
     lines += ["", f"avg@{k} per dataset (mean over seeds):", "", markdown_table(per_dataset)]
@@ -562,6 +632,48 @@ def subset_lines(table: Mapping[str, Any], k: int) -> list[str]:
             accuracy = " -> ".join(f"{100 * f['macro_avg@k']:.2f}" for f in steps)
             searches = " -> ".join(f"{f['macro_searches_per_workflow']:.2f}" for f in steps)
             lines.append("| " + " | ".join([v, accuracy, *_versus(r.get("vs_opd")), searches]) + " |")
+    return lines
+
+
+def multiplicity_lines(table: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: how many comparisons the table makes, and each one's p-values over
+    seeds (t-test, sign test), raw and Holm-adjusted over the headline comparisons and over
+    all of them (:func:`multiplicity`, computed from the table itself, so a table written
+    before it existed renders it too); then, with fewer bases than seeds, the headline
+    comparisons with the bases as the unit. None when the table compares nothing."""
+    found = multiplicity(table)
+    if not found["comparisons"]:
+        return []
+    families = found["families"]
+    sets = list(dict.fromkeys(c["questions"] for c in found["comparisons"]))
+
+    def p(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2g}"
+
+    one = families["headline"] == families["all"]  # every comparison is on all questions
+    over = (f"over the {families['all']}" if one else
+            f"over the {families['headline']} on all questions and over all {families['all']}")
+    lines = ["", f"Multiplicity: this table makes {families['all']} comparisons with {REFERENCE} "
+             f"({len(sets)} question set{'s' * (len(sets) > 1)}: {', '.join(sets)}), each tested over seeds "
+             f"twice (the t-test of the t-interval, the sign test). p-values raw and Holm-adjusted, {over}:", ""]
+    adjusted = [f"Holm, {families['all']}"] if one else [f"Holm, {families['headline']}", f"Holm, {families['all']}"]
+    head = ["comparison", "t p", *adjusted, "sign p", *adjusted]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in found["comparisons"]:
+        first = c["holm_headline"] or {}
+        cells = [c["comparison"], p(c["t_p"]), *([] if one else [p(first.get("t"))]), p(c["holm_all"]["t"]),
+                 p(c["sign_p"]), *([] if one else [p(first.get("sign"))]), p(c["holm_all"]["sign"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    if bases := found.get("over_bases"):
+        n = next(iter(bases.values()))["bases"]
+        lines += ["", f"With the {n} bases as the unit (each base's seeds averaged; seeds that share a base are "
+                  "not independent in its draw), on all questions:", "",
+                  f"| comparison | mean | over bases [95% t-CI] | t p | Holm, {len(bases)} |", "|---|---|---|---|---|"]
+        for v, b in bases.items():
+            ci = b["interval"]
+            lines.append(f"| {v} - {REFERENCE} | {100 * ci['mean']:+.2f} | "
+                         f"[{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}] | {p(b['t_p'])} | "
+                         f"{p(b['holm_headline_t'])} |")
     return lines
 
 

@@ -13,7 +13,7 @@ import pytest
 from algos.recipes.micro.seeds import stage_figures
 from benchmarks.docs_tables import BLOCKS, block, render_docs, rendered
 from benchmarks.seed_stats import seed_interval
-from benchmarks.table2 import comparisons_from_records
+from benchmarks.table2 import comparisons_from_records, multiplicity
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = json.loads((ROOT / "docs" / "micro_seeds.json").read_text())
@@ -55,6 +55,33 @@ def test_the_question_paired_intervals_come_from_the_committed_records_when_ther
     for v, got in again.items():
         assert got["vs_opd"] == table["rows"][v]["vs_opd"]
         assert got["without_two_choice"] == table["rows"][v]["without_two_choice"]["vs_opd"]
+
+
+@pytest.mark.parametrize("source", TABLES)
+def test_the_committed_multiplicity_is_that_of_the_committed_comparisons(source):
+    """Every committed table counts its comparisons with opd and carries their raw and
+    Holm-adjusted p-values over seeds, as :func:`benchmarks.table2.multiplicity` computes them
+    from the table's own per-seed differences."""
+    table = json.loads((ROOT / source).read_text())
+    committed = table.pop("multiplicity")
+    assert committed == json.loads(json.dumps(multiplicity(table)))
+    made = committed["comparisons"]
+    assert committed["families"]["all"] == len(made) == len({c["comparison"] for c in made})
+    for c in made:
+        assert c["holm_all"]["t"] >= c["t_p"] and c["holm_all"]["sign"] >= c["sign_p"]
+
+
+def test_the_facts_headline_after_holm_and_over_bases_is_the_audits():
+    """shared/reviews/table2_audit.md: micro_facts' outcome - opd, t p 0.049 raw; Holm over the
+    table's 4 headline comparisons 0.20; with its 3 bases as the unit [-0.24, +2.05], p 0.076."""
+    table = json.loads((ROOT / "docs" / "table2_facts" / "table2.json").read_text())
+    found = table["multiplicity"]
+    outcome = next(c for c in found["comparisons"] if c["comparison"] == "outcome - opd (all questions)")
+    assert (round(outcome["t_p"], 3), round(outcome["holm_headline"]["t"], 2)) == (0.049, 0.2)
+    assert (found["families"]["headline"], found["families"]["all"]) == (4, 12)
+    bases = found["over_bases"]["outcome"]
+    assert bases["bases"] == 3 and round(bases["t_p"], 3) == 0.076
+    assert [round(100 * bases["interval"][k], 2) for k in ("low", "high")] == [-0.24, 2.05]
 
 
 def test_the_micro_seeds_headline_is_that_of_its_per_seed_figures():

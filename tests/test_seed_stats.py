@@ -9,7 +9,7 @@ import math
 import pytest
 
 from algos.report import seeds_improved, sign_test_p
-from benchmarks.seed_stats import seed_interval
+from benchmarks.seed_stats import holm, seed_interval, t_test_p
 
 Q = 1 / 140
 """One question of the 140 dev questions, as a macro difference."""
@@ -73,3 +73,33 @@ def test_seeds_that_differ_alike_give_a_zero_width_interval():
     got = seed_interval({"0": Q, "1": Q, "2": Q})
     assert got["low"] == got["high"] == pytest.approx(Q)
     assert got["sign_test"]["p_value"] == 0.25  # 3 of 3 improved: the review's seed-level p
+
+
+def test_holm_by_hand():
+    """Four raw p-values, m = 4, in ascending order a 0.01, c 0.03, b 0.04, d 0.20: the
+    adjusted are 4 x 0.01 = 0.04; max(0.04, 3 x 0.03) = 0.09; max(0.09, 2 x 0.04 = 0.08) =
+    0.09 (the running maximum keeps the order); max(0.09, 1 x 0.20) = 0.20. A test without a
+    p (None) is not counted and stays None; an adjusted p never exceeds 1."""
+    got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.20, "x": None})
+    assert list(got) == ["a", "b", "c", "d", "x"]
+    assert got["x"] is None
+    assert {k: round(v, 12) for k, v in got.items() if v is not None} == {"a": 0.04, "b": 0.09, "c": 0.09, "d": 0.2}
+    assert holm({"a": 0.3, "b": 0.6}) == {"a": 0.6, "b": 0.6}
+    assert holm({"a": 0.5, "b": 0.9, "c": 0.7}) == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert holm({"only": 0.049}) == {"only": 0.049} and holm({}) == {}
+    # the audit's family: facts' outcome - opd (t p 0.049) among the 7 headline comparisons of both presets
+    assert round(holm({"outcome": 0.049, **{f"o{i}": 0.5 for i in range(6)}})["outcome"], 3) == 0.343
+
+
+def test_the_t_test_p_by_hand():
+    """Differences 1, 2, 3: mean 2, sd 1, t = 2 sqrt(3) with df 2, whose two-sided p is
+    1 - t / sqrt(2 + t^2) (the t distribution with 2 degrees of freedom in closed form)."""
+    t = 2 * math.sqrt(3)
+    assert t_test_p({"0": 1.0, "1": 2.0, "2": 3.0}) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-12)
+    assert t_test_p({"0": -1.0, "1": -2.0, "2": -3.0}) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-12)
+    assert t_test_p({"0": 1.0}) is None
+    assert t_test_p({"0": Q, "1": Q}) == 0.0 and t_test_p({"0": 0.0, "1": 0.0}) == 1.0
+    # the interval over seeds excludes zero exactly when p < 0.05
+    for diffs in ({"0": 1.0, "1": 2.0, "2": 3.0}, {"0": -1.0, "1": 0.5, "2": 2.0}):
+        ci = seed_interval(diffs)
+        assert (t_test_p(diffs) < 0.05) == (ci["low"] > 0 or ci["high"] < 0)
