@@ -9,10 +9,18 @@ pickled object could run code on ``--resume``). A model with a non-finite weight
 written.
 
 Checked when chosen: ``--resume`` takes the newest checkpoint that :func:`verify_checkpoint`
-passes (every weight file's header readable, every tensor the model's config asks for present,
-every weight finite, ``trainer_state.pt`` loadable with ``weights_only=True``); a damaged newer
-one is skipped with a logged line naming its file and why (:func:`usable_checkpoint`), and a run
-with no usable checkpoint is refused in one line naming the file (:class:`CheckpointError`)."""
+passes, verified whole: ``config.json`` parsed and its sizes sane, every weight file (every
+shard) readable, every tensor the config's model has present with the shape the config gives
+it and none it lacks, every weight finite; the tokenizer files parsed (``tokenizer.json``
+loadable, its ids inside the config's vocabulary); ``trainer_state.pt`` loadable with
+``weights_only=True`` and ``train_config.json`` parsed. A damaged newer one is skipped with a
+logged line naming its file and why (:func:`usable_checkpoint`), and a run with no usable
+checkpoint is refused in one line naming the file (:class:`CheckpointError`).
+
+Contained: the ``latest`` pointer, a shard index's file names and the ``step_*`` folders are
+names read from files; each goes through :func:`envs.paths.contained`, so a pointer naming
+``../other_run``, an absolute path or a link out is refused naming the pointer (``ckpt:RUN``,
+``--teacher RUN`` and :func:`resolve_model_path` never load a model from outside the run)."""
 
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from typing import Any
 import torch
 
 from agents.models import ModelFileError
+from envs.paths import contained
 from envs.quiet import quiet_progress
 
 
@@ -63,20 +72,70 @@ def save_checkpoint(out_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     (root / "latest").write_text(final.name)
-    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+    for old in _step_dirs(root)[:-max(keep, 1)]:  # the newest `keep`, by step number
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run directory, or None."""
-    root = checkpoint_root(out_dir)
+POINTER_BYTES = 4096
+"""The most of ``checkpoints/latest`` read: it holds one folder name."""
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    """The ``step_N`` folders under ``root`` (a checkpoint root), oldest first by step number
+    (``step_1000000`` after ``step_999999``); a folder or link that leads outside ``root`` is
+    left out (:func:`envs.paths.contained`), as is any other name."""
+    found = []
+    for path in root.glob("step_*"):
+        number = path.name[len("step_"):]
+        if not number.isdigit() or not number.isascii():
+            continue
+        try:
+            contained(root, path.name)
+        except ValueError:
+            continue
+        if path.is_dir():
+            found.append((int(number), path.name, path))
+    return [path for *_, path in sorted(found)]
+
+
+def _pointed(root: Path) -> Path | None:
+    """The checkpoint ``root/latest`` names, or None without a pointer. The name is read from a
+    file: :class:`CheckpointError` naming the pointer when it leads outside ``root`` (``..``, an
+    absolute path, a link out) or is not one line of text."""
     pointer = root / "latest"
-    if pointer.exists():
-        path = root / pointer.read_text().strip()
-        if (path / "trainer_state.pt").exists():
-            return path
-    done = sorted(p for p in root.glob("step_*") if (p / "trainer_state.pt").exists())
+    if not pointer.exists() and not pointer.is_symlink():
+        return None
+    try:
+        contained(root, pointer.name)  # the pointer file itself may be a link out
+        with open(pointer, "rb") as f:
+            raw = f.read(POINTER_BYTES + 1)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:
+        raise CheckpointError(f"{pointer}: unreadable checkpoint pointer ({err.strerror or type(err).__name__})") from None
+    if len(raw) > POINTER_BYTES:
+        raise CheckpointError(f"{pointer}: not a checkpoint pointer (more than {POINTER_BYTES} bytes)")
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{pointer}: not a checkpoint pointer (not UTF-8 text)") from None
+    try:
+        return contained(root, name, source=pointer)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run directory, or None: the one ``latest`` names when
+    it is complete, else the complete ``step_N`` with the largest N. Raises
+    :class:`CheckpointError` (one line naming the pointer) when ``latest`` names a place outside
+    the run's ``checkpoints`` folder."""
+    root = checkpoint_root(out_dir)
+    path = _pointed(root)
+    if path is not None and (path / "trainer_state.pt").exists():
+        return path
+    done = [p for p in _step_dirs(root) if (p / "trainer_state.pt").exists()]
     return done[-1] if done else None
 
 
@@ -89,7 +148,7 @@ def usable_checkpoint(out_dir: str | Path, log: Callable[[str], None] = _stderr)
     when the run has none at all. A damaged newer one is skipped with one ``log`` line naming
     the bad file and why; when every one is damaged, raises :class:`CheckpointError` naming
     the newest one's bad file (nothing is deleted: the files stay for a look)."""
-    candidates = sorted((p for p in checkpoint_root(out_dir).glob("step_*") if p.is_dir()), reverse=True)
+    candidates = _step_dirs(checkpoint_root(out_dir))[::-1]
     first_error: CheckpointError | None = None
     for path in candidates:
         try:
@@ -108,39 +167,154 @@ def usable_checkpoint(out_dir: str | Path, log: Callable[[str], None] = _stderr)
 
 
 def verify_checkpoint(path: str | Path) -> None:
-    """Raise :class:`CheckpointError` naming the file unless the checkpoint at ``path`` holds
-    a whole model (:func:`verify_weights`) and a ``trainer_state.pt`` that loads with
-    ``weights_only=True`` into the ``{"optimizer", "state"}`` dict :func:`save_checkpoint` writes."""
-    verify_weights(path)
-    _read_trainer_state(Path(path) / "trainer_state.pt")
+    """Raise :class:`CheckpointError` naming the file unless the checkpoint at ``path`` is whole:
+    its model (:func:`verify_weights`: config, every shard, shapes), its tokenizer
+    (:func:`verify_tokenizer`), a ``trainer_state.pt`` that loads with ``weights_only=True``
+    into the ``{"optimizer", "state"}`` dict :func:`save_checkpoint` writes, and a
+    ``train_config.json`` that parses to a JSON object."""
+    root = Path(path)
+    config = verify_weights(root)
+    verify_tokenizer(root, config)
+    _read_trainer_state(root / "trainer_state.pt")
+    _read_json_object(root / "train_config.json", "training config")
 
 
-def verify_weights(path: str | Path) -> None:
+MODEL_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size", "head_dim", "max_position_embeddings")
+"""The sizes of ``config.json`` that must be positive integers when present."""
+JSON_BYTES = 64 << 20
+"""The most of a checkpoint's JSON file (config, tokenizer, index) read."""
+TOKENIZER_JSON = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                  "vocab.json")
+"""The tokenizer files that are JSON: each one present must parse to an object."""
+
+
+def verify_weights(path: str | Path) -> dict[str, Any]:
     """Raise :class:`CheckpointError` naming the file unless the model saved at ``path``
-    (``save_pretrained``: ``model.safetensors`` or an index with its shards) has readable
-    safetensors headers, every tensor its ``config.json``'s model has (tied weights count as
-    one: ``save_pretrained`` writes a tied pair once) and only finite values. Reads every
-    weight once, one tensor at a time."""
+    (``save_pretrained``: ``model.safetensors`` or an index with its shards) is whole: a
+    ``config.json`` that parses, with positive integer sizes (the heads dividing the hidden size,
+    the key-value heads the heads); readable safetensors headers in every shard (each shard named
+    inside ``path``, each tensor the index places in a shard there); every tensor the config's
+    model has (tied weights count as one: ``save_pretrained`` writes a tied pair once), with the
+    shape the config gives it, and no tensor it lacks (a config naming another vocabulary, width
+    or depth); only finite values. Reads every weight once, one tensor at a time. Returns the
+    parsed config."""
     from safetensors import SafetensorError, safe_open
 
     root = Path(path)
+    config = _read_config(root)
     files = _weight_files(root)
-    present: dict[str, Path] = {}
+    present: dict[str, tuple[Path, tuple[int, ...]]] = {}
     for file in files:
         try:
             with safe_open(str(file), "pt") as reader:
                 for name in reader.keys():
-                    present[name] = file
                     tensor = reader.get_tensor(name)
+                    present[name] = (file, tuple(tensor.shape))
                     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                         raise CheckpointError(f"{file}: tensor {name!r} holds non-finite values (NaN or inf)")
         except (SafetensorError, OSError, RuntimeError) as err:
             raise CheckpointError(f"{file}: unreadable safetensors file ({_first_line(err)})") from None
-    for group in _expected_tensors(root):
-        if not any(name in present for name in group):
-            file = files[0] if len(files) == 1 else root / "model.safetensors.index.json"
-            raise CheckpointError(f"{file}: tensor {group[0]!r} is missing (the model in {root / 'config.json'} "
+    _check_index_places(root, present)
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int) and layers > len(present):  # each layer saves a tensor at least
+        raise CheckpointError(f"{root / 'config.json'}: num_hidden_layers {layers} but the weights hold only "
+                              f"{len(present)} tensors (the config names another model)")
+    expected, ignored = _expected_tensors(root)
+    where = files[0] if len(files) == 1 else root / "model.safetensors.index.json"
+    for group, shape in expected:
+        names = [name for name in group if name in present]
+        if not names:
+            raise CheckpointError(f"{where}: tensor {group[0]!r} is missing (the model in {root / 'config.json'} "
                                   "has it; loading would initialise it at random)")
+        for name in names:
+            file, saved = present[name]
+            if saved != shape:
+                raise CheckpointError(f"{file}: tensor {name!r} has shape {list(saved)}, but the model in "
+                                      f"{root / 'config.json'} has {list(shape)} (the config names another shape)")
+    if expected:
+        known = {name for group, _ in expected for name in group}
+        extra = sorted(name for name in present if name not in known and not any(p.search(name) for p in ignored))
+        if extra:
+            raise CheckpointError(f"{present[extra[0]][0]}: tensor {extra[0]!r} is not in the model of "
+                                  f"{root / 'config.json'} ({len(extra)} such; the config names another model)")
+    return config
+
+
+def verify_tokenizer(path: str | Path, config: dict[str, Any] | None = None) -> None:
+    """Raise :class:`CheckpointError` naming the file unless the tokenizer saved at ``path`` is
+    whole: ``tokenizer_config.json`` present, every JSON tokenizer file present parsed to an
+    object, ``tokenizer.json`` (when present) loadable by ``tokenizers`` and its token ids (the
+    vocabulary's and the added tokens') inside ``config``'s ``vocab_size``."""
+    root = Path(path)
+    if not (root / "tokenizer_config.json").exists():
+        raise CheckpointError(f"{root / 'tokenizer_config.json'}: does not exist (no tokenizer saved in {root})")
+    parsed = {name: _read_json_object(root / name, "tokenizer file") for name in TOKENIZER_JSON
+              if (root / name).exists()}
+    if "tokenizer.json" not in parsed:
+        return
+    file = root / "tokenizer.json"
+    data = parsed["tokenizer.json"]
+    try:
+        from tokenizers import Tokenizer
+
+        Tokenizer.from_str(json.dumps(data))
+    except Exception as err:  # noqa: BLE001 (its Rust parser's errors have no common class)
+        raise CheckpointError(f"{file}: not a tokenizer ({_first_line(err)})") from None
+    ids = _token_ids(data)
+    vocab = (config or {}).get("vocab_size")
+    if ids and isinstance(vocab, int) and max(ids) >= vocab:
+        raise CheckpointError(f"{file}: token id {max(ids)} is outside the model's vocabulary of {vocab} "
+                              f"({root / 'config.json'})")
+
+
+def _token_ids(data: dict[str, Any]) -> list[int]:
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    vocab = model.get("vocab")
+    ids = [v for v in vocab.values() if isinstance(v, int)] if isinstance(vocab, dict) else \
+        list(range(len(vocab))) if isinstance(vocab, list) else []
+    added = data.get("added_tokens")
+    if isinstance(added, list):
+        ids += [t["id"] for t in added if isinstance(t, dict) and isinstance(t.get("id"), int)]
+    return ids
+
+
+def _read_json_object(file: Path, what: str) -> dict[str, Any]:
+    """``file`` parsed as a JSON object of at most :data:`JSON_BYTES`; CheckpointError naming it."""
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(JSON_BYTES + 1)
+    except OSError as err:
+        reason = "does not exist" if isinstance(err, FileNotFoundError) else f"unreadable ({err.strerror})"
+        raise CheckpointError(f"{file}: {reason} (the checkpoint's {what})") from None
+    if len(raw) > JSON_BYTES:
+        raise CheckpointError(f"{file}: larger than {JSON_BYTES >> 20} MiB (not a {what})")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise CheckpointError(f"{file}: not JSON, cut or damaged (a {what}: {_first_line(err)})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file}: not a JSON object (a {what})")
+    return data
+
+
+def _read_config(root: Path) -> dict[str, Any]:
+    """``root/config.json`` parsed, its sizes positive integers and consistent."""
+    file = root / "config.json"
+    config = _read_json_object(file, "model config")
+    for key in MODEL_SIZES:
+        value = config.get(key)
+        if value is None and key in ("head_dim", "num_key_value_heads", "max_position_embeddings"):
+            continue
+        if key in config and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise CheckpointError(f"{file}: {key} must be a positive integer, got {value!r:.40}")
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and config.get("head_dim") is None and hidden % heads:
+        raise CheckpointError(f"{file}: hidden_size {hidden} is not divisible by num_attention_heads {heads}")
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+        raise CheckpointError(f"{file}: num_attention_heads {heads} is not divisible by num_key_value_heads {kv}")
+    return config
 
 
 def _weight_files(root: Path) -> list[Path]:
@@ -148,36 +322,70 @@ def _weight_files(root: Path) -> list[Path]:
     if single.exists():
         return [single]
     if index.exists():
+        data = _read_json_object(index, "shard index")
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index}: unreadable shard index (no weight_map of tensor names to shards)")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise CheckpointError(f"{index}: unreadable shard index (a weight_map entry is not a name)")
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
-            raise CheckpointError(f"{index}: unreadable shard index ({_first_line(err)})") from None
-        missing = [s for s in shards if not (root / s).exists()]
+            files = [contained(root, shard, source=index) for shard in sorted(set(weight_map.values()))]
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
+        missing = [f for f in files if not f.is_file()]
         if missing:
-            raise CheckpointError(f"{root / missing[0]}: shard named in {index.name} does not exist")
-        return [root / s for s in shards]
+            raise CheckpointError(f"{missing[0]}: shard named in {index.name} does not exist")
+        return files
     raise CheckpointError(f"{single}: does not exist (no weights in {root})")
 
 
-def _expected_tensors(root: Path) -> list[tuple[str, ...]]:
+def _check_index_places(root: Path, present: dict[str, tuple[Path, tuple[int, ...]]]) -> None:
+    """Every tensor a shard index places in a shard is there (a loader trusts the index)."""
+    index = root / "model.safetensors.index.json"
+    if (root / "model.safetensors").exists() or not index.exists():
+        return
+    for name, shard in _read_json_object(index, "shard index")["weight_map"].items():
+        if name not in present or present[name][0] != root / shard:
+            raise CheckpointError(f"{root / shard}: tensor {name!r} that {index.name} places there is not in it")
+
+
+def _expected_tensors(root: Path) -> tuple[list[tuple[tuple[str, ...], tuple[int, ...]]], list[Any]]:
     """Every tensor the model of ``root/config.json`` saves, as groups of names that share one
-    tensor (tied weights: any one name of a group in the file is enough), built on the meta
-    device (no memory, no init). Empty when transformers cannot build it (then the loading
-    info of ``from_pretrained`` is the check, :func:`agents.models.load_causal_lm`)."""
+    tensor (tied weights: any one name of a group in the file is enough) with its shape, and
+    the patterns of saved names its class ignores at load; built on the meta device (no
+    memory, no init). Empty when transformers does not know the config's ``model_type`` (then
+    the loading info of ``from_pretrained`` is the check, :func:`agents.models.load_causal_lm`);
+    :class:`CheckpointError` when it knows it but cannot build the model the config describes."""
+    import re
+
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     try:
         config = AutoConfig.from_pretrained(root)
+    except Exception:  # noqa: BLE001 (an architecture this transformers does not know: checked at load)
+        return [], []
+    if getattr(config, "model_type", None) not in CONFIG_MAPPING:
+        return [], []
+    try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except Exception:  # noqa: BLE001 (an architecture this transformers does not know: checked at load)
-        return []
+    except ValueError as err:
+        if "Unrecognized configuration class" in str(err):  # not a causal LM this transformers builds
+            return [], []
+        raise CheckpointError(f"{root / 'config.json'}: cannot build the model it describes ({_first_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 (sizes that contradict each other: any error of the model's init)
+        raise CheckpointError(f"{root / 'config.json'}: cannot build the model it describes "
+                              f"({type(err).__name__}: {_first_line(err)})") from None
     by_tensor: dict[int, list[str]] = {}
+    shapes: dict[int, tuple[int, ...]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         by_tensor.setdefault(id(param), []).append(name)
+        shapes[id(param)] = tuple(param.shape)
     params = {name for names in by_tensor.values() for name in names}
-    buffers = [(name,) for name in model.state_dict() if name not in params]  # persistent buffers
-    return [tuple(names) for names in by_tensor.values()] + buffers
+    buffers = [((name,), tuple(t.shape)) for name, t in model.state_dict().items() if name not in params]
+    ignored = [re.compile(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
+    return [(tuple(names), shapes[key]) for key, names in by_tensor.items()] + buffers, ignored
 
 
 def _first_line(err: BaseException) -> str:

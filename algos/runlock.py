@@ -8,6 +8,12 @@ process dies, however it dies, so a lock file left behind by a killed run is fre
 run takes it over and says whose it was. The file is emptied, not deleted, on release
 (deleting it would let a waiting opener lock a file no one else can see).
 
+The lock file is opened without following links (``O_NOFOLLOW``, at creation too): a
+``run.lock`` planted as a symbolic link, or one that is a folder, a fifo or anything but a
+plain file (a hard link to another file included), is refused in one line
+(:class:`LockPathError`) before a byte is written, so the run never writes its record into,
+or empties, a file outside its folder. The record is rewritten whole (truncated, then written).
+
 Under ``torchrun`` the lock is per run, not per rank: rank 0 alone takes it (the others
 share rank 0's folder and would refuse each other); see :func:`algos.pipeline.run_pipeline`.
 """
@@ -19,6 +25,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +38,42 @@ LOCK_NAME = "run.lock"
 
 class RunLockedError(RuntimeError):
     """Another live run holds the output folder: ``str(error)`` is one line naming it."""
+
+
+class LockPathError(RunLockedError):
+    """``<out>/run.lock`` is not a plain file of its own (a symbolic link, a folder, a fifo, a
+    hard link to another file): refused, one line naming it, before anything is written. A
+    :class:`RunLockedError`, so every command that reports a held lock in one line reports this."""
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file's descriptor, opened (created when absent) without following a link;
+    :class:`LockPathError` for anything but a plain file with one name."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        kind = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else None
+        why = f"it is {kind}" if kind else f"it cannot be opened ({err.strerror or type(err).__name__})"
+        raise LockPathError(f"{path}: refusing the run lock: {why}; the lock must be a plain file "
+                            "(remove it, or give another --out)") from None
+    info = os.fstat(fd)
+    why = ("it is not a plain file (a fifo, a socket or a device)" if not stat.S_ISREG(info.st_mode)
+           else f"it is a hard link ({info.st_nlink} names for one file)" if info.st_nlink != 1 else None)
+    if why:
+        os.close(fd)
+        raise LockPathError(f"{path}: refusing the run lock: {why}; the lock must be a plain file "
+                            "(remove it, or give another --out)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _write_record(fd: int, record: dict[str, Any]) -> None:
+    """The lock file holds exactly ``record`` afterwards: emptied first, so no byte of a longer
+    earlier record is left behind it."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+    os.fsync(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -73,14 +116,19 @@ def run_lock(out_dir: str | Path, *, log: Callable[[str], None] = print,
              command: str | None = None) -> Iterator[dict[str, Any]]:
     """Hold ``<out_dir>/run.lock`` for the ``with`` block; yields the record written into it.
 
-    Raises :class:`RunLockedError` when a live run holds it (in this process or another).
+    Raises :class:`RunLockedError` when a live run holds it (in this process or another), and
+    :class:`LockPathError` (one) when ``run.lock`` is not a plain file (a link, a folder...).
     A lock file left by a run that is gone (its ``flock`` released with its process) is taken
     over with one ``log`` line saying whose it was. ``command``: what the record names
     (default: this process's command line)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where the folder should be, no permission
+        raise LockPathError(f"{out}: cannot hold a run lock there: not a folder we can create "
+                            f"({err.strerror or type(err).__name__})") from None
     path = out / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -101,9 +149,7 @@ def run_lock(out_dir: str | Path, *, log: Callable[[str], None] = print,
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "command": command if command is not None else shlex.join(sys.orig_argv),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
-        os.fsync(fd)
+        _write_record(fd, record)
         yield record
     finally:
         try:
