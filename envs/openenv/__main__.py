@@ -1,11 +1,13 @@
 """``python -m envs.openenv serve``: SearchTeam as an OpenEnv server.
 
-    python -m envs.openenv serve [--port 8000] [--max-sessions 8] [--retriever-url URL]
-                                 [--workflow cascade] [--top-k 3] ...
+    python -m envs.openenv serve [--port 8000] [--max-sessions 8] [--idle-timeout 300]
+                                 [--retriever-url URL] [--workflow cascade] [--top-k 3] ...
 
 Every WebSocket session (OpenEnv's ``EnvClient``, ``GenericEnvClient``, or
 ``envs.openenv.client.SearchTeamClient``) holds one episode at a time; one step is one
-whole turn. ``openenv validate --url http://127.0.0.1:PORT`` checks the running server.
+whole turn; a session silent for ``--idle-timeout`` seconds is dropped, freeing its place.
+Plain HTTP ``/reset`` and ``/step`` share one env and keep no episode between requests.
+``openenv validate --url http://127.0.0.1:PORT`` checks the running server.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+"""``envs.openenv.server.DEFAULT_IDLE_TIMEOUT_S`` (not imported here: the server needs the extra)."""
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-sessions", type=int, default=8,
                        help="concurrent WebSocket sessions (one GRPO group of G needs G); one more is refused")
+    serve.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+                       help="drop a session that sends nothing for this long, freeing its place "
+                            f"(default {DEFAULT_IDLE_TIMEOUT_S:g}; 0: never)")
     serve.add_argument("--retriever", default="default",
                        help="default (MiniLM over the synthetic world), words, or a corpus JSONL")
     serve.add_argument("--retriever-url", default=None,
@@ -52,11 +60,15 @@ def main(argv: list[str] | None = None) -> int:
                           ("max-context-tokens", 4096)):
         serve.add_argument(f"--{name}", type=int, default=default, help=f"env setting (default {default})")
     args = parser.parse_args(argv)
+    if not (0 <= args.idle_timeout < float("inf")) or args.max_sessions < 1:
+        parser.error(f"--idle-timeout must be >= 0 seconds (0: never) and --max-sessions >= 1, got "
+                     f"{args.idle_timeout!r} and {args.max_sessions}")
     import uvicorn
 
     from envs.openenv.server import make_app
 
-    app = make_app(env_kwargs(args), max_sessions=args.max_sessions)
+    app = make_app(env_kwargs(args), max_sessions=args.max_sessions,
+                   idle_timeout_s=args.idle_timeout or None)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

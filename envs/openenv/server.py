@@ -5,6 +5,16 @@ copy of the tokenizer; the retriever is built once, before serving, and shared.
 A turn is played by ``raw_env.play_turns``, the env's one turn path, so a session's
 Episodes equal those of the in-process PettingZoo loop for the same turns.
 
+One client's cost is bounded. A reset's question is cut to what a prompt can hold
+(:func:`cut_question`) before it is tokenised whole, and its answers, id and dataset are
+bounded (:data:`MAX_ANSWERS`, :data:`MAX_FIELD_CHARS`); actions are cut to a turn's budget
+by the env. Plain HTTP routes (``/reset``, ``/step``, ``/state``, ``/metadata``) share one
+env built at start-up, one request at a time (a concurrent one is refused, never given a
+new env), and it keeps no episode between requests. A WebSocket session that sends
+nothing for ``idle_timeout_s`` (default :data:`DEFAULT_IDLE_TIMEOUT_S`) is dropped, so its
+place goes to the next newcomer; a dropped session answers every later request with a
+refusal.
+
 Nothing a client sends raises: a step before reset, an agent that awaits no turn and a
 malformed action are answered with ``last_turn = {"played": False, "invalid": True,
 "reason": ...}`` and change nothing; out-of-vocabulary token ids are model output, as in
@@ -13,15 +23,18 @@ the AEC env: they play as an invalid (empty) turn and the note says so.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import functools
 import math
+import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
@@ -31,11 +44,17 @@ from envs.openenv.models import (
     SearchTeamState,
     tokenizer_identity,
 )
-from envs.search_team import default_tokenizer, make_env
-from envs.team import WORKFLOWS, Question
+from envs.search_team import MAX_CHARS_PER_TOKEN, default_tokenizer, make_env
+from envs.team import MIN_TURN_ROOM, WORKFLOWS, Question
 
 ENV_NAME = "search_team"
 RESET_OPTIONS = ("seed", "episode_id", "question", "workflow")
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+"""A WebSocket session silent this long (no reset, step or state) is dropped."""
+MAX_ANSWERS = 64
+"""Most golden answers a reset's question may carry."""
+MAX_FIELD_CHARS = 256
+"""Longest ``id`` and ``dataset`` of a reset's question."""
 
 
 class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation, SearchTeamState]):
@@ -58,6 +77,27 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         self._envs: dict[str, Any] = {}
         self.env = self._env_for(self.workflow)
         self._state = SearchTeamState(workflow=self.workflow)
+        self._closed = ""  # why this session no longer plays ("" while it does)
+        self._busy = 0  # requests in progress
+        self._last_request = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since this session's last request ended (0 while one is in progress)."""
+        return 0.0 if self._busy else time.monotonic() - self._last_request
+
+    def _begin(self) -> None:
+        self._busy += 1
+
+    def _end(self) -> None:
+        self._busy -= 1
+        self._last_request = time.monotonic()
+
+    def close(self, reason: str = "the session was closed") -> None:
+        """Drop the episode and the envs (the tokenizer copy goes with them); every later
+        request is answered with a refusal naming ``reason``."""
+        self._closed = self._closed or reason
+        self._envs = {}
+        self.env = _NO_ENV
 
     def _env_for(self, workflow: str) -> Any:
         if workflow not in self._envs:
@@ -75,27 +115,46 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         "dataset"}`` or a plain question (None: drawn from the env's questions with
         ``seed``); ``workflow``: hierarchical or cascade (None: the server's). A bad option
         changes nothing and is answered with ``last_turn.invalid``."""
-        reason = _reset_refusal(seed, episode_id, workflow, options)
-        item = None
-        if not reason and question is not None:
-            item, reason = _question_of(question)
-        if reason:
-            return self._observe(_refused("", "reset refused: " + reason))
-        self.env = self._env_for(workflow or self.workflow)
-        self.env.reset(seed=seed, options={"question": item} if item is not None else None)
-        self._state = SearchTeamState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
-                                      workflow=self.env.config.workflow)
-        return self._observe({}, metadata=dict(self.identity))
+        self._begin()
+        try:
+            if self._closed:
+                return self._observe(_refused("", self._closed))
+            reason = _reset_refusal(seed, episode_id, workflow, options)
+            item = None
+            if not reason and question is not None:
+                item, reason = _question_of(question)
+            if reason:
+                return self._observe(_refused("", "reset refused: " + reason))
+            self.env = self._env_for(workflow or self.workflow)
+            if item is not None:  # cut to what a prompt can hold before it is tokenised whole
+                item = dataclasses.replace(item, question=cut_question(
+                    item.question, self.env.tokenizer, prompt_budget(self.env.config)))
+            self.env.reset(seed=seed, options={"question": item} if item is not None else None)
+            self._state = SearchTeamState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
+                                          workflow=self.env.config.workflow)
+            return self._observe({}, metadata=dict(self.identity))
+        finally:
+            self._end()
 
     def step(self, action: SearchTeamAction, timeout_s: float | None = None,
              **kwargs: Any) -> SearchTeamObservation:
         """Play ``action.agent``'s whole turn (default: the agent the last observation
         named). Refusals play nothing: see the module docstring."""
+        self._begin()
+        try:
+            return self._step(action)
+        finally:
+            self._end()
+
+    def _step(self, action: SearchTeamAction) -> SearchTeamObservation:
+        if self._closed:
+            return self._observe(_refused(getattr(action, "agent", "") or "", self._closed))
         raw = self.env
         agent = getattr(action, "agent", "") or (raw.agent_selection if raw.core is not None else "")
         reason = _action_refusal(action)
         if not reason and raw.core is None:
-            reason = "call reset first (over plain HTTP every request gets a fresh env: use a WebSocket session)"
+            reason = ("call reset first (plain HTTP requests keep no episode between them: "
+                      "use a WebSocket session)")
         elif not reason and raw.done:
             reason = "the episode is over: call reset"
         turn: Any = None
@@ -115,6 +174,7 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
 
     @property
     def state(self) -> SearchTeamState:
+        self._last_request = time.monotonic()  # asking for the state is activity too
         raw, st = self.env, self._state
         ep = raw.episode
         st.question_id = "" if ep is None else str(ep.question.get("id", ""))
@@ -202,10 +262,66 @@ def _question_of(question: Any) -> tuple[Question | None, str]:
         answers = [answers]
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         return None, "question.golden_answers must be a string or a list of strings"
+    if len(answers) > MAX_ANSWERS or any(len(a) > MAX_ANSWER_CHARS for a in answers):
+        return None, (f"question.golden_answers: at most {MAX_ANSWERS} answers of at most "
+                      f"{MAX_ANSWER_CHARS} characters (no longer answer fits a turn)")
     qid, dataset = question.get("id", ""), question.get("dataset", "")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool) or not isinstance(dataset, str):
         return None, "question.id must be a string or an int and question.dataset a string"
+    if isinstance(qid, int) and not -10**18 < qid < 10**18:
+        return None, "question.id is an int out of range"
+    if len(str(qid)) > MAX_FIELD_CHARS or len(dataset) > MAX_FIELD_CHARS:
+        return None, f"question.id and question.dataset must have at most {MAX_FIELD_CHARS} characters"
     return Question(id=str(qid), question=text, golden_answers=tuple(answers), dataset=dataset), ""
+
+
+MAX_ANSWER_CHARS = 4096 * MAX_CHARS_PER_TOKEN
+"""Longest golden answer a reset may give: longer than any turn can write."""
+
+
+def prompt_budget(config: Any) -> int:
+    """Tokens a first prompt may hold (``TurnMachine._fit_prompt``'s limit): a question of
+    more tokens is shortened by the env anyway."""
+    return max(1, config.max_context_tokens - config.max_turn_tokens - MIN_TURN_ROOM)
+
+
+def cut_question(text: str, tokenizer: Any, budget: int) -> str:
+    """``text`` cut to at most about ``budget`` tokens, tokenising at most
+    ``budget * MAX_CHARS_PER_TOKEN`` characters of it: no token spans more characters
+    (``envs.search_team.MAX_CHARS_PER_TOKEN``), so what lies beyond could never be shown.
+    The first ``budget * 8`` characters are tried first (prose runs about 4 to a token),
+    so a long question of ordinary text costs that much. A text of at most ``budget // 4``
+    characters (at most 4 tokens a character, one per UTF-8 byte) is returned as is
+    without tokenising; a cut text ends in ``" ..."``."""
+    if len(text) <= budget // 4:
+        return text
+    for per_token in (8, MAX_CHARS_PER_TOKEN):
+        head = text[: budget * per_token]
+        try:
+            enc = tokenizer(head, add_special_tokens=False, return_offsets_mapping=True)
+            ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        except (NotImplementedError, TypeError, ValueError, KeyError):  # no offsets (a slow tokenizer)
+            ids, offsets = tokenizer.encode(head, add_special_tokens=False), None
+        if len(ids) > budget:
+            end = offsets[budget][0] if offsets is not None else len(head) * budget // len(ids)
+            return head[:end] + " ..."
+        if len(head) == len(text):
+            return text
+    return head + " ..."
+
+
+class _NoEnv:
+    """What a closed session holds instead of its envs: no episode, nothing else."""
+
+    core = None
+    episode = None
+    done = False
+    phase = ""
+    awaiting: list[str] = []
+    agent_selection = ""
+
+
+_NO_ENV = _NoEnv()
 
 
 def _short(value: Any) -> str:
@@ -241,22 +357,132 @@ def _version() -> str:
         return "unknown"
 
 
-def make_app(env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 8) -> Any:
+class _RouteEnvironment(SearchTeamEnvironment):
+    """The one env that plain HTTP routes share: lent to one request at a time, and its
+    episode dropped when the request ends (OpenEnv closes a route's env after each request),
+    so no request sees another's."""
+
+    def __init__(self, **env_kwargs: Any):
+        super().__init__(**env_kwargs)
+        self._lent = threading.Lock()
+
+    def lend(self) -> Environment:
+        """This env, or (while another request holds it) a :class:`_BusyEnvironment`."""
+        if self._lent.acquire(blocking=False):
+            return self
+        return _BusyEnvironment(self)
+
+    def close(self, reason: str = "") -> None:
+        for raw in self._envs.values():
+            raw.core = None  # no episode survives the request
+        self._state = SearchTeamState(workflow=self.workflow)
+        if self._lent.locked():
+            self._lent.release()
+
+
+BUSY = ("the server's plain-HTTP env is serving another request: retry, or open a WebSocket "
+        "session (/ws), which has an env of its own")
+
+
+class _BusyEnvironment(Environment[SearchTeamAction, SearchTeamObservation, SearchTeamState]):
+    """A plain HTTP request that came while the shared env was lent: refused, building nothing."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, route: _RouteEnvironment):
+        super().__init__()
+        self.route = route
+
+    def reset(self, *args: Any, **kwargs: Any) -> SearchTeamObservation:
+        return SearchTeamObservation(last_turn=_refused("", BUSY))
+
+    def step(self, action: Any, *args: Any, **kwargs: Any) -> SearchTeamObservation:
+        return SearchTeamObservation(last_turn=_refused(getattr(action, "agent", "") or "", BUSY))
+
+    @property
+    def state(self) -> SearchTeamState:
+        return SearchTeamState(workflow=self.route.workflow)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return self.route.get_metadata()
+
+    def close(self) -> None:
+        pass
+
+
+class _Factory(functools.partial):
+    """OpenEnv's env factory. A WebSocket session's env is built in the session's own
+    worker thread; plain HTTP routes call the factory on the event loop, and get the shared
+    :class:`_RouteEnvironment` instead (or a refusal), never a new env. A ``partial`` of
+    the session class, so OpenEnv reads the class's flags without building one."""
+
+    route: _RouteEnvironment
+
+    def __call__(self) -> Environment:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread: a new session
+            return super().__call__()
+        return self.route.lend()
+
+
+class _Server(HTTPEnvServer):
+    """OpenEnv's server with an idle timeout that covers WebSocket sessions too (OpenEnv's
+    own reaper skips none, but checks every 5 s at best and reads only its activity
+    stamps): a session whose env has had no request for ``idle_timeout_s`` is destroyed,
+    freeing its place."""
+
+    def __init__(self, *args: Any, idle_timeout_s: float | None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._session_idle_timeout_s = idle_timeout_s
+
+    async def _reap_idle_sessions(self) -> None:
+        timeout = self._session_idle_timeout_s
+        if timeout is None:
+            return
+        while True:
+            await asyncio.sleep(min(5.0, max(0.02, timeout / 4)))
+            async with self._session_lock:
+                stale = [sid for sid, env in self._sessions.items()
+                         if isinstance(env, SearchTeamEnvironment) and env.idle_for() > timeout]
+            for sid in stale:
+                env = self._sessions.get(sid)
+                if isinstance(env, SearchTeamEnvironment) and env.idle_for() > timeout:
+                    env._closed = (f"this session was dropped after {timeout:g} s without a request; "
+                                   "open a new one")
+                    await self._destroy_session(sid)
+
+
+def make_app(env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 8,
+             idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S) -> Any:
     """The FastAPI app serving SearchTeam: OpenEnv's routes (``/ws`` sessions, ``/reset``,
     ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``, ``/mcp``), at most
     ``max_sessions`` WebSocket sessions at once (one more is refused with
-    ``CAPACITY_REACHED``).
+    ``CAPACITY_REACHED``); a session silent for ``idle_timeout_s`` seconds is dropped
+    (None: never). Plain HTTP routes share one env (see the module docstring).
 
     One env is built here, before any session: the tokenizer and the retriever load in
     this thread and are handed to every session (each copies the tokenizer; the retriever
-    is shared read-only). Sessions are built in worker threads, where transformers' lazy
-    imports race: a cold server failed 3 of 4 concurrent sessions with ``FACTORY_ERROR``
-    without this warm-up."""
-    if not isinstance(max_sessions, int) or max_sessions < 1:
+    is shared read-only); it then serves the plain HTTP routes. Sessions are built in
+    worker threads, where transformers' lazy imports race: a cold server failed 3 of 4
+    concurrent sessions with ``FACTORY_ERROR`` without this warm-up."""
+    import os
+
+    from fastapi import FastAPI
+
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
         raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+    if idle_timeout_s is not None and (isinstance(idle_timeout_s, bool) or not isinstance(idle_timeout_s, (int, float))
+                                       or not 0 < idle_timeout_s < math.inf):
+        raise ValueError(f"idle_timeout_s must be a number of seconds > 0 (or None: never), got {idle_timeout_s!r}")
     kwargs = dict(env_kwargs or {})
-    warm = SearchTeamEnvironment(**kwargs)
-    kwargs.update(tokenizer=kwargs.get("tokenizer") or default_tokenizer(), retriever=warm.env.retriever)
-    return create_app(functools.partial(SearchTeamEnvironment, **kwargs), SearchTeamAction,
-                      SearchTeamObservation, env_name=ENV_NAME, max_concurrent_envs=max_sessions,
-                      state_cls=SearchTeamState)
+    route = _RouteEnvironment(**kwargs)
+    kwargs.update(tokenizer=kwargs.get("tokenizer") or default_tokenizer(), retriever=route.env.retriever)
+    factory = _Factory(SearchTeamEnvironment, **kwargs)
+    factory.route = route
+    app = FastAPI(title=f"OpenEnv: {ENV_NAME} (mopd)", version=_version())
+    server = _Server(factory, SearchTeamAction, SearchTeamObservation, max_sessions, env_name=ENV_NAME,
+                     state_cls=SearchTeamState, idle_timeout_s=idle_timeout_s)
+    server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
+    app.state.openenv_server = server
+    return app

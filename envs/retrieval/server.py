@@ -8,7 +8,7 @@
       -> the same answer for the one query, {"result": [[...]]}: SkyRL-gym's SearchEnv
          (and PettingLLMs) send one query so, and read result[0][j]["document"]["contents"]
     GET /health -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...,
-                        "rejected": ...}
+                        "rejected": ..., "dropped": ...}
 
 Search-R1 compatibility (``search_r1/search/retrieval_server.py``): the request model is
 Search-R1's, field for field, so the same coercions apply (``"topk": "3"`` is 3,
@@ -40,7 +40,9 @@ request that arrives beside it waits for the batch in flight, not for the whole 
 The pieces are put back in order, with the bytes one search call would render; the dense
 encoder's last bits (about 1e-7 on a score) depend on which queries share its batch, as
 they did when whole requests were batched together. Past ``max_waiting_queries`` queries
-waiting, a request gets a 503 with ``Retry-After: 1``.
+waiting, a request gets a 503 with ``Retry-After: 1``. A client that disconnects before
+its answer has what is still queued of its request dropped, never searched (``dropped`` in
+``/health`` counts them).
 """
 
 from __future__ import annotations
@@ -378,7 +380,7 @@ class RetrievalServer:
         self.keep_alive_s = keep_alive_s
         self.request_timeout_s = request_timeout_s
         self.documents = _documents_for(retriever, documents)
-        self.stats = {"requests": 0, "queries": 0, "batches": 0, "rejected": 0}
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "rejected": 0, "dropped": 0}
         self._stats_lock = threading.Lock()
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -519,15 +521,23 @@ class RetrievalServer:
             self._count(requests=1)
             job.future = asyncio.get_running_loop().create_future()
             self._enqueue(job)
+            gone = asyncio.ensure_future(_disconnected(request))
             try:
-                status, body = await asyncio.wait_for(
-                    asyncio.shield(job.future), self.request_timeout_s
+                done, _ = await asyncio.wait(
+                    {job.future, gone}, timeout=self.request_timeout_s,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-            except asyncio.TimeoutError:
-                job.abandoned = True
-                self._fair.discard(job)
-                return _error(503, f"retrieval timed out after {self.request_timeout_s} s")
-            return Response(body, status_code=status, media_type="application/json")
+            finally:
+                gone.cancel()
+            if job.future in done:
+                status, body = job.future.result()
+                return Response(body, status_code=status, media_type="application/json")
+            job.abandoned = True  # what is queued of it is dropped; a batch in flight skips it
+            self._fair.discard(job)
+            if gone in done and not gone.cancelled() and gone.result():
+                self._count(dropped=1)
+                return _error(499, "the client disconnected before its answer")  # read by nobody
+            return _error(503, f"retrieval timed out after {self.request_timeout_s} s")
 
         @app.get("/health")
         async def health() -> Response:
@@ -740,6 +750,16 @@ def _documents_for(
     if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
         return CorpusDocuments.from_file(source)
     return None
+
+
+async def _disconnected(request: Request) -> bool:
+    """Wait until the client of ``request`` (whose body is read) disconnects; True then.
+    The server's next ASGI message for a request whose body is complete is the disconnect
+    (uvicorn sends it when the connection is lost, or once the response is sent)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return True
 
 
 def _resolve(job: Job) -> None:
