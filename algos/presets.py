@@ -16,6 +16,7 @@ from algos.recipes import Recipe
 from algos.recipes.micro import FACTS_RECIPE as MICRO_FACTS
 from algos.recipes.micro import RECIPE as MICRO
 from algos.recipes.micro import SEARCH_RECIPE as MICRO_SEARCH
+from algos.recipes.micro.settings import CONTROL_PRESET, CONTROL_TRAIN
 from algos.recipes.paper_cpu import RECIPE as PAPER_CPU
 from algos.recipes.tiny import RECIPE as TINY
 
@@ -34,6 +35,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "micro_search": MICRO_SEARCH.train,
     # ... whose base also knows world 0's geography and sometimes answers from memory (issue 30).
     "micro_facts": MICRO_FACTS.train,
+    # The positive control for OPD (issue 43, docs/positive_control.md): the micro base and settings,
+    # validated on the test split, each seed's Teacher planted by algos.recipes.micro.control.
+    CONTROL_PRESET: CONTROL_TRAIN,
     # Seconds to build, for smoke tests, CI and the scale-out checks (algos/recipes/tiny/).
     "tiny": TINY.train,
     # SmolLM2-135M-Instruct (offline): a GPU job in practice (DESIGN.md: a 50k-token update

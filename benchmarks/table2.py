@@ -79,6 +79,11 @@ from benchmarks.table2_archive import (
 )
 from envs.data.synthwiki import COMPARISON_STYLES
 
+PLANTED = "planted"
+"""The key of a seed's Teacher record (``run.json``) that was planted rather than trained by
+Stage I (a recipe's Teacher known to be better, e.g. ``algos.recipes.micro.control``): how it
+was made. Its lead is then measured in the workflow its record names (``workflow``)."""
+
 REFERENCE = "opd"
 """The variant every other one is compared with."""
 
@@ -303,10 +308,11 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
     metrics = {r["run"]: read_metrics(out / r["run"] / "metrics.jsonl") for _, _, r in everything}
     records = {v: {s: final[v, s] for s in runs[v]} for v in variants}
     compared = comparisons(records, n_resamples=n_resamples, seed=seed)
+    planted = bool(runs.get(TEACHER)) and all(PLANTED in r for r in runs[TEACHER].values())
     for v in variants:
         per_seed = {s: seed_figures(records[v][s], metrics[r["run"]]) for s, r in sorted(runs[v].items())}
         row: dict[str, Any] = {"searcher_signal": VARIANT_SETTINGS[v]["searcher_signal"],
-                               "teacher": VARIANT_SETTINGS[v].get("teacher", "stage-I"),
+                               "teacher": VARIANT_SETTINGS[v].get("teacher", PLANTED if planted else "stage-I"),
                                "seeds": sorted(per_seed), "k": min(f["k"] for f in per_seed.values())}
         for key in FIGURES:
             row[key] = float(np.mean([f[key] for f in per_seed.values()]))
@@ -321,7 +327,9 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
             row["without_two_choice"]["vs_opd"] = compared[v]["without_two_choice"]
         table["rows"][v] = row
     for s, r in sorted(runs.get(TEACHER, {}).items()):
-        table["teachers"][str(s)] = {"workflow": "cascade", "val_avg@1": r["val_avg@1"]}
+        table["teachers"][str(s)] = {"workflow": r.get("workflow", "cascade"), "val_avg@1": r["val_avg@1"]}
+        if PLANTED in r:
+            table["teachers"][str(s)][PLANTED] = r[PLANTED].get("how", True)
         if first[TEACHER, s]:  # the base it started from, on the same questions
             start = _macro_avg(first[TEACHER, s])
             table["teachers"][str(s)].update({"base_avg@1": start, "lead": _macro_avg(final[TEACHER, s]) - start})
@@ -720,6 +728,12 @@ def teacher_lead(table: Mapping[str, Any]) -> list[str]:
                       for s, t in teachers.items() if "lead" in t)
     interval = (f"[95% t-CI {100 * lead['low']:+.2f}, {100 * lead['high']:+.2f}]" if lead["low"] is not None
                 else "(one seed: no interval)")
+    if any(PLANTED in t for t in teachers.values()):
+        how = sorted({str(t[PLANTED]) for t in teachers.values() if PLANTED in t})
+        workflows = sorted({t["workflow"] for t in teachers.values()})
+        return ["", f"Planted Teachers ({'; '.join(how)}) against the base each was made from "
+                f"({', '.join(workflows)}, greedy, points): {seeds}. Mean lead {100 * lead['mean']:+.2f} {interval}: "
+                "the accuracy OPD has to pass on."]
     return ["", f"Stage-I Teachers against the base each started from (cascade, greedy, points): {seeds}. "
             f"Mean lead {100 * lead['mean']:+.2f} {interval}: the accuracy OPD has to pass on."]
 

@@ -87,3 +87,24 @@ another relation or another city), and more fact rows cost accuracy (19 to 25 ri
 
 FACTS_TRAIN: dict[str, Any] = {**SEARCH_TRAIN, "model": FACTS_MODEL}
 """The ``micro_facts`` preset's settings: ``micro_search``'s, on its own base."""
+
+
+CONTROL_PRESET = "micro_control"
+"""The preset of the positive control for on-policy distillation (issue 43,
+``docs/positive_control.md``): the ``micro`` base and settings, validated on the test split, each
+seed's Teacher planted (:mod:`algos.recipes.micro.control`) instead of trained by Stage I."""
+
+CONTROL_TRAIN: dict[str, Any] = {**TRAIN, "val_split": "test", "val_per_dataset": 50}
+"""The ``micro_control`` preset's settings: the ``micro`` preset's (its base, whose Searchers
+skip greedily, and the settings under which OPD made them search in 12 steps, ``docs/table2.md``'s
+first ablation), validated greedy on the first 50 test questions per dataset (350), which no
+setting of the control was chosen on. ``model`` stays ``micro``: each seed trains from the
+micro base of its seed (the same cache entry as ``python -m algos sft --preset micro --seed S``)."""
+
+CONTROL_TEACHER: dict[str, Any] = {"skip_search": 0.0, "worlds": (0,), "episodes_per_dataset": 50,
+                                   "roles": ("searcher",), "epochs": 1, "lr": 5e-4, "batch_tokens": 1024}
+"""How the control's Teacher is made from its base (:func:`algos.recipes.micro.control.build_teacher`):
+SFT continued on the right episodes of the scripted team that never skips the search
+(``skip_search`` 0), on the first 50 training questions per dataset of world 0, both
+workflows, with the loss on the Searchers' generated tokens only (``roles``), one pass at
+learning rate 5e-4 (warm-up and cosine decay, :func:`algos.sft.sft`)."""

@@ -1,0 +1,353 @@
+"""The positive control for on-policy distillation (issue 43, ``docs/positive_control.md``):
+a Teacher planted to be better than its base *in the Searchers' behaviour*, built from that
+base by more SFT, checked on the test split before any Stage-II run, and put where
+``python -m benchmarks ablate --preset micro_control`` takes a seed's Teacher from.
+
+- The base is the ``micro`` preset's (:func:`~algos.recipes.micro.build.build_micro_base`
+  with its defaults, one per seed, the same cache entry): its imitated team skips the search
+  on 60% of its Searcher tasks, so greedily its Searchers never search (0.020 avg@1 on the
+  dev questions, all two-choice guesses).
+- The Teacher (:func:`build_teacher`) is that base continued by SFT on the episodes of the
+  scripted team that never skips the search (``skip_search=0``), right episodes only, with
+  the loss on the Searchers' own tokens only (:data:`~algos.recipes.micro.settings.CONTROL_TEACHER`):
+  its Leader and Answerer are trained on nothing new, so what it does better it does through
+  its Searchers, the role OPD trains. A model, scored with log-probs like any Teacher.
+- :func:`check_teacher` measures it the way the ablation will (greedy H-MAS avg@1 on the
+  test split, the Stage-II validation's questions and sampler seeds) beside its base, and the
+  base's team with the Teacher's Searchers (:class:`RoleRouter`): the part of the lead that
+  lives in the Searchers.
+- :func:`plant` writes each seed's Teacher into ``<ablation>/seed<S>/teacher/`` as a finished
+  run (its ``run.json`` says ``planted``), so the ablation's Stage-II variants take it as the
+  seed's Teacher and never train a Stage-I one; the table reads its lead from its two
+  validations (base at step 0, Teacher at the last SFT step).
+
+    python -m algos.recipes.micro.control plant --out ~/mopd-runs/control --seeds 0,1,2,3
+    python -m benchmarks ablate --preset micro_control --variants opd,base,none --seeds 4 \\
+        --base-seeds 4 --threads 1 --jobs 1 --out ~/mopd-runs/control
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algos.recipes.micro.settings import CONTROL_PRESET, CONTROL_TEACHER, ENV
+
+PLANTED = "planted"
+"""The key of a planted Teacher's ``run.json`` that says how it was made."""
+
+RUN_FILE, TEACHER = "run.json", "teacher"
+"""What ``benchmarks.ablate`` calls a finished run's record and a seed's Teacher run (its
+``RUN_FILE`` and ``TEACHER``; the learner's floor does not import the benchmarks')."""
+
+CHECK_FILE = "teacher_check.json"
+"""A planted Teacher's measurements (test and dev, base, Teacher, base team with its Searchers)."""
+
+
+class RoleRouter:
+    """A team whose Searchers are one token policy and whose other roles (Leader, Answerer)
+    another: ``searcher.act`` gets the Searchers' observations, ``team.act`` the rest, each
+    in order. Both must share the tokenizer."""
+
+    def __init__(self, searcher: Any, team: Any):
+        self.searcher, self.team = searcher, team
+
+    def act(self, observations: Sequence[Any]) -> list[Any]:
+        from envs import protocol as P
+
+        mine = [o.role == P.SEARCHER for o in observations]
+        searched = iter(self.searcher.act([o for o, m in zip(observations, mine) if m]) if any(mine) else [])
+        others = iter(self.team.act([o for o, m in zip(observations, mine) if not m]) if not all(mine) else [])
+        return [next(searched) if m else next(others) for m in mine]
+
+
+def teacher_settings(**overrides: Any) -> dict[str, Any]:
+    """:data:`CONTROL_TEACHER` with ``overrides`` (refusing a setting it does not have)."""
+    unknown = sorted(set(overrides) - set(CONTROL_TEACHER))
+    if unknown:
+        raise ValueError(f"unknown Teacher setting(s) {unknown}: choose among {sorted(CONTROL_TEACHER)}")
+    return {**CONTROL_TEACHER, **overrides}
+
+
+def build_teacher(base: str | Path, *, seed: int, progress: bool = True, build: bool = True,
+                  **overrides: Any) -> Path:
+    """The Teacher of the base at ``base``: the base continued by :func:`algos.sft.sft` on the
+    never-skipping scripted team's right episodes (:func:`teacher_settings`), cached under
+    ``cache_dir("models", "control-teacher-<key>")``, the key holding the base's weights'
+    hash, the settings, the seed and the arithmetic (threads, versions, CPU kernel set);
+    ``control_teacher.json`` records them, the SFT's steps and losses and its time."""
+    from algos.recipes.micro.build import arithmetic
+    from algos.reproducible import current_threads, weight_hash
+    from envs.paths import cache_dir
+
+    settings = teacher_settings(**overrides)
+    base = Path(base)
+    key = {"base_weight_hash": weight_hash(base), "seed": seed, **settings,
+           **arithmetic(current_threads())}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:12]
+    target = cache_dir("models", f"control-teacher-{digest}")
+    if (target / "control_teacher.json").is_file():
+        return target
+    if not build:
+        raise FileNotFoundError(f"no control Teacher built at {target}")
+    started = time.perf_counter()
+    from agents.models import load_causal_lm
+    from algos.sft import sft
+
+    model, tokenizer = load_causal_lm(str(base))
+    episodes = teacher_episodes(tokenizer, seed=seed, settings=settings, progress=progress)
+    losses = sft(model, episodes, epochs=settings["epochs"], lr=settings["lr"], batch_tokens=settings["batch_tokens"],
+                 context_weight=0.0, max_len=ENV["max_context_tokens"], seed=seed, progress=progress)
+    record = {"key": key, "base": str(base), "episodes": len(episodes), "steps": len(losses),
+              "loss_first_100": float(np.mean(losses[:100])), "loss_last_100": float(np.mean(losses[-100:])),
+              "seconds": round(time.perf_counter() - started, 1)}
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    record["weight_hash"] = weight_hash(tmp)
+    (tmp / "control_teacher.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return target
+
+
+def teacher_episodes(tokenizer: Any, *, seed: int, settings: dict[str, Any], progress: bool = True) -> list[Any]:
+    """The Teacher's SFT episodes: the scripted team with ``settings["skip_search"]`` (0: it
+    never skips) on the first ``episodes_per_dataset`` training questions per dataset of each
+    of ``worlds``, both workflows, the right ones only (team EM 1), each cut to the segments
+    of ``roles`` (None: every role)."""
+    from algos.recipes.micro.episodes import scripted_episodes
+
+    episodes = scripted_episodes(tokenizer, settings["episodes_per_dataset"], worlds=settings["worlds"], seed=seed,
+                                 skip_search=settings["skip_search"], progress=progress)
+    right = [ep for ep in episodes if ep.team_em == 1]
+    roles = settings["roles"]
+    if roles is None:
+        return right
+    return [dataclasses.replace(ep, segments=[s for s in ep.segments if s.role in roles]) for ep in right]
+
+
+def control_config(seed: int, **overrides: Any) -> Any:
+    """The Stage-II config the ablation gives ``seed`` (its validation's questions, sampler
+    seeds and env shape are what :func:`validate_team` uses), with ``overrides``."""
+    from algos.presets import preset_config
+
+    return preset_config(CONTROL_PRESET, **{"stage": "team", "teacher": "base", "seed": seed, "base_seed": seed,
+                                            **overrides})
+
+
+def validate_team(config: Any, model: str | Path, searcher: str | Path | None = None, *, retriever: Any = None,
+                  progress: bool = True) -> list[dict[str, Any]]:
+    """Per-question records of ``Trainer.validate`` for ``config`` with ``model`` (a model
+    directory): the same questions, workflow, env shape, sampling and sampler seeds, so the
+    base's records equal a Stage-II run's step-0 validation. ``searcher``: another model
+    plays the Searchers (:class:`RoleRouter`; the same seeds)."""
+    from agents.collect import collect
+    from agents.hf import HFPolicy
+    from agents.models import load_causal_lm
+    from algos.trainer import load_questions
+    from envs import env_fn
+    from envs.episode import question_record
+    from envs.retrieval.factory import make_retriever
+
+    cfg = config
+    questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
+
+    def policy(path: str | Path) -> Any:
+        net, tok = load_causal_lm(str(path))
+        net.eval()
+        return HFPolicy(net, tok, temperature=cfg.val_temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
+                        seed=cfg.seed + 7, batch_size=cfg.generation_batch_size)
+
+    team = policy(model)
+    played = team if searcher is None else RoleRouter(policy(searcher), team)
+    retriever = retriever or make_retriever(cfg.retriever, index=cfg.retriever_index, progress=progress)
+    make = env_fn(workflow=cfg.workflow, tokenizer=team.tokenizer, retriever=retriever, questions=questions,
+                  **cfg.env_shape())
+    groups = collect(make, played, questions, cfg.val_runs, seed=cfg.seed + 99_991,
+                     progress="validate" if progress else False)
+    return [question_record(g) for g in groups]
+
+
+def figures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Macro avg@1 (the mean over datasets of each dataset's mean correctness), questions
+    right and macro searches per workflow of validation records (``benchmarks.metrics``'
+    definitions, recomputed here: the recipe sits below the benchmarks)."""
+    datasets: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        datasets.setdefault(r["dataset"], []).append(r)
+
+    def macro(key: str) -> float:
+        return float(np.mean([np.mean([np.mean(r[key]) for r in rows]) for rows in datasets.values()]))
+
+    return {"macro_avg@1": macro("correct"), "right": int(sum(sum(r["correct"]) for r in records)),
+            "questions": len(records), "searches_per_workflow": macro("searches")}
+
+
+def check_teacher(seed: int, base: str | Path, teacher: str | Path, *, splits: Sequence[str] = ("dev", "test"),
+                  retriever: Any = None, progress: bool = True) -> dict[str, Any]:
+    """The Teacher against its base, greedy H-MAS, on each split's first 50 questions per
+    dataset (the control preset's validation; ``dev`` to choose on, ``test`` the gate): the
+    base, the Teacher, and the base's team with the Teacher's Searchers; the Searchers' skip
+    probability of both models (first Searcher turns on 20 dev questions per dataset)."""
+    from algos.checkpoint import load_model
+    from algos.recipes.micro.measure import searcher_skip_probability
+    from envs.retrieval.factory import default_retriever
+
+    retriever = retriever or default_retriever(progress=progress)
+    out: dict[str, Any] = {"seed": seed, "base": str(base), "teacher": str(teacher), "splits": {}}
+    records: dict[str, Any] = {}
+    for split in splits:
+        cfg = control_config(seed, val_split=split)
+        runs = {"base": validate_team(cfg, base, retriever=retriever, progress=progress),
+                "teacher": validate_team(cfg, teacher, retriever=retriever, progress=progress),
+                "base_with_teacher_searchers": validate_team(cfg, base, teacher, retriever=retriever,
+                                                             progress=progress)}
+        got = {name: figures(rows) for name, rows in runs.items()}
+        got["lead"] = got["teacher"]["macro_avg@1"] - got["base"]["macro_avg@1"]
+        got["searcher_lead"] = got["base_with_teacher_searchers"]["macro_avg@1"] - got["base"]["macro_avg@1"]
+        out["splits"][split] = got
+        records[split] = runs
+    for name, path in (("base", base), ("teacher", teacher)):
+        model, tokenizer = load_model(str(path))
+        model.eval()
+        skips = searcher_skip_probability(model, tokenizer, workflow="hierarchical", split="dev", per_dataset=20,
+                                          retriever=retriever)
+        out.setdefault("skip_probability", {})[name] = float(np.mean(skips))
+    out["_records"] = records
+    return out
+
+
+def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **overrides: Any) -> dict[str, Any]:
+    """For each seed: build (or find) its base and its Teacher, check it (:func:`check_teacher`)
+    and write ``<out>/seed<S>/teacher/`` as a finished run of the ablation: the Teacher's
+    weights and tokenizer, the base's test validation as step 0 and the Teacher's as the last
+    step (the number of SFT steps), ``metrics.jsonl``, :data:`CHECK_FILE`, the skip
+    probabilities (``algos.mechanism.SKIP_FILE``) and ``run.json`` with :data:`PLANTED`. A
+    seed that has its ``run.json`` is read back, not redone (rerun to resume). Returns the
+    checks by seed."""
+    from algos.mechanism import SKIP_FILE
+    from algos.presets import prepare_model
+    from algos.reproducible import environment, weight_hash
+    from algos.trainer import validation_path
+
+    out = Path(out)
+    settings = teacher_settings(**overrides)
+    checks: dict[str, Any] = {}
+    for seed in seeds:
+        dest = out / f"seed{seed}/{TEACHER}"
+        if (dest / RUN_FILE).is_file():
+            checks[str(seed)] = json.loads((dest / CHECK_FILE).read_text(encoding="utf-8"))
+            _log(progress, f"[seed{seed}/teacher] planted before: {_summary(checks[str(seed)])}")
+            continue
+        started = time.perf_counter()
+        base = prepare_model("micro", seed=seed, progress=progress)
+        teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
+        check = check_teacher(seed, base, teacher, splits=("test",), progress=progress)
+        records = check.pop("_records")
+        built = json.loads((teacher / "control_teacher.json").read_text(encoding="utf-8"))
+        steps = int(built["steps"])
+        if dest.exists():  # a seed stopped half-way: start it again
+            shutil.rmtree(dest)
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(teacher, tmp)
+        for step, rows in ((0, records["test"]["base"]), (steps, records["test"]["teacher"])):
+            path = validation_path(tmp, step)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        test = check["splits"]["test"]
+        (tmp / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": step, "stage": "teacher", "val/avg@1": value}) + "\n"
+                    for step, value in ((0, test["base"]["macro_avg@1"]), (steps, test["teacher"]["macro_avg@1"]))),
+            encoding="utf-8")
+        (tmp / CHECK_FILE).write_text(json.dumps(check, indent=2) + "\n", encoding="utf-8")
+        (tmp / SKIP_FILE).write_text(json.dumps(
+            {"per_dataset": 20, "workflow": "hierarchical", "step0": check["skip_probability"]["base"],
+             "final": check["skip_probability"]["teacher"], "final_step": steps}, indent=2) + "\n", encoding="utf-8")
+        config = control_config(seed, model=str(base), stage="teacher", teacher=None, out_dir=str(dest))
+        record = {"run": f"seed{seed}/{TEACHER}", "seed": seed, "variant": TEACHER, "stage": "teacher",
+                  "searcher_signal": None, "teacher": None, "threads": built["key"]["threads"], "resumed": False,
+                  "wall_s": round(time.perf_counter() - started, 1), "steps": steps,
+                  "final_validation": str(validation_path(Path("."), steps)), "val_avg@1": test["teacher"]["macro_avg@1"],
+                  "base_seed": seed, "base_weight_hash": weight_hash(base), "step0_validation": "computed",
+                  "workflow": "hierarchical", "config": config.to_dict(), "environment": environment(),
+                  PLANTED: {"how": "the base continued by SFT on the never-skipping scripted team's right episodes, "
+                                   "loss on the roles " + ", ".join(settings["roles"] or ("all",)),
+                            "teacher_model": str(teacher), "teacher_weight_hash": built["weight_hash"],
+                            "settings": settings, "sft": {k: built[k] for k in ("episodes", "steps", "loss_first_100",
+                                                                                 "loss_last_100", "seconds")}}}
+        (tmp / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, dest)
+        checks[str(seed)] = check
+        _log(progress, f"[seed{seed}/teacher] planted: {_summary(check)}")
+    return checks
+
+
+def _summary(check: dict[str, Any]) -> str:
+    parts = []
+    for split, got in check["splits"].items():
+        parts.append(f"{split}: base {100 * got['base']['macro_avg@1']:.2f}, Teacher "
+                     f"{100 * got['teacher']['macro_avg@1']:.2f} ({100 * got['lead']:+.2f}), base with the "
+                     f"Teacher's Searchers {100 * got['base_with_teacher_searchers']['macro_avg@1']:.2f} "
+                     f"({100 * got['searcher_lead']:+.2f})")
+    skip = check.get("skip_probability", {})
+    return "; ".join(parts) + f"; skip probability {skip.get('base', float('nan')):.3f} -> {skip.get('teacher', float('nan')):.3f}"
+
+
+def _log(show: bool, line: str) -> None:
+    if show:
+        print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m algos.recipes.micro.control plant|check ...``."""
+    from algos.reproducible import run_threads
+
+    parser = argparse.ArgumentParser(prog="python -m algos.recipes.micro.control", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("plant", "check"),
+                        help="plant: build, check and write each seed's Teacher into the ablation's directory; "
+                             "check: build and measure only (dev and test), printing JSON")
+    parser.add_argument("--out", type=Path, help="plant: the ablation's directory")
+    parser.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
+    parser.add_argument("--roles", default=None, help="check: the Teacher's SFT roles, e.g. searcher or all")
+    parser.add_argument("--splits", default="dev",
+                        help="check: comma list of the splits measured (default dev: choose on dev, never on test)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    overrides = {} if args.roles is None else {"roles": None if args.roles == "all" else tuple(args.roles.split(","))}
+    with run_threads(args.threads):
+        if args.command == "plant":
+            if args.out is None:
+                parser.error("plant needs --out (the ablation's directory)")
+            plant(args.out, seeds, progress=not args.no_progress, **overrides)
+            return 0
+        from algos.presets import prepare_model
+
+        for seed in seeds:
+            base = prepare_model("micro", seed=seed, progress=not args.no_progress)
+            teacher = build_teacher(base, seed=seed, progress=not args.no_progress, **overrides)
+            check = check_teacher(seed, base, teacher, splits=tuple(args.splits.split(",")),
+                                  progress=not args.no_progress)
+            check.pop("_records")
+            print(json.dumps({"settings": teacher_settings(**overrides), **check}), flush=True)
+            _log(True, f"[seed{seed}] {_summary(check)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
