@@ -16,11 +16,40 @@ from typing import Any
 
 import numpy as np
 import torch
-import transformers
 
-# transformers 5 can project only chosen positions per row onto the vocabulary
-# (`logits_to_keep` as a boolean (B, T) mask); older releases need the full logits.
-_BOOL_LOGITS_TO_KEEP = int(transformers.__version__.split(".")[0]) >= 5
+_BOOL_LOGITS_TO_KEEP: bool | None = None
+"""Whether a model's forward takes ``logits_to_keep`` as a boolean (B, T) mask and projects
+only those positions onto the vocabulary: decided by the feature (:func:`bool_logits_to_keep`),
+not by the version number, on first use; a test may set it."""
+
+
+def _slices_boolean_masks() -> bool:
+    """transformers' ``modeling_utils.slice_logits_to_keep`` (5.21 on; 5.17-5.20 index the hidden
+    states with ``[:, logits_to_keep, :]``, and a boolean (B, T) mask raises IndexError there),
+    tried on a (1, 2, 1) tensor: a mask keeping one position must give one row."""
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module("transformers.modeling_utils"), "slice_logits_to_keep", None)
+        return fn is not None and tuple(fn(torch.zeros(1, 2, 1), torch.tensor([[True, False]])).shape) == (1, 1)
+    except Exception:  # noqa: BLE001 (any failure: the full-logits path, which every version has)
+        return False
+
+
+def bool_logits_to_keep(model: Any = None) -> bool:
+    """Whether ``model``'s forward can take a boolean ``logits_to_keep``: the installed
+    transformers slices with such masks (:func:`_slices_boolean_masks`, or the flag a test set)
+    and, for a given model, its class's module uses that slicing (a model whose forward indexes
+    the hidden states itself, or a remote one, takes the full logits)."""
+    global _BOOL_LOGITS_TO_KEEP
+    if _BOOL_LOGITS_TO_KEEP is None:
+        _BOOL_LOGITS_TO_KEEP = _slices_boolean_masks()
+    if not _BOOL_LOGITS_TO_KEEP or model is None:
+        return bool(_BOOL_LOGITS_TO_KEEP)
+    import sys
+
+    # FSDP2 wraps the class (FSDP<Name>): the model's own class is further up its MRO
+    return any(hasattr(sys.modules.get(cls.__module__), "slice_logits_to_keep") for cls in type(model).__mro__)
 
 
 def position_ids_of(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -193,7 +222,8 @@ def token_logprobs(
         return _ChunkedTokenLogprob.apply(
             hidden, head.weight, head.bias, input_ids[targets], float(temperature), chunk
         )
-    kwargs = {"logits_to_keep": predictors} if _BOOL_LOGITS_TO_KEEP else {}
+    keep = bool_logits_to_keep(model)
+    kwargs = {"logits_to_keep": predictors} if keep else {}
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -201,7 +231,7 @@ def token_logprobs(
         use_cache=False,
         **kwargs,
     )
-    logits = out.logits if _BOOL_LOGITS_TO_KEEP else out.logits[predictors]  # (N, V)
+    logits = out.logits if keep else out.logits[predictors]  # (N, V)
     logits = logits.float() / temperature
     chosen = logits.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
     return chosen - logits.logsumexp(-1)

@@ -1,36 +1,59 @@
 """A memory plan per GPU, made before anything loads (``python -m algos plan``; the preflight
-runs it on CUDA): what a run's learner, Teacher and rollout engine hold, phase by phase, and
-whether it fits.
+runs it on CUDA): what a run's learner, Teacher and rollout engine hold, phase by phase, whether
+it fits, and what its checkpoints take on disk.
 
-    python -m algos plan --preset paper --gpus 8 --gpu-memory 80
+    python -m algos plan --preset paper --gpus 8 --gpu-memory 80 [--disk 64]
 
 What each line counts (P parameters; ``r`` bytes of the residual stream, 4 with float32
 weights; ``b`` bytes of the compute dtype; T = ``max_tokens_per_batch``; S = the GPUs under
-FSDP, else 1):
+FSDP, else 1; h, q, kv, I = hidden, heads x head_dim, KV heads x head_dim, MLP width; V the
+vocabulary; L layers):
 
 - resident all along: learner parameters ``4P/S`` (float32, ``algos.precision``), AdamW's two
-  moments ``8P/S``, the Teacher ``bP`` (Stage II), the Prompted Critic's base ``bP``
-  (``searcher_signal=critic``), under FSDP the gathered replica ``4P``;
-- rollouts: engine weights (vLLM's own copy ``bP``; HF's autocast copy ``bP`` when the compute
-  dtype is lower, else none) and the KV cache ``2 L kv d b`` bytes per token for
-  ``max_context_tokens + max_turn_tokens`` tokens times ``generation_batch_size`` sequences;
-- the update: gradients ``4P/S`` and one chunk's activations. Per token and layer a decoder
-  layer keeps about ``2 r h + b (2h + 3q + 2kv + 4I)`` bytes (q = heads x head_dim, kv = KV
-  heads x head_dim, I = the MLP width: the two norm inputs, their casts, q/k/v, the attention
-  output and its reshaped copy, the MLP's gate, up, activation and product). With activation
-  checkpointing it keeps ``r h`` per layer and recomputes one layer at a time. The output
-  layer keeps the last hidden state ``r h`` per token and a chunk of float32 logits and their
-  gradient (``agents.logprobs.LOGIT_CHUNK_ELEMENTS``); under FSDP it takes the model's own forward,
-  whose logits ``(b + 8) V`` per token are counted whole (every token a target: a bound).
+  moments ``8P/S``, the Teacher ``bP`` (Stage II), the Prompted Critic's base ``bP`` (a role
+  rule that ``needs_critic``, ``algos.roles``), under FSDP the gathered replica ``4P``;
+- rollouts: with vLLM, the engine's reservation, ``vllm_gpu_memory_utilization`` x the card
+  (vLLM takes that share of the whole card, whatever its weights and KV cache need); with HF,
+  the autocast copy of the weights ``bP`` (a lower compute dtype only), the KV cache and the
+  prefill. HF's keys are float32 under float32 weights (the rotary cos/sin follow the float32
+  embedding output and promote ``k * cos``; Qwen3's ``k_norm`` returns ``weight * x``), values
+  in the compute dtype: ``L kv (4 + b)`` bytes per token, for ``max_context_tokens +
+  max_turn_tokens`` tokens x ``generation_batch_size`` sequences. The prefill of that batch
+  holds one layer's transients at a time, ``2rh + bh + 3bI`` a token, and a (B, 1, T, T) mask;
+- validation (and the pass-rate filter): HF generation by the learner's replica. With HF
+  rollouts it is the rollouts phase again; with vLLM it runs while the engine is awake, so
+  the engine's share and HF's copy, KV cache and prefill are held together;
+- backward: gradients ``4P/S`` and one chunk's activations. What autograd keeps per token and
+  decoder layer, counted from the saved tensors (``tests/test_plan_measured.py`` checks it
+  against PyTorch's own): the two norms' float32 input and normalised value ``4rh``, the
+  projections' inputs (``5bh`` with autocast, whose cache is off in the update so that q, k, v,
+  gate and up each cast the norm output anew; ``2rh`` in float32), attention's q and output
+  ``2bq``, its k and v ``2b kv``, the MLP's ``4bI``, and with per-head q/k norms (Qwen3) their
+  float32 input and cast ``(r + b)(q + kv)``. Autocast also keeps each layer's weights cast,
+  ``b`` x its linear parameters. With activation checkpointing a chunk keeps ``rh`` per layer
+  and token and recomputes one layer (and its weight casts) at a time, else every layer's. The
+  output layer keeps the last hidden state and the final norm's ``3rh`` per token and a chunk
+  of float32 logits and their gradient (``agents.logprobs.LOGIT_CHUNK_ELEMENTS``); under FSDP
+  it takes the model's own forward, whose logits ``(b + 8) V`` per token are counted whole
+  (every token a target: a bound). The output layer's float32 gradient ``4VH`` waits in
+  autograd's buffer for the embedding's when they are tied (two of them at the end);
+- optimizer step: gradients ``4P/S`` and AdamW's temporary: ``4P/S`` with PyTorch's
+  ``foreach`` (``sqrt(exp_avg_sq)`` for every parameter at once), none fused (the trainer's
+  choice on CUDA, ``algos.precision.fused_adamw``); with DDP the gradient all-reduce's bucket.
 
-The peak is the resident memory plus the larger of the two phases (the engine sleeps, or
-HF's KV cache is freed, before the update). It must fit in the GPU's memory less
-:data:`HEADROOM_GIB`. These are estimates from the architecture, not measurements.
+The peak is the resident memory plus the largest phase (the engine sleeps, HF's KV cache is
+freed, before the update). It must fit in the GPU's memory less :data:`HEADROOM_GIB`.
+Checkpoints on disk: the model in float32 ``4P`` and AdamW's moments ``8P`` each,
+``keep_checkpoints`` of them plus the one being written, and in Stage II the Stage-I run's
+kept ones (its Teacher). These are estimates from the architecture, checked against measured
+peaks at small scale on CPU (``tests/test_plan_measured.py``) and, on a GPU, by
+``benchmarks/gpu_probe.py``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,12 +68,44 @@ LOGIT_CHUNK_ELEMENTS = 1 << 22
 """``agents.logprobs.LOGIT_CHUNK_ELEMENTS`` (rows x vocabulary of float32 logits per chunk of the
 output layer), repeated so that the plan imports no model code."""
 
+GRAD_BUCKET_BYTES = 1 << 28
+"""``algos.distributed.GRAD_BUCKET_BYTES``: the gradient all-reduce's one bucket copy (DDP)."""
+
+PHASES = ("rollouts", "validation", "backward", "optimizer step")
+"""The phases a GPU goes through in a step; a :class:`Line` is ``resident`` or held in some."""
+
+MAX_GPU_MEMORY_GIB = 1 << 20
+"""The largest ``--gpu-memory`` / ``--disk`` taken (a GiB figure past this is a typo)."""
+
 _BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+
+_LIMITS = {  # Arch field: (config.json key, smallest, largest) -- far beyond any real model
+    "hidden": ("hidden_size", 1, 1 << 20),
+    "layers": ("num_hidden_layers", 1, 100_000),
+    "heads": ("num_attention_heads", 1, 1 << 16),
+    "kv_heads": ("num_key_value_heads", 1, 1 << 16),
+    "head_dim": ("head_dim", 1, 1 << 16),
+    "intermediate": ("intermediate_size", 1, 1 << 22),
+    "vocab": ("vocab_size", 1, 1 << 26),
+    "max_positions": ("max_position_embeddings", 0, 1 << 40),
+}
+CONFIG_MAX_BYTES = 1 << 22
+"""A model's ``config.json`` larger than this (4 MiB) is refused unread."""
+
+
+def _integer(value: Any, key: str, low: int, high: int) -> int:
+    """``value`` as an int in [low, high], or ValueError naming ``key`` and the value (a bool,
+    float, string or null is refused: a ``config.json`` writes these as JSON integers)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{key}={shown}: must be an integer in [{low}, {high:,}]")
+    return value
 
 
 @dataclass(frozen=True)
 class Arch:
-    """The numbers of a decoder-only transformer that memory depends on (a ``config.json``'s)."""
+    """The numbers of a decoder-only transformer that memory depends on (a ``config.json``'s).
+    Each is checked on construction: an integer in a sane range (ValueError naming the key)."""
 
     hidden: int
     layers: int
@@ -65,25 +120,77 @@ class Arch:
     """Per-head RMSNorms on queries and keys (Qwen3): 2 x head_dim weights per layer."""
     attention_bias: bool = False
 
+    def __post_init__(self) -> None:
+        for name, (key, low, high) in _LIMITS.items():
+            _integer(getattr(self, name), key, low, high)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"num_attention_heads={self.heads} is not a multiple of "
+                             f"num_key_value_heads={self.kv_heads}")
+        for name in ("tied", "qk_norm", "attention_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be true or false")
+
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Arch:
-        """From a Hugging Face ``config.json`` (Llama, Qwen2/3, Mistral, SmolLM2 ...)."""
-        heads = int(config["num_attention_heads"])
-        hidden = int(config["hidden_size"])
-        return cls(hidden=hidden, layers=int(config["num_hidden_layers"]), heads=heads,
-                   kv_heads=int(config.get("num_key_value_heads") or heads),
-                   head_dim=int(config.get("head_dim") or hidden // heads),
-                   intermediate=int(config["intermediate_size"]), vocab=int(config["vocab_size"]),
-                   tied=bool(config.get("tie_word_embeddings", False)),
-                   max_positions=int(config.get("max_position_embeddings", 0)),
-                   qk_norm=config.get("model_type") in ("qwen3",),
-                   attention_bias=bool(config.get("attention_bias", False)))
+    def from_config(cls, config: Any, source: str = "config.json") -> Arch:
+        """From a Hugging Face ``config.json`` (Llama, Qwen2/3, Mistral, SmolLM2 ...); anything
+        missing, of the wrong type or out of range is a ValueError naming ``source`` and the key."""
+        try:
+            if not isinstance(config, dict):
+                raise ValueError(f"not a JSON object but {type(config).__name__}")
+            missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                                   "vocab_size") if k not in config]
+            if missing:
+                raise ValueError(f"missing {', '.join(missing)}")
+            hidden = _integer(config["hidden_size"], "hidden_size", *_LIMITS["hidden"][1:])
+            heads = _integer(config["num_attention_heads"], "num_attention_heads", *_LIMITS["heads"][1:])
+            kv_heads = config.get("num_key_value_heads")
+            head_dim = config.get("head_dim")
+            flags = {}
+            for key, default in (("tie_word_embeddings", False), ("attention_bias", False)):
+                flags[key] = config.get(key, default)
+                if not isinstance(flags[key], bool):
+                    raise ValueError(f"{key}={flags[key]!r}: must be true or false")
+            return cls(hidden=hidden, layers=config["num_hidden_layers"], heads=heads,
+                       kv_heads=heads if kv_heads is None else kv_heads,
+                       head_dim=(hidden // heads if hidden >= heads else 0) if head_dim is None else head_dim,
+                       intermediate=config["intermediate_size"], vocab=config["vocab_size"],
+                       tied=flags["tie_word_embeddings"],
+                       max_positions=config.get("max_position_embeddings") or 0,
+                       qk_norm=config.get("model_type") in ("qwen3",),
+                       attention_bias=flags["attention_bias"])
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: Path) -> Arch:
+        """From a ``config.json`` file: too large, not UTF-8 JSON, or not a model's shape is one
+        ValueError naming the file."""
+        try:
+            size = path.stat().st_size
+            if size > CONFIG_MAX_BYTES:
+                raise ValueError(f"{size:,} bytes, more than a model config's {CONFIG_MAX_BYTES:,}")
+            config = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as err:
+            raise ValueError(f"{path}: unreadable ({' '.join(str(err).split())[:200]})") from None
+        return cls.from_config(config, source=str(path))
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def linear_layer_params(self) -> int:
+        """A decoder layer's matrix (and bias) parameters: what autocast casts."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        return h * q + 2 * h * kv + q * h + (q + 2 * kv if self.attention_bias else 0) + 3 * h * self.intermediate
 
     @property
     def layer_params(self) -> int:
-        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attention = h * q + 2 * h * kv + q * h + (q + 2 * kv if self.attention_bias else 0)
-        return attention + 3 * h * self.intermediate + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        return self.linear_layer_params + 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
 
     @property
     def params(self) -> int:
@@ -92,11 +199,28 @@ class Arch:
         return embed * (1 if self.tied else 2) + self.layers * self.layer_params + self.hidden
 
     def kv_bytes_per_token(self, b: int) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * b
+        """A KV cache of keys and values both in ``b`` bytes (vLLM's; HF's in float32)."""
+        return 2 * self.layers * self.kv_dim * b
+
+    def hf_kv_bytes_per_token(self, b: int) -> int:
+        """HF's KV cache under float32 weights computing in ``b`` bytes: float32 keys (the
+        rotary cos/sin and q/k-norm weights are float32 and promote them), values in ``b``."""
+        return self.layers * self.kv_dim * (4 + b)
 
     def activation_bytes_per_token_layer(self, r: int, b: int) -> int:
-        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return 2 * r * h + b * (2 * h + 3 * q + 2 * kv + 4 * self.intermediate)
+        """What autograd keeps per token of one decoder layer (see the module's docstring):
+        ``b < r`` is autocast over float32 weights, ``b == r`` float32 throughout."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        casts = 5 * b * h if b < r else 2 * r * h
+        out = 4 * r * h + casts + 2 * b * q + 2 * b * kv + 4 * b * self.intermediate + 4 * self.heads + 8
+        if self.qk_norm:
+            out += (r + b) * (q + kv) + 4 * (self.heads + self.kv_heads)
+        return out
+
+    def prefill_bytes_per_token(self, r: int, b: int) -> int:
+        """One layer's transients per token of a no-grad prefill: the residual and the norm's
+        output, its cast, the MLP's gate, up and product."""
+        return 2 * r * self.hidden + b * self.hidden + 3 * b * self.intermediate
 
 
 KNOWN_ARCHS: dict[str, Arch] = {
@@ -112,9 +236,15 @@ KNOWN_ARCHS: dict[str, Arch] = {
 KNOWN_ARCHS["huggingfacetb/smollm2-135m-instruct"] = KNOWN_ARCHS["smollm2"]
 
 
-def arch_of(model: str) -> Arch:
+class UnknownArch(ValueError):
+    """No architecture is known for a model here (a hub id not in :data:`KNOWN_ARCHS`, a recipe's
+    base not built when building is not allowed): the preflight skips its plan."""
+
+
+def arch_of(model: str, *, build: bool = True) -> Arch:
     """The architecture of ``model``: its ``config.json`` when it is a local folder or run (a
-    recipe's name: its built base, or an untrained one), else :data:`KNOWN_ARCHS`."""
+    recipe's name: its built base, or an untrained one, made when ``build``), else
+    :data:`KNOWN_ARCHS`. ValueError (one line) when none is found or its config is not sane."""
     from algos.checkpoint import resolve_model_path
     from algos.presets import RECIPES, prepare_model
 
@@ -123,59 +253,97 @@ def arch_of(model: str) -> Arch:
     except FileNotFoundError:  # a recipe's base not built yet: an untrained one has its shape
         path = Path("/nonexistent")
     if (path / "config.json").is_file():
-        return Arch.from_config(json.loads((path / "config.json").read_text(encoding="utf-8")))
-    if model in RECIPES:
-        return Arch.from_config(RECIPES[model].fresh_model()[0].config.to_dict())
+        return Arch.from_file(path / "config.json")
+    if model in RECIPES and build:
+        return Arch.from_config(RECIPES[model].fresh_model()[0].config.to_dict(), source=f"recipe {model}")
     if model.lower() in KNOWN_ARCHS:
         return KNOWN_ARCHS[model.lower()]
-    raise ValueError(f"model {model!r}: no config.json here and not one of the known architectures "
+    raise UnknownArch(f"model {model!r}: no config.json here and not one of the known architectures "
                      f"{sorted(KNOWN_ARCHS)}; give a local model folder")
 
 
 @dataclass
 class Line:
-    """One thing a GPU holds: ``phase`` is ``resident``, ``rollouts`` or ``update``."""
+    """One thing a GPU (or the disk) holds: ``phase`` is ``resident``, ``disk``, or the phases of
+    :data:`PHASES` it is held in, joined by ``+``."""
 
     phase: str
     name: str
     bytes: int
     note: str = ""
 
+    def during(self, phase: str) -> bool:
+        return self.phase == "resident" or phase in self.phase.split("+")
+
 
 @dataclass
 class Plan:
-    """Per-GPU memory of one run (:func:`memory_plan`)."""
+    """Per-GPU memory of one run (:func:`memory_plan`) and its checkpoints' disk."""
 
     title: str
     lines: list[Line]
     gpu_memory_gib: float
     notes: list[str] = field(default_factory=list)
+    disk_gib: float | None = None
+    """The disk the run writes to, GiB (None: not checked)."""
+
+    def __post_init__(self) -> None:
+        bad = [line for line in self.lines if line.bytes < 0]
+        if bad:  # a negative term would make a run "fit": never
+            raise ValueError(f"the plan's line {bad[0].name!r} is negative ({bad[0].bytes}): a bad input")
 
     def total(self, phase: str) -> int:
-        """Bytes held during ``phase`` (``rollouts`` or ``update``), resident memory included."""
-        return sum(line.bytes for line in self.lines if line.phase in ("resident", phase))
+        """Bytes held during ``phase`` (one of :data:`PHASES`), resident memory included."""
+        return sum(line.bytes for line in self.lines if line.phase != "disk" and line.during(phase))
+
+    @property
+    def disk(self) -> int:
+        """Bytes the run's checkpoints take at most on disk."""
+        return sum(line.bytes for line in self.lines if line.phase == "disk")
 
     @property
     def usable(self) -> int:
         return int((self.gpu_memory_gib - HEADROOM_GIB) * GIB)
 
     @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases this run has (validation only where it differs from the rollouts)."""
+        return tuple(p for p in PHASES if any(line.phase not in ("resident", "disk") and line.during(p)
+                                              for line in self.lines))
+
+    @property
     def peak_phase(self) -> str:
-        return max(("rollouts", "update"), key=self.total)
+        return max(self.phases, key=self.total)
+
+    @property
+    def peak(self) -> int:
+        return self.total(self.peak_phase)
+
+    @property
+    def fits_gpu(self) -> bool:
+        return self.peak <= self.usable
+
+    @property
+    def fits_disk(self) -> bool:
+        return self.disk_gib is None or self.disk <= self.disk_gib * GIB
 
     @property
     def fits(self) -> bool:
-        return self.total(self.peak_phase) <= self.usable
+        return self.fits_gpu and self.fits_disk
 
     def refusal(self) -> str | None:
         """One line naming what does not fit (None when it fits)."""
         if self.fits:
             return None
-        phase = self.peak_phase
-        big = sorted((line for line in self.lines if line.phase in ("resident", phase)), key=lambda x: -x.bytes)
-        largest = ", ".join(f"{line.name} {line.bytes / GIB:.1f}" for line in big[:3])
-        return (f"does not fit: the {phase} phase needs {self.total(phase) / GIB:.1f} GiB per GPU, "
-                f"{self.usable / GIB:.1f} usable of {self.gpu_memory_gib:g} GiB; largest: {largest} GiB")
+        if not self.fits_gpu:
+            phase = self.peak_phase
+            big = sorted((line for line in self.lines if line.phase != "disk" and line.during(phase)),
+                         key=lambda x: -x.bytes)
+            largest = ", ".join(f"{line.name} {line.bytes / GIB:.1f}" for line in big[:3])
+            return (f"does not fit: the {phase} phase needs {self.total(phase) / GIB:.1f} GiB per GPU, "
+                    f"{self.usable / GIB:.1f} usable of {self.gpu_memory_gib:g} GiB; largest: {largest} GiB")
+        return (f"does not fit on disk: checkpoints take up to {self.disk / GIB:.1f} GiB, the disk has "
+                f"{self.disk_gib:.1f} GiB free (lower keep_checkpoints, or write --out elsewhere)")
 
     def render(self) -> str:
         width = max(len(f"{line.phase}: {line.name}") for line in self.lines) + 2
@@ -183,26 +351,51 @@ class Plan:
         for line in self.lines:
             label = f"{line.phase}: {line.name}"
             out.append(f"{label:<{width}}{line.bytes / GIB:>8.2f}" + (f"   {line.note}" if line.note else ""))
-        for phase in ("rollouts", "update"):
+        for phase in self.phases:
             out.append(f"{'total during ' + phase:<{width}}{self.total(phase) / GIB:>8.2f}")
-        verdict = "fits" if self.fits else "DOES NOT FIT"
-        out.append(f"peak {self.total(self.peak_phase) / GIB:.2f} GiB ({self.peak_phase}) of "
+        verdict = "fits" if self.fits_gpu else "DOES NOT FIT"
+        out.append(f"peak {self.peak / GIB:.2f} GiB ({self.peak_phase}) of "
                    f"{self.usable / GIB:.2f} usable ({self.gpu_memory_gib:g} GiB less {HEADROOM_GIB:g} for the "
                    f"CUDA context and NCCL): {verdict}")
+        disk = f"disk: checkpoints up to {self.disk / GIB:.2f} GiB"
+        if self.disk_gib is None:
+            out.append(disk + " (--disk GIB checks them against the disk)")
+        else:
+            out.append(disk + f" of {self.disk_gib:g} GiB: " + ("fits" if self.fits_disk else "DOES NOT FIT"))
         out.extend(self.notes)
         return "\n".join(out)
 
 
+def check_size(value: Any, name: str) -> float:
+    """A GiB figure given on the command line or read from a device: finite, > 0 and at most
+    :data:`MAX_GPU_MEMORY_GIB`; else ValueError naming ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= MAX_GPU_MEMORY_GIB:
+        raise ValueError(f"{name}={value!r}: must be a finite number of GiB in (0, {MAX_GPU_MEMORY_GIB:,}]")
+    return float(value)
+
+
 def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch | None = None,
-                name: str = "") -> Plan:
-    """The per-GPU memory of ``cfg`` on ``gpus`` GPUs of ``gpu_memory_gib`` GiB each."""
-    if gpus < 1:
-        raise ValueError(f"gpus={gpus}: must be >= 1")
-    if not gpu_memory_gib > 0:
-        raise ValueError(f"gpu_memory_gib={gpu_memory_gib}: must be > 0")
+                name: str = "", *, disk_gib: float | None = None, teacher_run_on_disk: bool | None = None,
+                fused: bool | None = None) -> Plan:
+    """The per-GPU memory of ``cfg`` on ``gpus`` GPUs of ``gpu_memory_gib`` GiB each, and its
+    checkpoints against ``disk_gib`` GiB of free disk (None: not checked).
+
+    ``teacher_run_on_disk``: Stage II's Teacher is a Stage-I run whose kept checkpoints share
+    the disk (default: ``cfg.teacher`` is neither None nor ``base``). ``fused``: AdamW fused
+    (default: the trainer's choice for ``cfg.device``, ``algos.precision.fused_adamw``)."""
+    from algos.precision import fused_adamw
+    from algos.roles import needs_critic, rules_for
+
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 1 << 20:
+        raise ValueError(f"gpus={gpus!r}: must be an integer in [1, {1 << 20:,}]")
+    gpu_memory_gib = check_size(gpu_memory_gib, "gpu_memory_gib")
+    if disk_gib is not None:
+        disk_gib = check_size(disk_gib, "disk_gib")
     arch = arch if arch is not None else arch_of(cfg.model)
     if cfg.dtype not in _BYTES:
         raise ValueError(f"dtype={cfg.dtype!r}: one of {sorted(_BYTES)}")
+    fused = fused_adamw(cfg.device) if fused is None else fused
     p = arch.params
     b = _BYTES[cfg.dtype]
     mixed = b != 4  # float32 weights, lower compute dtype (algos.precision)
@@ -216,47 +409,85 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
         lines.append(Line("resident", "gathered replica (FSDP, float32)", 4 * p, "generation, scoring, checkpoints"))
     if cfg.stage == "team" and cfg.teacher is not None:
         lines.append(Line("resident", f"Teacher ({cfg.dtype})", b * p))
-    if cfg.searcher_signal == "critic" and cfg.stage == "team":
+    if needs_critic(rules_for(cfg.stage, cfg.searcher_signal)):
         lines.append(Line("resident", f"Prompted Critic base ({cfg.dtype})", b * p))
-    if cfg.rollout_backend == "vllm":
-        lines.append(Line("rollouts", f"engine weights (vLLM, {cfg.dtype})", b * p))
-    else:
-        lines.append(Line("rollouts", "engine weights (HF: the learner's" + (f", cast to {cfg.dtype})" if mixed
-                                                                               else ")"), b * p if mixed else 0))
+
+    # generation: the rollouts, and validation (HF, by the learner's replica)
     max_model_len = cfg.max_context_tokens + cfg.max_turn_tokens
     seqs = cfg.generation_batch_size
-    lines.append(Line("rollouts", "KV cache", seqs * max_model_len * arch.kv_bytes_per_token(b),
-                      f"{max_model_len:,} tokens (max_model_len) x {seqs} sequences"))
-    lines.append(Line("update", "gradients (float32)", 4 * p // shards))
+    vllm = cfg.rollout_backend == "vllm"
+    hf_phases = "validation" if vllm else "rollouts"
+    if vllm:
+        share = cfg.vllm_gpu_memory_utilization
+        lines.append(Line("rollouts+validation", "vLLM engine's reservation", int(share * gpu_memory_gib * GIB),
+                          f"vllm_gpu_memory_utilization {share:g} x {gpu_memory_gib:g} GiB (awake during validation)"))
+    lines.append(Line(hf_phases, "HF generation weights (the learner's" + (f", cast to {cfg.dtype})" if mixed else ")"),
+                      b * p if mixed else 0))
+    kv_note = "float32 keys, " + cfg.dtype + " values" if mixed else "float32 keys and values"
+    lines.append(Line(hf_phases, "HF KV cache", seqs * max_model_len * arch.hf_kv_bytes_per_token(b),
+                      f"{max_model_len:,} tokens (max_model_len) x {seqs} sequences, {kv_note}"))
+    prompt = cfg.max_context_tokens
+    lines.append(Line(hf_phases, "HF prefill (one layer, and the attention mask)",
+                      seqs * prompt * arch.prefill_bytes_per_token(r, b) + seqs * prompt * prompt,
+                      f"{seqs} prompts of up to {prompt:,} tokens"))
+
+    # the update: backward, then the optimizer step
+    lines.append(Line("backward+optimizer step", "gradients (float32)", 4 * p // shards, f"4 B x {p:,}{per}"))
     per_layer = arch.activation_bytes_per_token_layer(r, b)
+    casts = b * arch.linear_layer_params if mixed else 0  # autocast's saved weight casts, per layer
     if cfg.fsdp:  # the model's own forward: all logits at once (a bound: every token a target)
         head = t * arch.vocab * (b + 8)
     else:
         head = 2 * 4 * min(t, max(1, LOGIT_CHUNK_ELEMENTS // arch.vocab)) * arch.vocab
-    head += t * arch.hidden * r
-    with_ckpt = t * (arch.layers * r * arch.hidden + per_layer) + head
-    without = t * arch.layers * per_layer + head
+    head += 3 * t * arch.hidden * r
+    with_ckpt = t * (arch.layers * r * arch.hidden + per_layer) + casts + head
+    without = t * arch.layers * per_layer + arch.layers * casts + head
     on = cfg.gradient_checkpointing
-    lines.append(Line("update", f"activations ({t:,}-token chunk, checkpointing {'on' if on else 'off'})",
+    lines.append(Line("backward", f"activations ({t:,}-token chunk, checkpointing {'on' if on else 'off'})",
                       with_ckpt if on else without,
-                      f"checkpointing {'off' if on else 'on'}: {(without if on else with_ckpt) / GIB:.2f} GiB"))
+                      f"{per_layer:,} B per token and layer; checkpointing {'off' if on else 'on'}: "
+                      f"{(without if on else with_ckpt) / GIB:.2f} GiB"))
+    head_grads = (2 if arch.tied else 1) * 4 * arch.vocab * arch.hidden
+    lines.append(Line("backward", "output layer's gradient in flight (float32)", head_grads,
+                      "the head's and the tied embedding's" if arch.tied else "the head's, before it is accumulated"))
     if cfg.fsdp:  # FSDP2 gathers a layer (and prefetches the next) in the compute dtype; the root's stay
         root = p - arch.layers * arch.layer_params
-        lines.append(Line("update", f"gathered parameters (FSDP, {cfg.dtype})", b * (root + 2 * arch.layer_params)))
-    mode = f"FSDP over {gpus} GPUs" if cfg.fsdp else ("DDP: every GPU holds the whole learner" if gpus > 1
-                                                      else "one GPU")
+        lines.append(Line("backward", f"gathered parameters (FSDP, {cfg.dtype})", b * (root + 2 * arch.layer_params)))
+    lines.append(Line("optimizer step", "AdamW step's temporary" + (" (fused: none)" if fused else " (foreach)"),
+                      0 if fused else 4 * p // shards,
+                      "torch.optim.AdamW(fused=True)" if fused else f"sqrt(exp_avg_sq) of every parameter: 4 B x {p:,}{per}"))
+    if gpus > 1 and not cfg.fsdp:
+        lines.append(Line("optimizer step", "gradient all-reduce bucket (DDP)", min(GRAD_BUCKET_BYTES, 4 * p)))
+
+    # checkpoints on disk: the model in float32 and AdamW's moments, keep + the one being written
+    ckpt = 12 * p
+    keep = cfg.keep_checkpoints
+    lines.append(Line("disk", f"checkpoints ({keep} kept + 1 being written)", (keep + 1) * ckpt,
+                      f"each the float32 model {4 * p / GIB:.2f} + AdamW {8 * p / GIB:.2f} GiB"))
+    on_disk = cfg.teacher not in (None, "base") if teacher_run_on_disk is None else teacher_run_on_disk
+    if cfg.stage == "team" and on_disk:
+        lines.append(Line("disk", "the Teacher's Stage-I run (its kept checkpoints)", keep * ckpt))
+
+    if cfg.fsdp:
+        mode = f"FSDP over {gpus} GPUs"
+    else:
+        mode = "DDP: every GPU holds the whole learner" if gpus > 1 else "one GPU"
     size = f"{p / 1e9:.2f}B" if p >= 1e8 else f"{p / 1e6:.2f}M"
     title = (f"plan: {name or cfg.model} ({cfg.model}, {size} parameters), {cfg.stage} stage, "
              f"{gpus} GPU{'s' if gpus > 1 else ''} x {gpu_memory_gib:g} GiB, {mode}; compute {cfg.dtype}, "
-             "weights float32")
+             f"weights float32; rollouts {cfg.rollout_backend}; AdamW {'fused' if fused else 'foreach'}")
     notes = []
+    if not vllm:
+        notes.append("validation and the pass-rate filter: as the rollouts (HF)")
     if arch.max_positions and max_model_len > arch.max_positions:
         notes.append(f"note: max_model_len {max_model_len} exceeds the model's {arch.max_positions} positions")
-    return Plan(title=title, lines=lines, gpu_memory_gib=gpu_memory_gib, notes=notes)
+    return Plan(title=title, lines=lines, gpu_memory_gib=gpu_memory_gib, notes=notes, disk_gib=disk_gib)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m algos plan``: print the plan; exit 1 with one line when it does not fit."""
+    """``python -m algos plan``: print the plan; exit 1 with one line when it does not fit, 2
+    with one line naming the value when an input is not sane (a GiB figure that is not a
+    finite positive number, a model ``config.json`` that is not a model's shape)."""
     import argparse
     import sys
 
@@ -268,21 +499,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), required=True)
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the learner runs on (torchrun ranks)")
     parser.add_argument("--gpu-memory", type=float, required=True, metavar="GIB", help="memory of each GPU, GiB")
+    parser.add_argument("--disk", type=float, default=None, metavar="GIB",
+                        help="free disk where the run writes, GiB: its checkpoints are checked against it")
     parser.add_argument("--stage", choices=("teacher", "team"), default="team",
                         help="default team: Stage II, which also holds the Teacher")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="any TrainConfig field, as for train")
     args = parser.parse_args(argv)
     try:
+        check_size(args.gpu_memory, "--gpu-memory")
+        if args.disk is not None:
+            check_size(args.disk, "--disk")
         overrides = parse_overrides(args.set)
+        teacher_run = None
         if args.stage == "team":
-            overrides.setdefault("teacher", "base")  # the Teacher is the base's size either way
+            # the Teacher is the base's size either way; on disk, train's Stage I run is kept beside
+            teacher_run = "teacher" not in overrides or overrides["teacher"] not in (None, "base")
+            overrides.setdefault("teacher", "base")
         else:
             overrides["teacher"] = None
         cfg = preset_config(args.preset, stage=args.stage, **overrides)
-        plan = memory_plan(cfg, args.gpus, args.gpu_memory, name=args.preset)
-    except ValueError as err:
-        print(f"python -m algos plan: error: {err}", file=sys.stderr)
+        plan = memory_plan(cfg, args.gpus, args.gpu_memory, name=args.preset, disk_gib=args.disk,
+                           teacher_run_on_disk=teacher_run)
+    except (ValueError, OSError, OverflowError) as err:
+        print(f"python -m algos plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     print(plan.render())
     if not plan.fits:

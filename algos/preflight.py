@@ -60,6 +60,7 @@ def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
         check_extras(cfg)
         check_env_shape(cfg)
         check_memory(cfg)
+    check_disk(configs, resume=resume)
     trained_here = {Path(cfg.out_dir) for stage, cfg in configs.items() if stage == "teacher"}
     probed: set[str] = set()
     for cfg in configs.values():
@@ -99,7 +100,8 @@ def check_memory(cfg: TrainConfig) -> None:
     """On CUDA, the run's memory plan (``algos.plan``, the same as ``python -m algos plan``)
     must fit the GPU this process sees, on torchrun's ``WORLD_SIZE`` GPUs: refused with the
     plan's one line before anything is built. Skipped off CUDA, without a visible GPU, and
-    for a model whose architecture is unknown here (a hub id not in ``KNOWN_ARCHS``)."""
+    for a model whose architecture is unknown here (a hub id not in ``KNOWN_ARCHS``); a model
+    ``config.json`` that is not a sane model shape is refused in one line."""
     import os
 
     if not str(cfg.device).startswith("cuda"):
@@ -108,18 +110,67 @@ def check_memory(cfg: TrainConfig) -> None:
 
     if not torch.cuda.is_available():
         return
-    from algos.plan import arch_of, memory_plan
+    from algos.plan import UnknownArch, arch_of, memory_plan
 
     try:
         arch = arch_of(cfg.model)
-    except ValueError:
+    except UnknownArch:
         return
+    except ValueError as err:
+        raise PreflightError(f"model={cfg.model!r}: {' '.join(str(err).split())}") from None
     index = int(os.environ.get("LOCAL_RANK", 0)) if cfg.device == "cuda" else torch.device(cfg.device).index or 0
     gib = torch.cuda.get_device_properties(index).total_memory / 2**30
-    plan = memory_plan(cfg, int(os.environ.get("WORLD_SIZE", "1")), gib, arch=arch)
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        plan = memory_plan(cfg, world, gib, arch=arch)
+    except ValueError as err:
+        raise PreflightError(f"{cfg.stage} stage on {cfg.device}: {' '.join(str(err).split())}") from None
     if not plan.fits:
         raise PreflightError(f"{cfg.stage} stage on {cfg.device} ({gib:.0f} GiB): {plan.refusal()} "
                              "(python -m algos plan shows every line)")
+
+
+def _free_disk(path: Path) -> int:
+    """Free bytes on the filesystem ``path`` will be written to (its nearest existing folder)."""
+    import shutil
+
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool,
+               free: Any = _free_disk) -> None:
+    """The checkpoints the stages write (``algos.plan``: the float32 model and AdamW's moments,
+    ``keep_checkpoints`` of each stage kept, the last stage's one more while it is written)
+    must fit the disk under ``--out``; a resumed run needs room for one more. Refused in one
+    line before anything is built. Skipped for a model whose shape is not known without
+    building it (a recipe's base not built yet: megabytes)."""
+    from algos.plan import UnknownArch, arch_of
+
+    need = 0
+    stages = list(configs.values())
+    for i, cfg in enumerate(stages):
+        try:
+            arch = arch_of(cfg.model, build=False)
+        except UnknownArch:
+            return
+        except ValueError as err:
+            raise PreflightError(f"model={cfg.model!r}: {' '.join(str(err).split())}") from None
+        ckpt = 12 * arch.params
+        last = i == len(stages) - 1
+        if not resume:  # each stage keeps its checkpoints; the last one writes one more before pruning
+            need += cfg.keep_checkpoints * ckpt
+        if last:
+            need += ckpt
+    if not stages:
+        return
+    out = Path(stages[-1].out_dir)
+    have = free(out)
+    if need > have:
+        raise PreflightError(f"--out {out}: the checkpoints need up to {need / 2**30:.1f} GiB of disk, "
+                             f"{have / 2**30:.1f} GiB free there (lower keep_checkpoints, or give another --out)")
 
 
 def check_env_shape(cfg: TrainConfig) -> None:
