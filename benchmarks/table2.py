@@ -107,6 +107,15 @@ starting (step 0) and final model, measured after training into
 :data:`algos.mechanism.SKIP_FILE`."""
 
 
+KL_FILE = "searcher_kl.json"
+"""A run's Searchers' KL to its seed's Teacher on held-out rollouts, of its starting (step 0)
+and final model, measured after training (``python -m algos.recipes.micro.control kl --out
+DIR``; ``{"step0", "final", "final_step"}``)."""
+
+KL_ENDPOINT = "searchers/kl_to_teacher"
+"""The continuous endpoint read from :data:`KL_FILE`."""
+
+
 def finished_runs(out: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
     """``{variant: {seed: run record}}`` of the finished runs under ``out`` (an ablation's
     directory), the seeds' Teachers under ``teacher``; a run without its ``run.json`` is
@@ -266,6 +275,11 @@ def endpoints(metrics: Sequence[Mapping[str, Any]], run_dir: str | Path | None =
         if series:
             out[key] = {"first_step": min(series), "first": series[min(series)],
                         "last_step": max(series), "last": series[max(series)]}
+    kl = Path(run_dir) / KL_FILE if run_dir is not None else None
+    if kl is not None and kl.is_file():
+        measured = json.loads(kl.read_text(encoding="utf-8"))
+        out[KL_ENDPOINT] = {"first_step": 0, "first": float(measured["step0"]),
+                            "last_step": int(measured["final_step"]), "last": float(measured["final"])}
     skip = Path(run_dir) / SKIP_FILE if run_dir is not None else None
     if skip is not None and skip.is_file():
         measured = json.loads(skip.read_text(encoding="utf-8"))
@@ -686,7 +700,8 @@ def multiplicity_lines(table: Mapping[str, Any]) -> list[str]:
 
 
 BEHAVIOUR = (("team/searches_per_workflow", "sampled searches"), (SKIP_ENDPOINT, "skip probability"),
-             ("team/mixed_em_groups", "mixed-R_EM groups"), ("team/cov_searches_em", "cov(searches, R_EM)"))
+             ("team/mixed_em_groups", "mixed-R_EM groups"), ("team/cov_searches_em", "cov(searches, R_EM)"),
+             (KL_ENDPOINT, "Searchers' KL to the Teacher"))
 """The continuous endpoints :func:`behaviour` shows, with their column names."""
 
 
@@ -699,9 +714,11 @@ def behaviour(table: Mapping[str, Any]) -> list[str]:
     keys = [(key, label) for key, label in BEHAVIOUR if any(key in e for ends in by_variant.values() for e in ends)]
     if not keys:
         return []
+    kl = ("; Searchers' KL to the Teacher: per token they generated, on held-out dev rollouts, starting and "
+          "final model" if any(key == KL_ENDPOINT for key, _ in keys) else "")
     lines = ["", "Behaviour, mean over seeds, first -> last value (sampled searches, mixed groups and the "
              "covariance: the training rollouts' first and last step; skip probability: the Searchers' "
-             "first turn on dev contexts, starting and final model):", "",
+             f"first turn on dev contexts, starting and final model{kl}):", "",
              "| Run | " + " | ".join(label for _, label in keys) + " |", "|---|" + "---|" * len(keys)]
     for variant in [TEACHER, *table["rows"]]:
         ends = by_variant.get(variant, [])

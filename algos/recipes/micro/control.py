@@ -296,6 +296,101 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
     return checks
 
 
+KL_FILE = "searcher_kl.json"
+"""A run's Searchers' KL to the seed's Teacher on held-out rollouts (:func:`run_searcher_kl`),
+of its starting and final model; ``benchmarks.table2`` reads it beside the skip probability."""
+
+
+def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 20, temperature: float = 0.7,
+                seed: int = 0, retriever: Any = None, progress: bool = True) -> dict[str, Any]:
+    """The student's Searchers' reverse KL to the Teacher on held-out rollouts: the student
+    plays one sampled H-MAS workflow (``temperature``, the training rollouts') on each of the
+    first ``per_dataset`` dev questions per dataset (never trained on); on every token its
+    Searchers generated, both models' next-token distributions at ``temperature`` given the
+    Searcher's own context. ``kl``: the mean over those tokens of KL(student || Teacher) over
+    the vocabulary (what OPD's per-token advantage, beta log(pi_T / pi_old), is the sampled
+    gradient of); ``k1``: the mean of log pi_student - log pi_Teacher of the sampled tokens
+    (its one-sample estimate). Lower is closer to the Teacher."""
+    import torch
+
+    from agents.collect import collect
+    from agents.hf import HFPolicy
+    from agents.models import load_causal_lm
+    from algos.checkpoint import resolve_model_path
+    from algos.recipes.micro.episodes import micro_env_fn, questions
+    from envs import protocol as P
+    from envs.retrieval.factory import default_retriever
+
+    student_model, tokenizer = load_causal_lm(resolve_model_path(str(student)))
+    teacher_model, _ = load_causal_lm(resolve_model_path(str(teacher)))
+    student_model.eval()
+    teacher_model.eval()
+    asked = questions("dev", per_dataset)
+    retriever = retriever or default_retriever(progress=progress)
+    sampler = HFPolicy(student_model, tokenizer, temperature=temperature, max_new_tokens=ENV["max_turn_tokens"],
+                       seed=seed, batch_size=64)
+    groups = collect(micro_env_fn(tokenizer, "hierarchical", retriever), sampler, asked, seed=seed,
+                     progress="searcher KL rollouts" if progress else False)
+    kl_sum, k1_sum, tokens, segments = 0.0, 0.0, 0, 0
+    with torch.no_grad():
+        for episode in (g[0] for g in groups):
+            for seg in episode.segments_of(P.SEARCHER):
+                mask = torch.tensor(seg.loss_mask[1:], dtype=torch.bool)
+                if not mask.any():
+                    continue
+                ids = torch.tensor([seg.token_ids])
+                logp_s = torch.log_softmax(student_model(ids).logits[0, :-1].float() / temperature, -1)[mask]
+                logp_t = torch.log_softmax(teacher_model(ids).logits[0, :-1].float() / temperature, -1)[mask]
+                taken = ids[0, 1:][mask]
+                kl_sum += float((logp_s.exp() * (logp_s - logp_t)).sum())
+                k1_sum += float((logp_s.gather(1, taken[:, None]) - logp_t.gather(1, taken[:, None])).sum())
+                tokens += int(mask.sum())
+                segments += 1
+    return {"kl": kl_sum / max(1, tokens), "k1": k1_sum / max(1, tokens), "tokens": tokens,
+            "segments": segments, "questions": len(asked), "temperature": temperature, "seed": seed}
+
+
+def run_searcher_kl(out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """:func:`searcher_kl` of every finished Stage-II run under the ablation directory ``out``
+    to its seed's Teacher (``seed<S>/teacher``, planted), of the model it started from and of
+    its final checkpoint, into the run's :data:`KL_FILE` (a run that has it is read, not
+    measured; a run without a checkpoint is left out). The starting model's figure is the
+    same for every variant of a seed (same model, questions and seed) and is measured once."""
+    from algos.checkpoint import latest_checkpoint
+    from envs.retrieval.factory import default_retriever
+
+    out = Path(out)
+    retriever = None
+    cached: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[str, Any] = {}
+    for record_path in sorted(out.glob("seed*/*/" + RUN_FILE)):
+        run = record_path.parent
+        if run.name == TEACHER:
+            continue
+        target = run / KL_FILE
+        if target.is_file():
+            found[str(run.relative_to(out))] = json.loads(target.read_text(encoding="utf-8"))
+            continue
+        final = latest_checkpoint(run)
+        if final is None:
+            continue
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        teacher = run.parent / TEACHER
+        retriever = retriever or default_retriever(progress=progress)
+        values = {}
+        for name, model in (("step0", str(record["config"]["model"])), ("final", str(final))):
+            if (model, str(teacher)) not in cached:
+                cached[model, str(teacher)] = searcher_kl(model, teacher, seed=int(record["seed"]),
+                                                          retriever=retriever, progress=progress)
+            values[name] = cached[model, str(teacher)]
+        row = {"teacher": str(teacher), "step0": values["step0"]["kl"], "final": values["final"]["kl"],
+               "final_step": int(record["steps"]), "detail": values}
+        target.write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+        found[str(run.relative_to(out))] = row
+        _log(progress, f"[{run.relative_to(out)}] Searchers' KL to the Teacher {row['step0']:.4f} -> {row['final']:.4f}")
+    return found
+
+
 def _summary(check: dict[str, Any]) -> str:
     parts = []
     for split, got in check["splits"].items():
@@ -317,9 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from algos.reproducible import run_threads
 
     parser = argparse.ArgumentParser(prog="python -m algos.recipes.micro.control", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("plant", "check"),
+    parser.add_argument("command", choices=("plant", "check", "kl"),
                         help="plant: build, check and write each seed's Teacher into the ablation's directory; "
-                             "check: build and measure only (dev and test), printing JSON")
+                             "check: build and measure only (--splits), printing JSON; kl: the Searchers' KL to "
+                             "the Teacher of every finished Stage-II run under --out (searcher_kl.json)")
     parser.add_argument("--out", type=Path, help="plant: the ablation's directory")
     parser.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     parser.add_argument("--roles", default=None, help="check: the Teacher's SFT roles, e.g. searcher or all")
@@ -331,6 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     overrides = {} if args.roles is None else {"roles": None if args.roles == "all" else tuple(args.roles.split(","))}
     with run_threads(args.threads):
+        if args.command == "kl":
+            if args.out is None:
+                parser.error("kl needs --out (the ablation's directory)")
+            run_searcher_kl(args.out, progress=not args.no_progress)
+            return 0
         if args.command == "plant":
             if args.out is None:
                 parser.error("plant needs --out (the ablation's directory)")
