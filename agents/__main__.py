@@ -283,13 +283,36 @@ def main(argv: list[str] | None = None) -> int:
         except EOFError:
             print("\n(end of input before the end of the episode; nothing saved)")
             return 1
+        except Exception as err:
+            if not _remote_failure(err):
+                raise
+            print(f"python -m agents play: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
+            return 1
         return 0
     if args.command == "replay":
         return replay(args)
     if args.command == "view":
         return view(args)
-    demo(args)
+    try:
+        demo(args)
+    except Exception as err:
+        if not _remote_failure(err):
+            raise
+        print(f"python -m agents demo: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _remote_failure(err: BaseException) -> bool:
+    """Whether ``err`` is a server's failure that one line reports in full: an
+    OpenAI-compatible server's (``agents.openai_chat.OpenAIError``, or the ``openai`` SDK's
+    own ``OpenAIError``) or a remote retriever's (``envs.retrieval.RetrievalError``)."""
+    from agents.openai_chat import OpenAIError
+    from envs.retrieval.remote import RetrievalError
+
+    sdk = sys.modules.get("openai")
+    kinds = (OpenAIError, RetrievalError) + ((sdk.OpenAIError,) if hasattr(sdk, "OpenAIError") else ())
+    return isinstance(err, kinds)
 
 
 if __name__ == "__main__":

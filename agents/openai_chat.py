@@ -44,7 +44,7 @@ from typing import Any
 
 from agents.base import Action, Observation
 from envs.chat import quote_message
-from envs.http import excerpt, server_message
+from envs.http import excerpt, remote_text, server_message
 
 # --------------------------------------------------------------------------- chat messages
 
@@ -96,7 +96,8 @@ _RETRIED_STATUS = (408, 409, 429)  # and every 5xx: what the SDK retries
 
 
 class OpenAIError(RuntimeError):
-    """A chat-completions request that failed: the message names the URL and the cause."""
+    """A chat-completions request that failed: the message names the URL and the cause, on
+    one line, with what the server wrote made terminal-safe (``envs.http.server_message``)."""
 
 
 def _sdk():
@@ -304,8 +305,10 @@ class OpenAIPolicy:
             cause = e.__cause__ or e
             raise OpenAIError(
                 f"POST {self.url} failed after {self.retries + 1} attempts; "
-                f"last error: {type(cause).__name__}: {cause}"
+                f"last error: {type(cause).__name__}: {remote_text(cause)}"
             ) from None
+        except openai.OpenAIError as e:  # any other failure the SDK reports
+            raise OpenAIError(f"POST {self.url}: {type(e).__name__}: {remote_text(e)}") from None
         content = raw.http_response.content
         try:
             reply = json.loads(content)

@@ -4,7 +4,10 @@ OpenAI-compatible policy (on the ``openai`` SDK) shares with it.
 
 Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff (a
 server's ``Retry-After`` is honoured, up to 30 s); other 4xx answers and malformed JSON
-raise at once. Every error message names the URL.
+raise at once. Every error message names the URL, and what the server wrote in it (its
+error text, a body excerpt, a bad status line) is passed through
+:func:`envs.terminal.terminal_safe` on one line: an escape sequence in a server's answer is
+shown, never obeyed, wherever the message is printed.
 
 ``timeout`` is a deadline for the whole attempt (connect, send, and read the complete
 answer), not a socket timeout: a socket timeout bounds each read, so a server that
@@ -25,23 +28,33 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from envs.terminal import terminal_safe
+
 
 def excerpt(body: bytes | str, n: int = 300) -> str:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return text if len(text) <= n else text[:n] + "..."
+    """The first ``n`` characters of a remote ``body``, terminal-safe on one line."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    return terminal_safe(text if len(text) <= n else text[:n] + "...", one_line=True)
 
 
 def server_message(body: bytes) -> str:
-    """The ``error`` (or OpenAI-style ``error.message``) of a JSON error body, else an excerpt."""
+    """The ``error`` (or OpenAI-style ``error.message``) of a JSON error body, else an
+    excerpt; terminal-safe on one line, at most 300 characters."""
     try:
         err = json.loads(body).get("error")
         if isinstance(err, Mapping) and err.get("message"):
-            return str(err["message"])
+            return excerpt(str(err["message"]))
         if isinstance(err, str):
-            return err
-    except (ValueError, AttributeError):
+            return excerpt(err)
+    except (ValueError, AttributeError, RecursionError):
         pass
     return excerpt(body)
+
+
+def remote_text(value: Any) -> str:
+    """``str(value)`` of something a server may have written (an exception naming its bytes),
+    terminal-safe on one line, at most 300 characters."""
+    return excerpt(str(value))
 
 
 class _Deadline:
@@ -170,8 +183,8 @@ def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, 
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:  # refused, reset, timed out
             if deadline.expired:
                 last = f"no complete answer within the {timeout:g} s deadline"
-            else:
-                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+            else:  # a bad status line or a reset names the server's bytes
+                last = f"{type(err).__name__}: {remote_text(getattr(err, 'reason', err))}"
         else:
             try:
                 return json.loads(raw)
