@@ -31,20 +31,156 @@ from typing import Any
 
 BACKENDS = ("hf", "vllm")
 
-REQUIRED = (
-    ("torch", "torch (with CUDA: expected on the GPU image)"),
-    ("numpy", "numpy"),
-    ("transformers", "transformers"),
-    ("tokenizers", "tokenizers"),
-    ("safetensors", "safetensors"),
-    ("huggingface_hub", "huggingface_hub"),
-    ("tqdm", "tqdm"),
-    ("faiss", "faiss-cpu"),  # envs.retrieval imports the dense retriever eagerly
-    ("fastapi", "fastapi"),  # ... and the retrieval server
-    ("uvicorn", "uvicorn"),
-    ("pydantic", "pydantic"),
-)
-"""(module, wheel) pairs the tiny preset's run imports (the project's own packages aside)."""
+ROOT = Path(__file__).resolve().parents[1]
+OWN = ("agents", "algos", "envs", "benchmarks", "integrations")
+ENTRIES = ("benchmarks.gpu_check", "algos.presets", "algos.trainer", "algos.recipes.tiny", "agents.hf",
+           "envs.search_team", "envs.retrieval")
+"""The modules the tiny preset's HF run loads (the env factory ``envs.make_env`` and the retriever
+are imported lazily, so they are named here): what they import is what the run needs."""
+OPTIONAL = {"vllm": "the vllm backend", "ray": "rollout workers"}
+"""Modules that narrow the check when absent (a backend left out) instead of stopping it."""
+WHEELS = {"torch": "torch (with CUDA: expected on the GPU image)", "faiss": "faiss-cpu", "yaml": "pyyaml",
+          "sklearn": "scikit-learn", "PIL": "pillow"}
+"""Wheels whose name is not the module's (else the module's, ``_`` as ``-``)."""
+
+
+def _project_file(name: str, root: Path) -> Path | None:
+    path = root / Path(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def needed_modules(root: Path = ROOT, entries: tuple[str, ...] = ENTRIES) -> dict[str, str]:
+    """``{top-level module: the project module that imports it}`` for every third-party module the
+    run imports, read from the source (``ast``, nothing imported): the project modules that
+    ``entries`` load at import time, followed through their module-level imports, and every
+    import statement in them (functions' too: ``transformers`` is imported when a model loads),
+    except those under ``try: ... except ImportError`` (optional by construction)."""
+    import ast
+
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    todo = list(entries)
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # packages load first
+        path = _project_file(name, root)
+        if path is None:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(
+                    isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                    for h in node.handlers):
+                guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+
+        def loaded(nodes: list[ast.stmt]) -> None:  # import-time statements (not function bodies)
+            for node in nodes:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                if isinstance(node, ast.Import):
+                    todo.extend(a.name for a in node.names if a.name.split(".")[0] in OWN)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                        and node.module.split(".")[0] in OWN:
+                    todo.append(node.module)
+                    todo.extend(f"{node.module}.{a.name}" for a in node.names)
+                for attr in ("body", "orelse", "finalbody", "handlers"):
+                    inner = getattr(node, attr, None)
+                    if isinstance(inner, list):
+                        loaded(inner)
+
+        loaded(tree.body)
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in OWN and top not in sys.stdlib_module_names and top != "__future__":
+                    found.setdefault(top, name)
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "torch", kv[0].lower())))
+
+
+def _normal(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _required_by(dist: str, version_of: Callable[[str], Any], requires_of: Callable[[str], Any]) -> list[str]:
+    """The distributions ``dist`` needs (its Requires-Dist without extras, markers evaluated where
+    ``packaging`` can; an unevaluable marker is skipped rather than guessed)."""
+    import re
+
+    try:
+        from packaging.markers import Marker
+    except ImportError:  # no packaging: requirements with markers are skipped
+        Marker = None  # noqa: N806
+    out = []
+    for line in requires_of(dist) or []:
+        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        if name is None:
+            continue
+        marker = line.split(";", 1)[1].strip() if ";" in line else ""
+        if "extra" in marker:
+            continue
+        if marker:
+            try:
+                if Marker is None or not Marker(marker).evaluate():
+                    continue
+            except Exception:  # noqa: BLE001 (a marker packaging cannot read)
+                continue
+        out.append(name.group(1))
+    return out
+
+
+def missing_requirements(modules: list[str], version_of: Callable[[str], Any] | None = None,
+                         requires_of: Callable[[str], Any] | None = None,
+                         distributions_of: Callable[[str], list[str]] | None = None) -> list[tuple[str, str]]:
+    """``(distribution, needed by)`` for each distribution that an installed needed module's
+    distribution requires, directly or further down, and that is not installed (fastapi 0.165
+    imports ``opentelemetry``: its wheel installed ``--no-deps`` alone fails at import)."""
+    import importlib.metadata as metadata
+
+    def installed(name: str) -> bool:
+        try:
+            (version_of or metadata.version)(name)
+            return True
+        except metadata.PackageNotFoundError:
+            return False
+
+    if distributions_of is None:
+        table = metadata.packages_distributions()
+        distributions_of = lambda module: table.get(module, [])  # noqa: E731
+    requires_of = requires_of or metadata.requires
+    missing: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    todo = [(dist, dist) for module in modules for dist in distributions_of(module)]
+    while todo:
+        dist, parent = todo.pop(0)
+        if _normal(dist) in seen:
+            continue
+        seen.add(_normal(dist))
+        if not installed(dist):
+            missing.append((dist, parent))
+            continue
+        try:
+            needs = _required_by(dist, version_of or metadata.version, requires_of)
+        except metadata.PackageNotFoundError:
+            continue
+        todo.extend((need, dist) for need in needs)
+    return missing
 
 
 def _note(text: str) -> None:
@@ -52,13 +188,29 @@ def _note(text: str) -> None:
 
 
 def missing_pieces(backends: list[str], find_spec: Callable[[str], Any] | None = None,
-                   cuda_available: Callable[[], bool] | None = None) -> tuple[list[str], list[str], list[str]]:
-    """``(missing, notes, backends)``: one line per missing piece that stops the check (a
-    module, with the wheel to install: ``pip install --no-index --find-links WHEELS NAME``; no
-    visible GPU), notes for what only narrows it (no vLLM), and the backends left to run."""
+                   cuda_available: Callable[[], bool] | None = None,
+                   requirements: Callable[[list[str]], list[tuple[str, str]]] | None = None,
+                   ) -> tuple[list[str], list[str], list[str]]:
+    """``(missing, notes, backends)``: one line per missing piece that stops the check (a module
+    the run imports, found by :func:`needed_modules`, with the wheel to install: ``pip install
+    --no-index --find-links WHEELS NAME``; a distribution one of them requires,
+    :func:`missing_requirements`; no visible GPU), notes for what only narrows it (no vLLM), and
+    the backends left to run."""
     find_spec = find_spec or importlib.util.find_spec
-    missing = [f"missing: {module} (install the wheel {wheel})" for module, wheel in REQUIRED
-               if find_spec(module) is None]
+    needed = needed_modules()
+    missing, present = [], []
+    for module, importer in needed.items():
+        if module in OPTIONAL:
+            continue
+        if find_spec(module) is None:
+            wheel = WHEELS.get(module, module.replace("_", "-"))
+            missing.append(f"missing: {module} (install the wheel {wheel}; imported by {importer})")
+        else:
+            present.append(module)
+    if requirements is None and find_spec is importlib.util.find_spec:
+        requirements = missing_requirements
+    for dist, parent in (requirements(present) if requirements else []):
+        missing.append(f"missing: {dist} (install its wheel: {parent} requires it)")
     notes = []
     if "vllm" in backends and find_spec("vllm") is None:
         notes.append("vLLM is not installed (pip install -e '.[vllm]' where an index is reachable): HF backend only")

@@ -19,12 +19,98 @@ def _spec(absent):
 
 def test_each_missing_piece_is_named_in_one_line():
     missing, notes, backends = gpu_check.missing_pieces(["hf", "vllm"], find_spec=_spec({"faiss", "fastapi", "vllm"}),
-                                                        cuda_available=lambda: False)
-    assert missing == ["missing: faiss (install the wheel faiss-cpu)", "missing: fastapi (install the wheel fastapi)",
+                                                        cuda_available=lambda: False, requirements=lambda mods: [])
+    assert missing == ["missing: faiss (install the wheel faiss-cpu; imported by envs.retrieval.dense)",
+                       "missing: fastapi (install the wheel fastapi; imported by envs.retrieval.server)",
                        "missing: a CUDA GPU (torch.cuda.is_available() is False: a CPU-only torch, or no visible "
                        "device)"]
     assert backends == ["hf"] and len(notes) == 1 and notes[0].startswith("vLLM is not installed")
-    assert gpu_check.missing_pieces(["hf"], find_spec=_spec(set()), cuda_available=lambda: True) == ([], [], ["hf"])
+    assert gpu_check.missing_pieces(["hf"], find_spec=_spec(set()), cuda_available=lambda: True,
+                                    requirements=lambda mods: []) == ([], [], ["hf"])
+
+
+def test_the_modules_a_run_needs_are_read_from_the_code():
+    """Not a hand list: the review's reproduction (gymnasium and pettingzoo hidden, the preflight
+    said nothing, the first train_step raised ModuleNotFoundError) is named now."""
+    needed = gpu_check.needed_modules()
+    assert {"torch", "transformers", "gymnasium", "pettingzoo", "faiss", "fastapi", "uvicorn", "pydantic",
+            "numpy", "tokenizers", "safetensors"} <= set(needed)
+    assert needed["gymnasium"] == "envs.search_team" and "ray" not in needed  # Ray only behind rollout_workers
+    missing, _, _ = gpu_check.missing_pieces(["hf"], find_spec=_spec({"gymnasium", "pettingzoo"}),
+                                             cuda_available=lambda: True, requirements=lambda mods: [])
+    assert missing == ["missing: gymnasium (install the wheel gymnasium; imported by envs.search_team)",
+                       "missing: pettingzoo (install the wheel pettingzoo; imported by envs.search_team)"]
+
+
+def test_a_new_import_in_the_run_is_found_without_editing_a_list(tmp_path):
+    (tmp_path / "algos").mkdir()
+    (tmp_path / "algos" / "__init__.py").write_text("from algos import a\n")
+    (tmp_path / "algos" / "a.py").write_text("import os\nimport wonderlib.sub\n\ndef f():\n    import laterlib\n"
+                                            "    from algos import b\ntry:\n    import maybelib\nexcept ImportError:\n"
+                                            "    maybelib = None\n")
+    (tmp_path / "algos" / "b.py").write_text("import onlyinb\n")  # reached only inside a function: not loaded
+    assert gpu_check.needed_modules(tmp_path, ("algos",)) == {"laterlib": "algos.a", "wonderlib": "algos.a"}
+
+
+def test_a_requirement_of_an_installed_package_is_named():
+    """fastapi 0.165 requires opentelemetry-api and imports it: its wheel installed --no-deps alone
+    fails at import. The walk reads each distribution's Requires-Dist, extras and false markers
+    skipped, and names what is not installed."""
+    requires = {"fastapi": ["starlette>=1.6", "opentelemetry-api>=1.44.0", "httpx; extra == 'all'",
+                            "exceptiongroup; python_version < '3.0'"],
+                "starlette": ["anyio<5,>=4"], "anyio": [], "opentelemetry-api": ["importlib-metadata"]}
+    installed = {"fastapi", "starlette", "anyio"}
+
+    def version(name):
+        import importlib.metadata
+
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return "1"
+
+    got = gpu_check.missing_requirements(["fastapi"], version_of=version, requires_of=requires.get,
+                                         distributions_of=lambda module: [module])
+    assert got == [("opentelemetry-api", "fastapi")]
+    missing, _, _ = gpu_check.missing_pieces(["hf"], find_spec=_spec(set()), cuda_available=lambda: True,
+                                             requirements=lambda mods: got)
+    assert missing == ["missing: opentelemetry-api (install its wheel: fastapi requires it)"]
+
+
+def test_this_machines_imports_are_all_accounted_for():
+    """What the run's modules really import here (a subprocess) is within the modules read from the
+    code and the distributions they require: the static reading misses nothing."""
+    code = ("import sys, json; before = set(sys.modules)\n"
+            f"import {', '.join(gpu_check.ENTRIES)}\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m not in before})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    import importlib.metadata
+
+    table = importlib.metadata.packages_distributions()
+    needed = set(gpu_check.needed_modules())
+    covered = {gpu_check._normal(d) for m in needed for d in table.get(m, [])}
+    todo = list(covered)
+    while todo:  # the requirement closure, as missing_requirements walks it
+        for need in gpu_check._required_by(todo.pop(), importlib.metadata.version, importlib.metadata.requires):
+            if gpu_check._normal(need) not in covered:
+                covered.add(gpu_check._normal(need))
+                todo.append(gpu_check._normal(need))
+    loaded = [m for m in json.loads(done.stdout) if m not in sys.stdlib_module_names and not m.startswith("_")
+              and m not in gpu_check.OWN and table.get(m)]
+    unaccounted = [m for m in loaded if m not in needed and not {gpu_check._normal(d) for d in table[m]} & covered]
+    # what is left is imported only where present (orjson, watchfiles, dill, ...): hidden, the run's
+    # modules still import
+    hide = ("import sys, importlib.abc\n"
+            "class Hide(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {sorted(unaccounted)!r}: raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Hide())\n")
+    again = subprocess.run([sys.executable, "-c", hide + code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0, (unaccounted, again.stderr[-2000:])
+    loaded_again = set(json.loads(again.stdout))
+    assert not loaded_again & set(unaccounted)
 
 
 def test_main_stops_before_anything_runs_when_a_piece_is_missing(monkeypatch, tmp_path, capsys):
@@ -77,5 +163,7 @@ def test_it_runs_as_a_module_from_the_checkout_without_the_project_installed(tmp
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[0] == "gpu_check: missing: torch (install the wheel torch (with CUDA: expected on the GPU image))"
+    assert lines[0] == ("gpu_check: missing: torch (install the wheel torch (with CUDA: expected on the GPU image); "
+                        "imported by benchmarks.gpu_check)")
+    assert any(line.startswith("gpu_check: missing: gymnasium ") for line in lines)
     assert all(line.startswith("gpu_check: missing: ") for line in lines)
