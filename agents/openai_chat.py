@@ -158,6 +158,9 @@ class OpenAIPolicy:
                 f"concurrency={concurrency}, retries={retries}, timeout={timeout}, "
                 f"backoff={backoff}, deadline={deadline}"
             )
+        from agents.sampling import Sampling
+
+        Sampling(temperature=temperature, top_p=top_p)  # the spec's ranges (ValueError, one line)
         _sdk()  # fail now, not at the first act(), when the SDK is missing
         self.model = model
         self.base_url = base_url.rstrip("/")

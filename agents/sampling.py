@@ -14,7 +14,9 @@ spec                                               sampling
 
 A spec's own settings win over the command line's, and those over the model's defaults.
 The keys are :data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line
-naming the spec. Kinds that do not sample (``scripted``, ``random``, ...) refuse a query
+naming the spec, before anything loads. A temperature is 0 (greedy) or at least
+:func:`min_temperature` (2.9e-36: below it, logits up to :data:`LOGIT_BOUND` divided by it
+overflow float32, where the samplers divide them); a top-p is in (0, 1], 1 included. Kinds that do not sample (``scripted``, ``random``, ...) refuse a query
 and ignore the command line's settings.
 
 >>> parse_sampling("temperature=0.7&top_p=0.9", "hf:smollm2?temperature=0.7&top_p=0.9")
@@ -38,6 +40,43 @@ SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens")
 DEFAULT_MAX_NEW_TOKENS = 256
 """An LM policy's cap on a turn when none is set (the env's own turn budget still applies)."""
 
+LOGIT_BOUND = 1000.0
+"""The largest next-token logit magnitude the temperature range allows for. Trained LMs' logits
+stay far inside it (SmolLM2's within about 40; Gemma 2 caps them at 30)."""
+
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+             "float64": 1.7976931348623157e308}
+"""``torch.finfo(dtype).max`` by dtype name (tests hold them equal; no torch import here)."""
+
+SAMPLING_DTYPE = "float32"
+"""The dtype the samplers here divide logits by the temperature in: ``agents.logprobs``'
+``next_tokens`` and ``token_logprobs`` cast the logits to float32 first, whatever the
+model's dtype, and vLLM samples in float32."""
+
+
+def min_temperature(dtype: str = SAMPLING_DTYPE) -> float:
+    """The smallest temperature above 0 for which ``logits / temperature`` stays finite in
+    ``dtype`` for every logit within :data:`LOGIT_BOUND`: ``LOGIT_BOUND / finfo(dtype).max``
+    (float32: 2.9e-36; float16: 0.0153). Below it a softmax over the scaled logits can hold
+    inf and NaN, and sampling fails mid-episode."""
+    if dtype not in FLOAT_MAX:
+        raise ValueError(f"dtype must be one of {', '.join(FLOAT_MAX)}, got {dtype!r}")
+    return LOGIT_BOUND / FLOAT_MAX[dtype]
+
+
+def check_temperature(value: float, dtype: str = SAMPLING_DTYPE) -> float:
+    """``value`` when it is 0 (greedy) or in ``[min_temperature(dtype), inf)``; else
+    ``ValueError`` stating that range."""
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {value!r}")
+    if 0 < value < min_temperature(dtype):
+        raise ValueError(
+            f"temperature must be 0 (greedy) or at least {min_temperature(dtype):.3g}: logits up to "
+            f"{LOGIT_BOUND:g} divided by it must stay finite in {dtype} (at most {FLOAT_MAX[dtype]:.3g}), "
+            f"got {value!r}")
+    return value
+
 
 def _value(key: str, text: str) -> float | int:
     """``text`` as the value of ``key``; ``ValueError`` saying what a good value is."""
@@ -55,6 +94,11 @@ def _value(key: str, text: str) -> float | int:
         number = math.nan
     if key == "temperature" and not (math.isfinite(number) and number >= 0):
         raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {text!r}")
+    if key == "temperature" and 0 < number < min_temperature():
+        try:
+            check_temperature(number)
+        except ValueError as err:
+            raise ValueError(f"{str(err).rpartition(', got ')[0]}, got {text!r}") from None
     if key == "top_p" and not (math.isfinite(number) and 0 < number <= 1):
         raise ValueError(f"top_p must be a number in (0, 1], got {text!r}")
     return number

@@ -144,3 +144,64 @@ def test_agents_play_reports_an_openai_error_in_one_line(capsys, monkeypatch):
     assert "HTTP 400" in lines[0]
     _safe_one_line(lines[0])
     assert "\x1b" not in out
+
+
+# ---------------------------------------------------------------------------- sampling settings
+
+
+def test_the_temperature_floor_is_the_logit_bound_over_the_dtypes_max():
+    import torch
+
+    from agents.sampling import FLOAT_MAX, LOGIT_BOUND, min_temperature
+
+    assert LOGIT_BOUND == 1000.0
+    for name in ("float16", "bfloat16", "float32", "float64"):
+        assert FLOAT_MAX[name] == torch.finfo(getattr(torch, name)).max
+    assert min_temperature("float16") == pytest.approx(1000 / 65504)  # 0.015266...
+    assert min_temperature() == min_temperature("float32") == pytest.approx(2.93873605e-36)
+    # the floor is tight: at it, logits of +-1000 divide to the dtype's max; a hair below, inf
+    for name in ("float16", "bfloat16", "float32"):
+        logits = torch.tensor([1000.0, -1000.0], dtype=getattr(torch, name))
+        assert torch.isfinite(logits / min_temperature(name)).all()
+        assert not torch.isfinite(logits / (min_temperature(name) * 0.99)).any()
+
+
+def test_a_sampler_at_the_floor_samples_and_below_it_fails():
+    import torch
+
+    from agents.logprobs import next_tokens
+    from agents.sampling import min_temperature
+
+    logits = torch.tensor([[1000.0, -1000.0, 0.0]])
+    generator = torch.Generator().manual_seed(0)
+    tokens, logps = next_tokens(logits, min_temperature(), 1.0, generator)
+    assert tokens.tolist() == [0] and logps.tolist() == [0.0]
+    with pytest.raises(ValueError, match="NaN or infinite"):  # what the floor keeps from happening
+        next_tokens(logits, min_temperature() / 10, 1.0, generator)
+
+
+@pytest.mark.parametrize("text", ["1e-40", "1e-37", "2.9e-36", "5e-324"])
+def test_a_temperature_that_overflows_the_logits_is_refused_with_its_range(text, capsys):
+    from agents.__main__ import main as agents_main
+    from agents.registry import check_policy
+
+    with pytest.raises(ValueError) as err:  # was accepted, then died mid-episode blaming the weights
+        check_policy(f"hf:smollm2?temperature={text}")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"hf:smollm2?temperature={text}: temperature must be 0 "
+                                                      "(greedy) or at least 2.94e-36")
+    assert "float32" in message and message.endswith(f"got {text!r}")
+    with pytest.raises(SystemExit):
+        agents_main(["play", "--policy", "hf:smollm2", "--temperature", text])
+    assert "at least 2.94e-36" in capsys.readouterr().err
+
+
+@needs_openai
+def test_the_openai_policy_checks_its_settings_too():
+    from agents.openai_chat import OpenAIPolicy
+
+    with pytest.raises(ValueError, match="at least 2.94e-36"):
+        OpenAIPolicy("m", temperature=1e-40)
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]"):
+        OpenAIPolicy("m", top_p=0.0)
+    OpenAIPolicy("m", temperature=0.0, top_p=1.0).close()

@@ -205,3 +205,52 @@ def test_compare_refuses_runs_prompted_with_different_prompt_sets_unless_allowed
         "prompted differently; pass --allow-different-settings to pair them anyway")
     assert bench_main(["compare", short, paper, "--resamples", "10", "--allow-different-settings"]) == 0
     assert bench_main(["compare", also_paper, paper, "--resamples", "10"]) == 0
+
+
+# ---------------------------------------------------------------------------- edge values, by hand (issue 44.7)
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("top_p=1", Sampling(top_p=1.0)),                  # the whole nucleus: accepted
+    ("top_p=1.0", Sampling(top_p=1.0)),
+    ("top_p=1e-9", Sampling(top_p=1e-9)),              # any positive mass
+    ("temperature=0", Sampling(temperature=0.0)),      # greedy
+    ("temperature=-0.0", Sampling(temperature=0.0)),
+    ("temperature=2.94e-36", Sampling(temperature=2.94e-36)),  # just over the float32 floor
+    ("temperature=1e308", Sampling(temperature=1e308)),
+    ("max_new_tokens=1", Sampling(max_new_tokens=1)),
+    ("temperature=1&top_p=1&max_new_tokens=256", Sampling(1.0, 1.0, 256)),
+])
+def test_edge_values_that_are_accepted(query, expected):
+    from agents.sampling import parse_sampling
+
+    assert parse_sampling(query, f"hf:x?{query}") == expected
+    check_policy(f"hf:smollm2?{query}")
+
+
+@pytest.mark.parametrize("query, message", [
+    ("top_p=0", r"top_p must be a number in \(0, 1\]"),
+    ("top_p=1.0000001", r"top_p must be a number in \(0, 1\]"),
+    ("top_p=-0.5", r"top_p must be a number in \(0, 1\]"),
+    ("top_p=inf", r"top_p must be a number in \(0, 1\]"),
+    ("temperature=2.93e-36", "at least 2.94e-36"),
+    ("temperature=inf", "temperature must be a number >= 0"),
+    ("temperature=-1e-300", "temperature must be a number >= 0"),
+    ("max_new_tokens=0", "max_new_tokens must be an integer >= 1"),
+    ("max_new_tokens=1.0", "max_new_tokens must be an integer >= 1"),
+])
+def test_edge_values_that_are_refused(query, message):
+    with pytest.raises(ValueError, match=message):
+        check_policy(f"hf:smollm2?{query}")
+
+
+def test_describe_and_compare_at_the_edges():
+    from agents.sampling import describe_team, same_settings
+
+    greedy = {"temperature": 0.0, "top_p": 0.3, "max_new_tokens": 8}
+    assert describe_team({"leader": greedy}) == "temperature 0 (greedy), max_new_tokens 8"
+    # greedy ignores top-p; a sampled run at top_p 1 differs from one at 0.999
+    assert same_settings({"leader": greedy}, {"leader": {**greedy, "top_p": 1.0}})
+    one = {"temperature": 0.7, "top_p": 1.0, "max_new_tokens": 8}
+    assert not same_settings({"leader": one}, {"leader": {**one, "top_p": 0.999}})
+    assert describe_team({"leader": one, "searcher": None}) == "temperature 0.7, top_p 1, max_new_tokens 8"
