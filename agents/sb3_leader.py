@@ -47,6 +47,14 @@ NETWORK_KWARGS = ("net_arch", "activation_fn", "share_features_extractor", "norm
 (``optimizer_class``, ``optimizer_kwargs``) and initialisation's (``ortho_init``) only
 matter in training and are dropped; any other key is refused before training."""
 _TRAINING_ONLY_KWARGS = ("optimizer_class", "optimizer_kwargs", "ortho_init")
+MAX_WIDTH = 4096
+"""Widest layer a Leader's ``net_arch`` may name (its observation has 14 features)."""
+MAX_LAYERS = 16
+"""Most hidden layers a Leader's ``net_arch`` may name, per network."""
+DEFAULT_NET_ARCH = [64, 64]
+"""SB3's ``MlpPolicy`` layers when ``policy_kwargs`` names none (each of PPO's and A2C's two
+networks, DQN's Q-network)."""
+_MAX_HEADER = 1 << 20  # a Leader's safetensors header is a few hundred bytes
 
 
 def algo_class(name: str) -> Any:
@@ -89,7 +97,119 @@ def network_settings(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ValueError(f"policy_kwargs {key}={value!r} is not plain JSON (numbers, strings, "
                              "booleans, lists, objects), so a saved Leader cannot keep it")
         out[key] = value
+    check_network(out, None, "policy_kwargs")
     return out
+
+
+def check_network(network: Mapping[str, Any], algo: str | None, where: str) -> None:
+    """Raise a one-line ``ValueError`` naming ``where`` unless ``network`` (the
+    ``policy_kwargs`` of :data:`NETWORK_KWARGS`) is one a Leader may build: ``net_arch`` a
+    list of at most :data:`MAX_LAYERS` integer widths in ``[1, MAX_WIDTH]`` (PPO and A2C:
+    or ``{"pi": [...], "vf": [...]}``), ``activation_fn`` one of :data:`ACTIVATIONS`,
+    ``share_features_extractor`` (not DQN's) and ``normalize_images`` booleans. Checks the
+    settings only; :func:`check_weights_fit` compares them with the saved tensors."""
+    if not isinstance(network, Mapping):
+        raise ValueError(f"{where}: policy_kwargs must be a JSON object, got {_brief(network)}")
+    arch = network.get("net_arch")
+    arch = DEFAULT_NET_ARCH if arch is None else arch
+    if isinstance(arch, Mapping) and algo != "dqn":
+        if not arch or set(arch) - {"pi", "vf"}:
+            raise ValueError(f"{where}: net_arch as an object must have keys among pi, vf, got {_brief(arch)}")
+        layers = list(arch.items())
+    elif isinstance(arch, (list, tuple)):
+        layers = [("net_arch", arch)]
+    else:
+        shape = "a list of widths" + ("" if algo == "dqn" else " or {\"pi\": [...], \"vf\": [...]}")
+        raise ValueError(f"{where}: net_arch must be {shape}, got {_brief(arch)}")
+    for name, widths in layers:
+        if not isinstance(widths, (list, tuple)) or len(widths) > MAX_LAYERS or not all(
+                type(w) is int and 1 <= w <= MAX_WIDTH for w in widths):
+            raise ValueError(f"{where}: {'' if name == 'net_arch' else 'net_arch.'}{name} must be a list of at "
+                             f"most {MAX_LAYERS} integer widths in [1, {MAX_WIDTH}], got {_brief(widths)}")
+    activation = network.get("activation_fn", "tanh")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"{where}: activation_fn must be one of {', '.join(ACTIVATIONS)}, got {_brief(activation)}")
+    for key in ("share_features_extractor", "normalize_images"):
+        if key in network and not isinstance(network[key], bool):
+            raise ValueError(f"{where}: {key} must be true or false, got {_brief(network[key])}")
+    if algo == "dqn" and "share_features_extractor" in network:
+        raise ValueError(f"{where}: a DQN Leader has no share_features_extractor setting")
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value) if _plain(value) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def expected_shapes(algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The ``state_dict`` shapes of the SB3 ``MlpPolicy`` that :func:`build_policy` would
+    build for ``algo`` on ``macro``'s spaces, computed from ``network`` alone (nothing is
+    built; ``network`` passed :func:`check_network`)."""
+    obs, n = int(macro.observation_space.shape[0]), int(macro.action_space.n)
+    arch = network.get("net_arch")
+    arch = DEFAULT_NET_ARCH if arch is None else arch
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(prefix: str, dims: Sequence[int]) -> None:
+        for i, (fan_in, fan_out) in enumerate(zip(dims, dims[1:])):
+            shapes[f"{prefix}.{2 * i}.weight"] = (fan_out, fan_in)
+            shapes[f"{prefix}.{2 * i}.bias"] = (fan_out,)
+
+    if algo == "dqn":
+        for prefix in ("q_net.q_net", "q_net_target.q_net"):
+            linear(prefix, [obs, *arch, n])
+        return shapes
+    pi, vf = (arch.get("pi", []), arch.get("vf", [])) if isinstance(arch, Mapping) else (arch, arch)
+    linear("mlp_extractor.policy_net", [obs, *pi])
+    linear("mlp_extractor.value_net", [obs, *vf])
+    shapes["action_net.weight"], shapes["action_net.bias"] = (n, pi[-1] if pi else obs), (n,)
+    shapes["value_net.weight"], shapes["value_net.bias"] = (1, vf[-1] if vf else obs), (1,)
+    return shapes
+
+
+def saved_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, read from the header of the safetensors file ``path`` alone
+    (no tensor is read); one-line ``ValueError`` naming the file when it has no such header."""
+    path = Path(path)
+    bad = (f"{path}: not a readable safetensors file (%s); retrain the Leader with "
+           "`python -m algos train-leader-sb3 --out DIR`")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < size <= _MAX_HEADER:
+                raise ValueError(bad % "no header of a sane size")
+            header = json.loads(f.read(size))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(bad % _first_line(err)) from None
+    if not isinstance(header, dict):
+        raise ValueError(bad % "its header is not a JSON object")
+    shapes = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(bad % f"tensor {name!r} has no shape")
+        shapes[name] = tuple(shape)
+    return shapes
+
+
+def check_weights_fit(path: str | Path, algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -> None:
+    """One-line ``ValueError`` naming the weights file ``path`` unless its tensors (names and
+    shapes, from its header) are exactly those ``network`` describes: checked before the
+    policy is built, so settings that do not fit cost nothing."""
+    _mismatch(path, expected_shapes(algo, macro, network), saved_shapes(path))
+
+
+def _mismatch(path: str | Path, wanted: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]]) -> None:
+    wrong = ([f"missing {k!r}" for k in wanted if k not in found]
+             + [f"unexpected {k!r}" for k in found if k not in wanted]
+             + [f"{k!r} has shape {found[k]}, expected {wanted[k]}" for k in wanted
+                if k in found and found[k] != wanted[k]])
+    if wrong:
+        raise ValueError(f"{path}: its tensors do not fit the policy its leader.json describes "
+                         f"({wrong[0]}{f' and {len(wrong) - 1} more' if len(wrong) > 1 else ''}); retrain the Leader")
 
 
 def _plain(value: Any) -> bool:
@@ -159,7 +279,8 @@ def _check_settings(meta: Any, where: Path) -> None:
     network = meta.get("policy_kwargs", {})
     if not isinstance(network, dict) or set(network) - set(NETWORK_KWARGS) or not _plain(network):
         raise ValueError(f"{where}: policy_kwargs must be a JSON object with keys among "
-                         f"{', '.join(NETWORK_KWARGS)}, got {network!r}")
+                         f"{', '.join(NETWORK_KWARGS)}, got {_brief(network)}")
+    check_network(network, meta["algo"], f"{where}: policy_kwargs")
 
 
 _RESAVE = ("re-save it with `python -m algos train-leader-sb3 --resave DIR` (reads only its weights and "
@@ -190,15 +311,8 @@ def load_weights(path: str | Path, policy: Any) -> None:
     except Exception as err:  # safetensors raises its own errors for a bad header or a short file
         raise ValueError(f"{path}: not a readable safetensors file ({_first_line(err)}); "
                          "retrain the Leader with `python -m algos train-leader-sb3 --out DIR`") from None
-    wanted = {k: tuple(v.shape) for k, v in policy.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    wrong = ([f"missing {k!r}" for k in wanted if k not in found]
-             + [f"unexpected {k!r}" for k in found if k not in wanted]
-             + [f"{k!r} has shape {found[k]}, expected {wanted[k]}" for k in wanted
-                if k in found and found[k] != wanted[k]])
-    if wrong:
-        raise ValueError(f"{path}: its tensors do not fit the policy its leader.json describes "
-                         f"({wrong[0]}{f' and {len(wrong) - 1} more' if len(wrong) > 1 else ''}); retrain the Leader")
+    _mismatch(path, {k: tuple(v.shape) for k, v in policy.state_dict().items()},
+              {k: tuple(v.shape) for k, v in state.items()})
     policy.load_state_dict(state, strict=True)
 
 
@@ -297,6 +411,8 @@ class SB3LeaderPolicy:
                                     "(train one with python -m algos train-leader-sb3)")
         self.meta = read_settings(meta_path)
         self.macro = _macro(self.meta)
+        # the settings against the saved tensors' shapes, before anything is built
+        check_weights_fit(model_path, self.meta["algo"], self.macro, self.meta["policy_kwargs"])
         self.model = build_policy(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
         """The SB3 policy (``predict(obs, deterministic)``), its weights from ``leader.safetensors``."""
         load_weights(model_path, self.model)

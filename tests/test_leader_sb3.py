@@ -480,3 +480,88 @@ def test_a_damaged_weights_file_gives_one_line_naming_it(tmp_path, saved_ppo, da
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{weights}: ")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------- leader.json's network, checked first (issue 44.3)
+
+
+@pytest.mark.parametrize("algo, network", [
+    ("ppo", {}), ("ppo", {"net_arch": [16, 8]}), ("a2c", {"net_arch": []}),
+    ("ppo", {"net_arch": {"pi": [5], "vf": []}, "share_features_extractor": False}),
+    ("a2c", {"net_arch": {"vf": [7, 3]}, "activation_fn": "relu"}),
+    ("dqn", {}), ("dqn", {"net_arch": [16, 8], "normalize_images": False}), ("dqn", {"net_arch": []}),
+])
+def test_expected_shapes_are_those_sb3_builds(algo, network):
+    from agents.sb3_leader import _macro, build_policy, check_network, expected_shapes
+
+    macro = _macro({"max_waves": 3, "max_searchers": 3, "max_context_tokens": 4096})
+    check_network(network, algo, "x")
+    built = {k: tuple(v.shape) for k, v in build_policy(algo, macro, network).state_dict().items()}
+    assert expected_shapes(algo, macro, network) == built
+
+
+@pytest.mark.parametrize("network, message", [
+    ({"net_arch": [100_000, 64]}, "integer widths in [1, 4096], got [100000, 64]"),
+    ({"net_arch": [-16, 16]}, "integer widths in [1, 4096], got [-16, 16]"),
+    ({"net_arch": [16.5, 16]}, "integer widths in [1, 4096], got [16.5, 16]"),
+    ({"net_arch": [0]}, "integer widths in [1, 4096]"),
+    ({"net_arch": [True, 16]}, "integer widths in [1, 4096]"),
+    ({"net_arch": [16] * 17}, "at most 16 integer widths"),
+    ({"net_arch": {"pi": [16], "vf": [1e9]}}, "net_arch.vf must be a list of at most 16 integer widths"),
+    ({"net_arch": {"pi": [16], "qf": [16]}}, "keys among pi, vf"),
+    ({"net_arch": "64,64"}, "net_arch must be a list of widths"),
+    ({"activation_fn": "os.system"}, "activation_fn must be one of tanh, relu"),
+    ({"activation_fn": 3}, "activation_fn must be one of"),
+    ({"share_features_extractor": "no"}, "share_features_extractor must be true or false"),
+    ({"normalize_images": 1}, "normalize_images must be true or false"),
+])
+def test_out_of_bounds_network_settings_are_one_line_before_anything_is_built(tmp_path, saved_ppo, monkeypatch,
+                                                                                network, message):
+    import agents.sb3_leader as sb3
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    folder = copy_of(saved_ppo[1], tmp_path)
+    meta = json.loads((folder / "leader.json").read_text())
+    (folder / "leader.json").write_text(json.dumps({**meta, "policy_kwargs": network}))
+    monkeypatch.setattr(sb3, "build_policy", lambda *a, **k: pytest.fail("built a network"))
+    with pytest.raises(ValueError) as err:  # was: a 40 GB allocation, or a torch traceback
+        SB3LeaderPolicy(folder)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"{folder / 'leader.json'}: policy_kwargs: ")
+    assert message in text
+
+
+@pytest.mark.parametrize("network", [{"net_arch": [4096, 4096]}, {"net_arch": [16]},
+                                     {"net_arch": {"pi": [16, 16], "vf": [16, 8]}}])
+def test_settings_that_do_not_fit_the_saved_tensors_are_refused_before_building(tmp_path, saved_ppo, monkeypatch,
+                                                                                 network):
+    import agents.sb3_leader as sb3
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    folder = copy_of(saved_ppo[1], tmp_path)  # saved with net_arch [16, 16]
+    meta = json.loads((folder / "leader.json").read_text())
+    (folder / "leader.json").write_text(json.dumps({**meta, "policy_kwargs": network}))
+    monkeypatch.setattr(sb3, "build_policy", lambda *a, **k: pytest.fail("built a network"))
+    with pytest.raises(ValueError) as err:  # was: 4096 x 4096 built and initialised, then compared
+        SB3LeaderPolicy(folder)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"{folder / 'leader.safetensors'}: its tensors do not fit")
+
+
+def test_a_weights_header_of_insane_size_is_one_line(tmp_path, saved_ppo):
+    from agents.sb3_leader import SB3LeaderPolicy
+
+    folder = copy_of(saved_ppo[1], tmp_path)
+    weights = folder / "leader.safetensors"
+    weights.write_bytes((1 << 62).to_bytes(8, "little") + b"{}")
+    with pytest.raises(ValueError, match="not a readable safetensors file") as err:
+        SB3LeaderPolicy(folder)
+    assert str(err.value).startswith(f"{weights}: ")
+
+
+def test_the_trainer_refuses_an_out_of_bounds_network_before_training():
+    from agents.sb3_leader import network_settings
+
+    assert network_settings({"net_arch": [64, 64], "ortho_init": False}) == {"net_arch": [64, 64]}
+    with pytest.raises(ValueError, match=r"integer widths in \[1, 4096\], got \[100000\]"):
+        network_settings({"net_arch": [100_000]})
