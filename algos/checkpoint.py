@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from agents.models import ModelFileError
-from envs.paths import contained
+from envs.paths import contained, read_capped
 from envs.quiet import quiet_progress
 
 
@@ -282,13 +282,12 @@ def _token_ids(data: dict[str, Any]) -> list[int]:
 def _read_json_object(file: Path, what: str) -> dict[str, Any]:
     """``file`` parsed as a JSON object of at most :data:`JSON_BYTES`; CheckpointError naming it."""
     try:
-        with open(file, "rb") as f:
-            raw = f.read(JSON_BYTES + 1)
+        raw = read_capped(file, JSON_BYTES)
     except OSError as err:
         reason = "does not exist" if isinstance(err, FileNotFoundError) else f"unreadable ({err.strerror})"
         raise CheckpointError(f"{file}: {reason} (the checkpoint's {what})") from None
-    if len(raw) > JSON_BYTES:
-        raise CheckpointError(f"{file}: larger than {JSON_BYTES >> 20} MiB (not a {what})")
+    except ValueError:
+        raise CheckpointError(f"{file}: larger than {JSON_BYTES >> 20} MiB (not a {what})") from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:

@@ -178,15 +178,14 @@ def _read_table(table_json: Path) -> dict[str, Any]:
     """A ``table2.json`` read under :data:`MAX_TABLE_BYTES`, a JSON object naming its three
     archives; ValueError in one line naming it otherwise."""
     from envs.data.items import loads
+    from envs.paths import read_capped
 
     try:
         if not table_json.is_file():
             raise OSError("not a file")
-        with open(table_json, "rb") as f:
-            raw = f.read(MAX_TABLE_BYTES + 1)
-        if len(raw) > MAX_TABLE_BYTES:
+        if table_json.stat().st_size > MAX_TABLE_BYTES:
             raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
-        table = loads(raw.decode("utf-8"))
+        table = loads(read_capped(table_json, MAX_TABLE_BYTES).decode("utf-8"))
         if not isinstance(table, dict):
             raise TypeError(f"a JSON {type(table).__name__}, not an object")
         for key in ("records", "metrics", "run_records"):

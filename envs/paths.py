@@ -81,3 +81,17 @@ def read_lines(stream: IO[bytes], *, max_line: int, max_total: int, label: str) 
         if total > max_total:
             raise ValueError(f"{label}, line {lineno}: more than {max_total:,} bytes in all, the most it may hold")
         yield lineno, raw
+
+
+def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of a file we did not write when it holds at most ``limit`` of them, else a
+    ValueError naming it; read in chunks, so neither a large file nor a large ``limit`` costs
+    more memory than the file's own size (``read(limit)`` would reserve ``limit`` at once)."""
+    chunks, total = [], 0
+    with open(path, "rb") as f:
+        while chunk := f.read(min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise ValueError(f"{os.fspath(path)}: larger than {limit:,} bytes, the most it may hold")
+    return b"".join(chunks)
