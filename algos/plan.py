@@ -32,11 +32,12 @@ vocabulary; L layers):
   float32 input and cast ``(r + b)(q + kv)``. Autocast also keeps each layer's weights cast,
   ``b`` x its linear parameters. With activation checkpointing a chunk keeps ``rh`` per layer
   and token and recomputes one layer (and its weight casts) at a time, else every layer's. The
-  output layer keeps the last hidden state and the final norm's ``3rh`` per token and a chunk
-  of float32 logits and their gradient (``agents.logprobs.LOGIT_CHUNK_ELEMENTS``); under FSDP
-  it takes the model's own forward, whose logits ``(b + 8) V`` per token are counted whole
-  (every token a target: a bound). The output layer's float32 gradient ``4VH`` waits in
-  autograd's buffer for the embedding's when they are tied (two of them at the end);
+  output layer keeps the last hidden state and the final norm's ``3rh`` per token; its forward
+  holds a chunk of float32 logits and their scaled copy (``agents.logprobs.LOGIT_CHUNK_ELEMENTS``),
+  which with checkpointing never meets a recomputed layer (the larger of the two counts); under
+  FSDP it takes the model's own forward, whose logits ``(b + 8) V`` per token are counted whole
+  (every token a target: a bound). Tied to the embedding, the output layer's float32 gradient
+  ``4VH`` waits in autograd's buffer for the embedding's;
 - optimizer step: gradients ``4P/S`` and AdamW's temporary: ``4P/S`` with PyTorch's
   ``foreach`` (``sqrt(exp_avg_sq)`` for every parameter at once), none fused (the trainer's
   choice on CUDA, ``algos.precision.fused_adamw``); with DDP the gradient all-reduce's bucket.
@@ -436,20 +437,21 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
     per_layer = arch.activation_bytes_per_token_layer(r, b)
     casts = b * arch.linear_layer_params if mixed else 0  # autocast's saved weight casts, per layer
     if cfg.fsdp:  # the model's own forward: all logits at once (a bound: every token a target)
-        head = t * arch.vocab * (b + 8)
-    else:
-        head = 2 * 4 * min(t, max(1, LOGIT_CHUNK_ELEMENTS // arch.vocab)) * arch.vocab
-    head += 3 * t * arch.hidden * r
-    with_ckpt = t * (arch.layers * r * arch.hidden + per_layer) + casts + head
-    without = t * arch.layers * per_layer + arch.layers * casts + head
+        logits = t * arch.vocab * (b + 8)
+    else:  # the chunked head's forward holds a chunk's float32 logits and their scaled copy
+        logits = 2 * 4 * min(t, max(1, LOGIT_CHUNK_ELEMENTS // arch.vocab)) * arch.vocab
+    kept = t * 3 * r * arch.hidden  # the last hidden state and the final norm's input and output
+    # checkpointing: a hidden state per layer, and the larger of one recomputed layer and the logits
+    with_ckpt = t * arch.layers * r * arch.hidden + kept + max(t * per_layer + casts, logits)
+    without = t * arch.layers * per_layer + arch.layers * casts + kept + logits
     on = cfg.gradient_checkpointing
     lines.append(Line("backward", f"activations ({t:,}-token chunk, checkpointing {'on' if on else 'off'})",
                       with_ckpt if on else without,
                       f"{per_layer:,} B per token and layer; checkpointing {'off' if on else 'on'}: "
                       f"{(without if on else with_ckpt) / GIB:.2f} GiB"))
-    head_grads = (2 if arch.tied else 1) * 4 * arch.vocab * arch.hidden
-    lines.append(Line("backward", "output layer's gradient in flight (float32)", head_grads,
-                      "the head's and the tied embedding's" if arch.tied else "the head's, before it is accumulated"))
+    if arch.tied:  # the head's float32 gradient waits in autograd's buffer for the embedding's
+        lines.append(Line("backward", "output layer's gradient in flight (float32, tied)",
+                          4 * arch.vocab * arch.hidden, "until the embedding's gradient is added to it"))
     if cfg.fsdp:  # FSDP2 gathers a layer (and prefetches the next) in the compute dtype; the root's stay
         root = p - arch.layers * arch.layer_params
         lines.append(Line("backward", f"gathered parameters (FSDP, {cfg.dtype})", b * (root + 2 * arch.layer_params)))

@@ -46,9 +46,10 @@ def test_every_line_of_a_tiny_plan_by_hand(tiny_dir):
     # activations per token and layer (r = 4, b = 2): norms 4*4*8 = 128, five casts of the norm
     # outputs 5*2*8 = 80, attention's q and output 2*2*8 = 32, k and v 2*2*4 = 16, the MLP
     # 4*2*16 = 128, log-sum-exp and norm scales 4*2 + 8 = 16: 400. The recomputed layer's weight
-    # casts: 2*576 = 1152. The head: 100 tokens' last hidden state and final norm 3*100*8*4 = 9600
-    # + float32 logits and gradient 2*4*100*32 = 25600. Checkpointing on: 100*(2*4*8 + 400) + 1152
-    # + 35200 = 82752; off: 100*2*400 + 2*1152 + 35200 = 117504
+    # casts: 2*576 = 1152. The head: 100 tokens' last hidden state and final norm 3*100*8*4 = 9600;
+    # its forward's float32 logits and their scaled copy 2*4*100*32 = 25600. Checkpointing on:
+    # 100*2*4*8 + 9600 + max(100*400 + 1152, 25600) = 57152; off: 100*2*400 + 2*1152 + 9600 + 25600
+    # = 117504
     assert _lines(plan) == {
         "learner parameters (float32)": ("resident", 4 * P),
         "optimizer (AdamW moments, float32)": ("resident", 8 * P),
@@ -60,15 +61,15 @@ def test_every_line_of_a_tiny_plan_by_hand(tiny_dir):
         # 3 prompts x 50 tokens x (2*4*8 + 2*8 + 3*2*16 = 176) + the 3 x 50 x 50 mask
         "HF prefill (one layer, and the attention mask)": ("rollouts", 3 * 50 * 176 + 3 * 50 * 50),
         "gradients (float32)": ("backward+optimizer step", 4 * P),
-        "activations (100-token chunk, checkpointing on)": ("backward", 82752),
-        # the head's float32 V x H gradient waits for the tied embedding's: 2 * 4 * 32 * 8
-        "output layer's gradient in flight (float32)": ("backward", 2048),
+        "activations (100-token chunk, checkpointing on)": ("backward", 57152),
+        # the head's float32 V x H gradient waits for the tied embedding's: 4 * 32 * 8
+        "output layer's gradient in flight (float32, tied)": ("backward", 1024),
         "AdamW step's temporary (fused: none)": ("optimizer step", 0),  # CUDA: fused
         "checkpoints (2 kept + 1 being written)": ("disk", 3 * 12 * P),
     }
     resident = 4 * P + 8 * P + 2 * P
     assert plan.total("rollouts") == resident + 2 * P + 9216 + 33900 == 66284
-    assert plan.total("backward") == resident + 4 * P + 82752 + 2048 == 110864
+    assert plan.total("backward") == resident + 4 * P + 57152 + 1024 == 84240
     assert plan.total("optimizer step") == resident + 4 * P == 26064
     assert plan.phases == ("rollouts", "backward", "optimizer step")  # HF: validation is the rollouts again
     assert plan.peak_phase == "backward" and plan.fits and plan.refusal() is None
@@ -83,7 +84,7 @@ def test_every_line_of_a_tiny_plan_by_hand(tiny_dir):
 
 
 def test_a_peak_exactly_at_the_usable_memory_fits_and_one_byte_more_does_not(tiny_dir):
-    peak = 110864  # the backward phase above
+    peak = 84240  # the backward phase above
     at = memory_plan(_cfg(tiny_dir), gpus=1, gpu_memory_gib=HEADROOM_GIB + peak / GIB)
     assert at.usable == peak == at.peak and at.fits and at.refusal() is None
     over = memory_plan(_cfg(tiny_dir), gpus=1, gpu_memory_gib=HEADROOM_GIB + (peak - 1) / GIB)
@@ -94,7 +95,7 @@ def test_a_peak_exactly_at_the_usable_memory_fits_and_one_byte_more_does_not(tin
 def test_the_critics_base_is_read_from_the_role_rules(tiny_dir, monkeypatch):
     plan = memory_plan(_cfg(tiny_dir, searcher_signal="critic"), gpus=1, gpu_memory_gib=24)
     assert _lines(plan)["Prompted Critic base (bfloat16)"] == ("resident", 2 * P)
-    assert plan.total("backward") == 110864 + 2 * P
+    assert plan.total("backward") == 84240 + 2 * P
     assert "Prompted Critic base (bfloat16)" not in _lines(memory_plan(_cfg(tiny_dir), gpus=1, gpu_memory_gib=24))
     # a signal of another name whose rule reads the Critic counts it too (algos.roles.needs_critic)
     import algos.roles
@@ -113,7 +114,7 @@ def test_ddp_over_four_gpus_holds_the_whole_learner_on_each(tiny_dir):
     # the gradient all-reduce packs buckets of at most GRAD_BUCKET_BYTES (a model this small: one)
     assert got["gradient all-reduce bucket (DDP)"] == ("optimizer step", min(GRAD_BUCKET_BYTES, 4 * P)) == \
         ("optimizer step", 5792)
-    assert ddp.total("optimizer step") == 26064 + 5792 and ddp.total("backward") == 110864
+    assert ddp.total("optimizer step") == 26064 + 5792 and ddp.total("backward") == 84240
     assert "DDP: every GPU holds the whole learner" in ddp.title
 
 
@@ -125,9 +126,9 @@ def test_a_tiny_fsdp_plan_by_hand(tiny_dir):
     assert got["gradients (float32)"] == 4 * P // 2
     assert got["gathered replica (FSDP, float32)"] == 4 * P
     assert got["AdamW step's temporary (foreach)"] == 4 * P // 2  # foreach over this rank's shards
-    # the model's own forward: 100 tokens x 32 logits x (2 + 8) B = 32000, + 9600 hidden and final
-    # norm; + 100*(2*4*8 + 400) + 1152 = 89152
-    assert got["activations (100-token chunk, checkpointing on)"] == 89152
+    # the model's own forward: 100 tokens x 32 logits x (2 + 8) B = 32000, less than the recomputed
+    # layer's 100*400 + 1152; + 100*2*4*8 + 9600 = 57152
+    assert got["activations (100-token chunk, checkpointing on)"] == 57152
     # gathered in bfloat16: the root's 1448 - 2*592 = 264 parameters and two layers
     assert got["gathered parameters (FSDP, bfloat16)"] == 2 * (264 + 2 * 592)
     assert "gradient all-reduce bucket (DDP)" not in got
@@ -143,9 +144,9 @@ def test_float32_compute_by_hand(tiny_dir):
     assert got["Teacher (float32)"] == ("resident", 4 * P)
     assert got["HF KV cache"] == ("rollouts", 64 * 3 * 2 * 2 * 4 * 4)  # keys and values float32
     assert got["HF prefill (one layer, and the attention mask)"][1] == 3 * 50 * (2 * 4 * 8 + 4 * 8 + 3 * 4 * 16) + 7500
-    assert got["activations (100-token chunk, checkpointing on)"][1] == 100 * (2 * 4 * 8 + 560) + 35200
+    assert got["activations (100-token chunk, checkpointing on)"][1] == 100 * 2 * 4 * 8 + 9600 + 100 * 560 == 72000
     off = memory_plan(_cfg(tiny_dir, dtype="float32", gradient_checkpointing=False), gpus=1, gpu_memory_gib=24)
-    assert _lines(off)["activations (100-token chunk, checkpointing off)"][1] == 100 * 2 * 560 + 35200
+    assert _lines(off)["activations (100-token chunk, checkpointing off)"][1] == 100 * 2 * 560 + 35200 == 147200
 
 
 def test_vllm_reserves_its_share_of_the_card_and_validation_runs_beside_it(tiny_dir):
