@@ -121,7 +121,11 @@ class OpenAIPolicy:
     ``Retry-After``; other HTTP errors raise at once. ``extra`` is merged into every
     request body (server-specific options such as ``top_k``, ``seed`` or llama.cpp's
     ``grammar``). ``special_tokens``: the server tokenizer's special strings, when known,
-    broken in every message content besides the common markers (:func:`chat_messages`).
+    broken in every message content besides the common markers (:func:`chat_messages`);
+    ``markers``: spelled markers of the server's chat template that the built-in list
+    lacks (the ``openai:`` spec's ``?markers=[A]|[B]``); ``tokenizer``: a local copy of the
+    server's tokenizer, whose special strings and chat-template markers are broken too
+    (``envs.chat.template_markers``).
 
     ``timeout`` bounds each phase of an attempt (connect, send, each wait for the server's
     bytes); ``deadline`` bounds the whole request, every attempt and wait included (default
@@ -147,6 +151,8 @@ class OpenAIPolicy:
         extra: Mapping[str, Any] | None = None,
         special_tokens: Sequence[str] = (),
         deadline: float | None = None,
+        markers: Sequence[str] = (),
+        tokenizer: Any = None,
     ):
         if deadline is None:
             deadline = (retries + 1) * timeout + 8.0 * retries
@@ -175,7 +181,14 @@ class OpenAIPolicy:
         self.backoff = backoff
         self.concurrency = concurrency
         self.extra = dict(extra or {})
-        self.special_tokens = tuple(str(t) for t in special_tokens)
+        from envs.chat import check_marker, template_markers
+
+        named = tuple(check_marker(m, "OpenAIPolicy markers") for m in markers)
+        own = template_markers(tokenizer) if tokenizer is not None else ()
+        self.special_tokens = tuple(dict.fromkeys((*(str(t) for t in special_tokens), *named, *own)))
+        """Every marker broken in the contents besides the built-in ones: ``special_tokens``,
+        ``markers`` and those of ``tokenizer``'s chat template (configuration only, never
+        read from a message)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None

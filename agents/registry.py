@@ -9,7 +9,8 @@ spec                           policy
 ``random`` / ``random:tokens`` :class:`agents.simple.RandomPolicy` (text / token ids)
 ``human``                      :class:`agents.simple.HumanPolicy` (the terminal)
 ``hf:<model id or path>``      :class:`agents.hf.HFPolicy` (``hf:smollm2`` offline)
-``openai:<model>@<base url>``  :class:`agents.openai_chat.OpenAIPolicy`
+``openai:<model>@<base url>``  :class:`agents.openai_chat.OpenAIPolicy` (``?markers=[A]|[B]``:
+                               its template's markers, :data:`OPENAI_OPTIONS`)
 ``sb3:<path>``                 :class:`agents.sb3_leader.SB3LeaderPolicy` (Leader only)
 ``python:<module>:<Class>``    your class, constructed without arguments
 ``leader=...,searcher=...``    a :class:`agents.router.RoleRouter` of the above
@@ -79,13 +80,37 @@ def _hf(arg: str, *, seed: int, vocab_size: int | None = None, sampling: Samplin
 def _openai(arg: str, *, sampling: Sampling | None = None, **_: Any) -> Any:
     from agents.openai_chat import OpenAIPolicy
 
+    arg, markers = _openai_markers(arg)
     model, _sep, url = arg.partition("@")
     if not model:
         raise ValueError(f"openai policy needs a model: openai:<model>@<base url>, got {arg!r}")
     sampling = sampling or Sampling()  # unset: OpenAIPolicy's own defaults (the server cannot be asked)
     settings = {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
-    return OpenAIPolicy(model, **({"base_url": url} if url else {}),
+    return OpenAIPolicy(model, **({"base_url": url} if url else {}), markers=markers,
                         **{k: v for k, v in settings.items() if v is not None})
+
+
+OPENAI_OPTIONS = ("markers",)
+"""Keys an ``openai:`` spec's query takes besides the sampling settings:
+``markers=[A]|[B]``, the spelled markers of the server's chat template that the built-in
+list (``envs.chat.SPELLED_MARKERS``) lacks, ``|``-separated, each percent-decoded
+(``%7C`` for a ``|``); each must pass ``envs.chat.check_marker``."""
+
+
+def _openai_markers(arg: str) -> tuple[str, tuple[str, ...]]:
+    """``(arg without its ?markers=..., the markers)`` of an ``openai:`` arg (``_split``
+    keeps the option there); one-line ``ValueError`` naming the spec for a bad marker."""
+    from urllib.parse import unquote
+
+    from envs.chat import check_marker
+
+    head, sep, option = arg.partition("?")
+    if not sep:
+        return arg, ()
+    value = option.partition("=")[2]
+    if not value:
+        raise ValueError(f"openai:{head}: markers needs a value, markers=[A]|[B]")
+    return head, tuple(check_marker(unquote(m), f"openai:{head}: markers") for m in value.split("|"))
 
 
 def _sb3(arg: str, *, seed: int, **_: Any) -> Any:
@@ -121,6 +146,7 @@ def _check_hf(arg: str) -> None:
 
 
 def _check_openai(arg: str) -> None:
+    arg, _markers = _openai_markers(arg)
     if not arg.partition("@")[0]:
         raise ValueError(f"openai:{arg}: needs a model, openai:<model>@<base url>")
 
@@ -209,6 +235,13 @@ def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
         if query is not None and kind not in SAMPLING_KINDS:
             raise ValueError(f"{sub}: a {kind} policy takes no sampling settings (only "
                              f"{', '.join(sorted(SAMPLING_KINDS))} do)")
+        if kind == "openai" and query is not None:  # its own options stay with its arg
+            pairs = query.split("&")
+            options = [p for p in pairs if p.partition("=")[0] in OPENAI_OPTIONS]
+            if len(options) > 1:
+                raise ValueError(f"{sub}: markers is given twice")
+            arg += "".join(f"?{o}" for o in options)
+            query = "&".join(p for p in pairs if p not in options) if len(options) < len(pairs) else None
         out.append((role, kind, arg, parse_sampling(query, sub)))
     return out
 

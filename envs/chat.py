@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.protocol import clean_text
@@ -146,11 +146,77 @@ def plain_quote(text: str) -> str:
 
 ZERO_WIDTH_JOINER = "\u200d"
 SPELLED_MARKERS: tuple[str, ...] = (
-    "<|", "<\uff5c", "<s>", "</s>", "<eos>", "<bos>", "<pad>", "<unk>", "<start_of_turn>",
-    "<end_of_turn>", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", "[SEP]", "[CLS]", "[MASK]",
-    "[PAD]", "[UNK]")
+    # every <|...|>: ChatML (<|im_start|>, Qwen, SmolLM2, Phi-4's <|im_sep|>), Llama 3
+    # (<|start_header_id|>, <|eot_id|>, <|python_tag|>), Llama 4 (<|header_start|>), Phi-3
+    # (<|user|>, <|end|>), Command-R, Granite, gpt-oss (<|channel|>, <|message|>)
+    "<|",
+    # DeepSeek V2/V3/R1's fullwidth bars: <\uff5cUser\uff5c>, <\uff5cend\u2581of\u2581sentence\uff5c>
+    "<\uff5c",
+    # sentencepiece and BERT-style specials
+    "<s>", "</s>", "<eos>", "<bos>", "<pad>", "<unk>", "[SEP]", "[CLS]", "[MASK]", "[PAD]", "[UNK]",
+    # Gemma 1-3, SmolVLM/Idefics
+    "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<end_of_utterance>",
+    # Llama 2 and Mistral v1-v3
+    "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>",
+    # Mistral v3/v7 (tekken) and later: system prompt, tools, images, fill-in-the-middle, thinking
+    "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CONTENT]", "[ARGS]", "[CALL_ID]", "[IMG]", "[IMG_BREAK]",
+    "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[THINK]", "[/THINK]",
+    # ChatGLM / GLM-4
+    "[gMASK]", "<sop>", "<eop>",
+)
 """Spelled special markers of the common chat templates that :func:`quote_message` breaks:
 ``<|`` covers every ``<|...|>`` (ChatML, Llama 3, Phi), ``<\uff5c`` DeepSeek's fullwidth bars."""
+
+_TEMPLATE_MARKER = re.compile(
+    r"<\|[^|<>\s]{1,48}\|>"          # <|im_start|>, <|eot_id|>
+    r"|<\uff5c[^<>\s]{1,48}\uff5c>"   # DeepSeek's
+    r"|\[/?[A-Z][A-Z_]{1,31}\]"        # [INST], [/SYSTEM_PROMPT] (not a Jinja messages[idx])
+    r"|<</?[A-Z]{2,16}>>"             # <<SYS>>
+    r"|</?[a-z][a-z_]{1,31}>")        # <start_of_turn>, <end_of_turn>, <tool_call>
+"""What a spelled marker looks like inside a chat template's text."""
+
+MAX_MARKER_CHARS = 64
+
+
+def check_marker(marker: str, where: str = "marker") -> str:
+    """``marker`` when it can be a marker: 2 to :data:`MAX_MARKER_CHARS` printable characters
+    without whitespace, not all letters and digits (a word is text, not markup), and not a
+    protocol tag (``<answer>``...: breaking those would hide the agents' own turns); else a
+    one-line ``ValueError`` naming ``where``."""
+    from envs.protocol import TAGS
+
+    if not isinstance(marker, str) or not 2 <= len(marker) <= MAX_MARKER_CHARS:
+        raise ValueError(f"{where}: a marker has 2 to {MAX_MARKER_CHARS} characters, got {marker!r:.80}")
+    if not marker.isprintable() or any(c.isspace() for c in marker):
+        raise ValueError(f"{where}: a marker has no whitespace or control characters, got {marker!r}")
+    if marker.isalnum():
+        raise ValueError(f"{where}: a marker is markup, not a word (it needs a character other than "
+                         f"letters and digits), got {marker!r}")
+    if marker in {f"<{t}>" for t in TAGS} | {f"</{t}>" for t in TAGS}:
+        raise ValueError(f"{where}: {marker!r} is one of the protocol's own tags, not a chat marker")
+    return marker
+
+
+def template_markers(tokenizer: Any) -> tuple[str, ...]:
+    """The markers of ``tokenizer``'s own chat layout: its special strings and every spelled
+    marker its chat template writes (``[INST]``, ``<start_of_turn>``, ``<|eot_id|>``...), for
+    :func:`quote_message`. Read from the tokenizer (trusted configuration) only; what does
+    not pass :func:`check_marker` (a protocol tag, a bare word) is left out. Empty when the
+    tokenizer has neither."""
+    found: list[str] = [str(t) for t in (getattr(tokenizer, "all_special_tokens", None) or ())]
+    template = getattr(tokenizer, "chat_template", None)
+    templates = template.values() if isinstance(template, Mapping) else [template]
+    for text in templates:
+        if isinstance(text, str):
+            found += _TEMPLATE_MARKER.findall(text)
+    out = []
+    for marker in dict.fromkeys(found):
+        try:
+            out.append(check_marker(marker))
+        except ValueError:
+            continue
+    return tuple(out)
 
 
 def quote_message(text: str, special_tokens: Sequence[str] = ()) -> str:
@@ -161,7 +227,8 @@ def quote_message(text: str, special_tokens: Sequence[str] = ()) -> str:
     there. Each occurrence of :data:`SPELLED_MARKERS` and of ``special_tokens`` (the
     server's special strings, when known) gets a zero-width joiner after its first
     character (``<|im_start|>`` -> ``<\u200d|im_start|>``), which no marker contains, so
-    none can match; a line that starts with a plain-layout header (``User:``) is quoted as
+    none can match (``special_tokens``: the markers a policy names for its own template,
+    :func:`template_markers`' or given; never read from the text being quoted); a line that starts with a plain-layout header (``User:``) is quoted as
     :func:`plain_quote` does. Text with neither is returned as is; quoting twice changes
     nothing more. What UTF-8 cannot encode becomes U+FFFD (:func:`clean_text`).
 
