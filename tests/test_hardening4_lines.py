@@ -205,3 +205,26 @@ def test_the_openai_policy_checks_its_settings_too():
     with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]"):
         OpenAIPolicy("m", top_p=0.0)
     OpenAIPolicy("m", temperature=0.0, top_p=1.0).close()
+
+
+# ---------------------------------------------------------------------------- autocast's cache setting (issue 44.7)
+
+
+def test_the_compute_context_sets_autocasts_cache_as_asked():
+    import torch
+
+    from algos.precision import precision_for
+
+    mixed = precision_for("cpu", "bfloat16")
+    outside = torch.is_autocast_cache_enabled()
+    for cache in (True, False):
+        with mixed.compute(cache=cache):
+            assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            assert torch.is_autocast_cache_enabled() is cache
+            layer = torch.nn.Linear(4, 4)
+            assert layer(torch.ones(1, 4)).dtype == torch.bfloat16
+        assert torch.is_autocast_cache_enabled() is outside  # restored on the way out
+    with mixed.compute():  # the default keeps the casts (generation and scoring)
+        assert torch.is_autocast_cache_enabled() is True
+    with precision_for("cpu", "float32").compute(cache=False):  # no lower dtype: no autocast at all
+        assert not torch.is_autocast_enabled("cpu")

@@ -82,3 +82,49 @@ def test_two_grpo_steps_train_exactly_the_masked_tokens(tmp_path, tokenizer, tor
         assert all(0 < t < len(m) for t, m in zip(trained, step_masks))  # env tokens were masked out
     moved = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert moved, "no weight changed"
+
+
+# ---------------------------------------------------------------------------- per-call seeds, segment chosen (issue 44.7)
+
+
+def _episode(qid, seed, agents):
+    """An episode whose segments carry their agent's index and the seed in their ids."""
+    segs = []
+    for n, agent in enumerate(agents):
+        mark = seed * 100 + n
+        segs.append(Segment(agent, agent.rpartition("_")[0], -1, token_ids=[mark, mark + 1, mark + 2],
+                            loss_mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], reward=float(n)))
+    return Episode(question={"id": qid}, workflow="hierarchical", segments=segs, team_em=1.0, final_em=1.0,
+                   seed=seed)
+
+
+def test_each_call_draws_new_seeds_and_returns_the_chosen_segment(monkeypatch):
+    import types
+
+    import agents.trl_rollout as trl
+
+    seen = []
+
+    def fake_collect(env_fn, policy, items, *, group_size, seed):
+        seen.append((policy, list(items), group_size, seed))
+        return [[_episode(str(item), seed + b * group_size + g,
+                          ["leader_0", "answerer_0", "answerer_1", "answerer_1", "answerer_2"])
+                 for g in range(group_size)] for b, item in enumerate(items)]
+
+    monkeypatch.setattr(trl, "collect", fake_collect)
+    trainer = types.SimpleNamespace(args=types.SimpleNamespace(num_generations=2))
+    factory_calls = []
+    rollout = make_rollout_func(lambda: None, "answerer", answerer=1, seed=5,
+                                policy_factory=lambda tr, call: factory_calls.append(call) or f"policy{call}")
+    first = rollout(["p", "p", "q", "q"], trainer)
+    second = rollout(["p", "p"], trainer)
+    # seeds: seed + call * 1_000_003, the policy seeded by the call number
+    assert [(s[0], s[1], s[2], s[3]) for s in seen] == [("policy0", ["p", "q"], 2, 5), ("policy1", ["p"], 2, 1_000_008)]
+    assert factory_calls == [0, 1]
+    # answerer_1's first segment (index 2 in each episode), one sample per episode in order
+    assert first["prompt_ids"] == [[502], [602], [702], [802]]
+    assert first["completion_ids"] == [[503, 504], [603, 604], [703, 704], [803, 804]]
+    assert first["role_reward"] == [2.0, 2.0, 2.0, 2.0]
+    assert second["prompt_ids"] == [[100000802], [100000902]]
+    leader = make_rollout_func(lambda: None, "leader", seed=0, policy_factory=lambda tr, call: None)
+    assert leader(["p", "p"], trainer)["prompt_ids"] == [[0], [100]]  # the leader's segment, seeds 0 and 1
