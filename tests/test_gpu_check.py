@@ -167,3 +167,28 @@ def test_it_runs_as_a_module_from_the_checkout_without_the_project_installed(tmp
                         "imported by benchmarks.gpu_check)")
     assert any(line.startswith("gpu_check: missing: gymnasium ") for line in lines)
     assert all(line.startswith("gpu_check: missing: ") for line in lines)
+
+
+def test_the_gpu_day_script_parses_and_checks_what_it_carries():
+    """benchmarks/gpu_day.sh (issue 42.6): valid bash; ``size`` refuses a call over the limit in one
+    line (the limit lowered for the test); an unknown step prints the usage."""
+    script = ROOT / "benchmarks" / "gpu_day.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    ok = subprocess.run(["bash", str(script), "size"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and " MiB of 64 MiB" in ok.stdout, ok.stderr
+    over = subprocess.run(["bash", str(script), "size"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "GPU_DAY_LIMIT_BYTES": "1000"})
+    assert over.returncode == 1 and over.stderr.strip().startswith("gpu_day: too large to carry")
+    assert subprocess.run(["bash", str(script), "nope"], capture_output=True).returncode == 2
+
+
+def test_the_probe_runs_a_tiny_shape_on_cpu(tmp_path):
+    """benchmarks/gpu_probe.py's wiring without a GPU: a tiny Qwen3 update, the plan's figures beside."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_probe", "--shape", "tiny", "--tokens", "128",
+                           "--device", "cpu", "--steps", "2", "--json", str(tmp_path / "p.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads((tmp_path / "p.json").read_text())
+    assert len(figures) == 2 and all(f["plan_backward_gib"] > 0 and f["backward_gib"] >= 0 for f in figures)
+    assert "step 1: backward peak " in done.stdout and "(plan " in done.stdout
