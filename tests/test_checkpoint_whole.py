@@ -10,10 +10,19 @@ import json
 
 import pytest
 import torch
-from test_checkpoint_safety import _cut, two_checkpoints  # noqa: F401 (a fixture)
+from test_checkpoint_safety import _cut
 from test_trainer import _trainer
 
 from agents.models import tiny_causal_lm
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path, tiny_dirs, torch_one_thread):
+    """A run directory with complete checkpoints at steps 0 and 2 (same weights)."""
+    trainer = _trainer(tmp_path, tiny_dirs, steps=4)
+    older = trainer.save()
+    trainer.step = 2
+    return older, trainer.save()
 
 
 def _usable(run):
