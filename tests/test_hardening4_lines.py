@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
