@@ -38,6 +38,7 @@ import dataclasses
 import gc
 import inspect
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -58,23 +59,58 @@ def require_vllm() -> Any:
 
 
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
-    """Run inside vLLM's worker by ``collective_rpc``: the weights through the model's own
-    loader (it maps Hugging Face names onto vLLM's fused layers, e.g. q/k/v onto
-    ``qkv_proj``, and skips a tied ``lm_head``). ``get_model()`` where the runner has it
-    (vLLM V1's ``GPUModelRunner``), its ``model`` attribute otherwise."""
+    """Run inside vLLM's worker by ``collective_rpc``: the weights in place through vLLM's
+    own reload (``Worker.reload_weights(weights_iterator=...)``, vLLM >= 0.11: it puts each
+    layer back in checkpoint form, loads it through the model's loader, which maps Hugging
+    Face names onto vLLM's fused layers, e.g. q/k/v onto ``qkv_proj``, and repacks it the
+    way the platform's kernels want, e.g. the CPU's packed GEMM weights). Without it, the
+    model's loader directly (``get_model().load_weights``), which is right only where
+    nothing was repacked after the first load (CUDA). ``weights`` must name every
+    parameter, tied ones included (``named_parameters(remove_duplicate=False)``): a layer
+    whose name is missing keeps its old processed weights, silently."""
+    reload = getattr(worker, "reload_weights", None)
+    if reload is not None:
+        reload(weights_iterator=weights)
+        return len(weights)
     runner = worker.model_runner
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     model.load_weights(weights=weights)
     return len(weights)
 
 
-def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, bool]:
-    """A ``vllm.LLM`` for ``model`` in this process, and whether it returns processed
-    log-probs. Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
+CPU_KV_CACHE_BYTES = 1 << 30
+"""The KV cache an engine on the CPU reserves unless ``kv_cache_memory_bytes`` says otherwise
+(vLLM's CPU worker would otherwise take ``gpu_memory_utilization`` of the machine's RAM and
+spend half a minute zeroing it)."""
+
+
+def sleep_mode_available(vllm: Any) -> bool:
+    """Whether vLLM's platform can release the engine's memory (CUDA, ROCm, XPU: not the CPU).
+    A vLLM without the query (a fake, an old release) is taken at its word: yes."""
+    platform = getattr(getattr(vllm, "platforms", None), "current_platform", None)
+    available = getattr(platform, "is_sleep_mode_available", None)
+    return True if available is None else bool(available())
+
+
+def on_cpu(vllm: Any) -> bool:
+    platform = getattr(getattr(vllm, "platforms", None), "current_platform", None)
+    is_cpu = getattr(platform, "is_cpu", None)
+    return bool(is_cpu()) if is_cpu is not None else False
+
+
+def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """A ``vllm.LLM`` for ``model`` in this process, and what it was built with
+    (:meth:`VLLMPolicy.describe`'s ``engine``: ``sleep_mode``, ``processed_logprobs``, the
+    platform). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
     engine is built), and refuses another value that is already set: the weight push hands
     tensors to the engine's model, which only an in-process engine can take. Settings are
     checked against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2)
-    rather than retried on a TypeError, which would hide an error raised inside the build."""
+    rather than retried on a TypeError, which would hide an error raised inside the build.
+
+    Sleep mode is on where the platform has it (CUDA) unless ``enable_sleep_mode=False`` is
+    given; on the CPU it is off and a line says so. On the CPU the KV cache is
+    :data:`CPU_KV_CACHE_BYTES` unless ``kv_cache_memory_bytes`` is given, and prefills are not
+    chunked (vLLM rewinds a seeded generator after a cut prefill, which the CPU's cannot)."""
     mode = os.environ.get(MULTIPROCESSING)
     if mode not in (None, "0"):
         raise ValueError(f"{MULTIPROCESSING}={mode}: rollout_backend=vllm runs the engine in the trainer's "
@@ -82,8 +118,26 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
                          f"boundary); unset it or set {MULTIPROCESSING}=0")
     os.environ[MULTIPROCESSING] = "0"
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    cpu, can_sleep = on_cpu(vllm), sleep_mode_available(vllm)
+    asked = engine_kwargs.pop("enable_sleep_mode", None)
+    if asked and not can_sleep:
+        raise ValueError(f"enable_sleep_mode=True: vLLM {getattr(vllm, '__version__', '?')} has no sleep mode on "
+                         f"this platform ({'cpu' if cpu else 'this device'}); it is CUDA-only")
+    sleep = can_sleep if asked is None else bool(asked)
+    if not can_sleep:
+        print(f"[vllm] sleep mode is CUDA-only: the {'CPU ' if cpu else ''}engine stays awake during the update "
+              "(its memory is not released)", file=sys.stderr, flush=True)
     # the learner usually shares the GPU: the engine takes a third of it unless told
-    kwargs = {"enable_sleep_mode": True, "gpu_memory_utilization": 0.3, **engine_kwargs}
+    kwargs = {"gpu_memory_utilization": 0.3, **engine_kwargs}
+    if sleep:
+        kwargs["enable_sleep_mode"] = True
+    if cpu and "kv_cache_memory_bytes" in fields:
+        kwargs.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
+    if cpu and "enable_chunked_prefill" in fields:
+        # a prefill cut in two discards its sampled token and rewinds the request's seeded
+        # generator (gpu_model_runner: gen.set_offset), which a CPU generator cannot do
+        # ("CPU Generator does not use offset"): every request carries a seed, so prefills go whole
+        kwargs.setdefault("enable_chunked_prefill", False)
     unknown = sorted(set(kwargs) - fields)
     if unknown:
         raise ValueError(f"vllm {getattr(vllm, '__version__', '?')} has no engine setting {unknown} "
@@ -91,7 +145,9 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
     processed = "logprobs_mode" in fields
     if processed:  # log-probs of the distribution sampled from, not the raw ones
         kwargs["logprobs_mode"] = "processed_logprobs"
-    return vllm.LLM(model=str(model), seed=seed, **kwargs), processed
+    engine = vllm.LLM(model=str(model), seed=seed, **kwargs)
+    return engine, {"vllm": getattr(vllm, "__version__", "?"), "platform": "cpu" if cpu else "gpu",
+                    "sleep_mode": sleep, "processed_logprobs": processed}
 
 
 def _empty_cache() -> None:
@@ -114,7 +170,8 @@ class VLLMPolicy:
     everything it is given), so every backend takes the same settings."""
 
     can_sleep = True
-    """The engine releases its GPU memory while asleep (``enable_sleep_mode``)."""
+    """The engine releases its GPU memory while asleep (``enable_sleep_mode``; per engine:
+    False on the CPU, where vLLM has no sleep mode)."""
 
     def __init__(self, model: str, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int = 0, engine: Any = None, batch_size: int | None = None,
@@ -130,13 +187,16 @@ class VLLMPolicy:
         self.max_new_tokens = int(max_new_tokens)
         self.seed = int(seed)
         self._requests = 0
-        self.processed_logprobs = True
+        self._built = engine is None
+        self.engine_info: dict[str, Any] = {"vllm": "given", "sleep_mode": True, "processed_logprobs": True}
+        """What the engine was built with (:func:`build_engine`): the run record keeps it."""
+        if engine is None:
+            engine, self.engine_info = build_engine(require_vllm(), model, seed=seed, **engine_kwargs)
+        self.processed_logprobs = bool(self.engine_info["processed_logprobs"])
         """Whether the engine returns the log-probs of the distribution it sampled from
         (``logprobs_mode``, vLLM >= 0.10.2); without it ``Action.logprobs`` is None rather
         than the raw (temperature-1) values."""
-        self._built = engine is None
-        if engine is None:
-            engine, self.processed_logprobs = build_engine(require_vllm(), model, seed=seed, **engine_kwargs)
+        self.can_sleep = bool(self.engine_info["sleep_mode"])
         self.engine = engine
         self.sleeping = False
         self._slept_at = 0  # the level of the current sleep (0: awake)

@@ -141,8 +141,9 @@ class TrainConfig:
 
     rollout_backend: str = "hf"
     """Who generates the rollouts: ``hf`` (transformers, ``agents.hf.HFPolicy``; any device)
-    or ``vllm`` (an in-process ``vllm.LLM`` engine, ``agents.vllm_policy``; a GPU and
-    ``pip install -e .[vllm]``); the trained weights are pushed into it after each update."""
+    or ``vllm`` (an in-process ``vllm.LLM`` engine, ``agents.vllm_policy``: on a GPU with
+    ``pip install -e .[vllm]``, on the CPU with vLLM's CPU build, docs/scaleout.md); the
+    trained weights are pushed into it after each update."""
     vllm_gpu_memory_utilization: float = 0.3
     """``rollout_backend=vllm``: the share of the GPU the engine reserves for its weights and
     KV cache (the learner shares the GPU; vLLM's own default, 0.9, assumes it is alone)."""
@@ -150,7 +151,9 @@ class TrainConfig:
     """``rollout_backend=vllm``: further ``vllm.EngineArgs`` settings, plain JSON values (e.g.
     ``{"enforce_eager": true}``). The engine already gets ``dtype`` (this run's),
     ``max_model_len`` (``max_context_tokens + max_turn_tokens``, which this may override),
-    ``gpu_memory_utilization`` (the field above), ``seed`` and sleep mode."""
+    ``gpu_memory_utilization`` (the field above), ``seed`` and sleep mode (on where the
+    platform has it, CUDA; ``{"enable_sleep_mode": false}`` turns it off). On the CPU the KV
+    cache is 1 GiB unless ``kv_cache_memory_bytes`` says otherwise."""
     rollout_workers: int = 0
     """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``;
     ``pip install -e .[distributed]``), each with env copies, a ``rollout_backend`` policy and
@@ -233,8 +236,7 @@ class TrainConfig:
                       "rank's engine would land on GPU 0; run vLLM rollouts in one process, or hf under torchrun")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise bad("vllm_gpu_memory_utilization", "must be in (0, 1]")
-        owned = sorted(set(self.vllm_kwargs) & {"model", "seed", "dtype", "gpu_memory_utilization",
-                                                 "enable_sleep_mode", "logprobs_mode"})
+        owned = sorted(set(self.vllm_kwargs) & {"model", "seed", "dtype", "gpu_memory_utilization", "logprobs_mode"})
         if owned:
             raise bad("vllm_kwargs", f"{owned} are set by the run itself (dtype is the run's dtype; "
                       "gpu_memory_utilization is vllm_gpu_memory_utilization)")

@@ -86,57 +86,62 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     bases: dict[str, dict[str, Any]] = {}
     main = True  # rank 0 (one process: the only one)
     trainer: Trainer | None = None
-    for stage in stages:
-        if trainer is not None:  # the last stage's engine, models and optimizer go before the next's come
+    try:
+        for stage in stages:
+            if trainer is not None:  # the last stage's engine, models and optimizer go before the next's come
+                trainer.close()
+                trainer = None
+            cfg = stage_config(preset, stage, out, overrides)
+            dist = this_process(cfg.device)  # (one process: rank 0 of 1, every collective trivial)
+            main = dist.is_main
+            if not main:  # rank 0 speaks for the job
+                progress, log = False, _silent
+            # the settings are valid: now a preset's own model (micro's base) may be built, by
+            # rank 0 alone (two ranks building one cache folder would race); the others take its path
+            # (its seed: base_seed when set, so runs of several seeds can share one base)
+            model = prepare_model(cfg.model, seed=cfg.build_seed, progress=progress) if main else None
+            cfg = dataclasses.replace(cfg, model=dist.broadcast_object(model))
+            if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
+                raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
+                                        "or pass --set teacher=base")
+            has_checkpoint = latest_checkpoint(cfg.out_dir) is not None
+            if resume and not has_checkpoint and (Path(cfg.out_dir) / "metrics.jsonl").exists():
+                raise FileNotFoundError(f"--resume: {cfg.out_dir} stopped before its first checkpoint (one every "
+                                        f"{cfg.save_every} steps), so there is nothing to continue; move it away "
+                                        f"to run the {stage} stage again")
+            trainer = Trainer(cfg, resume=resume and has_checkpoint, progress=progress, retriever=retriever)
+            if main and cfg.model not in bases:  # hashed once: both stages usually start from one base
+                bases[cfg.model] = describe_base(cfg.model)
+            base = bases.get(cfg.model, {})
+            base_em, base_records = _base_em(trainer, cfg)
+            if main:
+                log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
+                    f"({base_line(base, cfg.seed, threads)})")
+            history = trainer.train(validate_first=False)["history"]
+            dist.barrier()  # rank 0 has written the stage's checkpoint (Stage II's Teacher)
+            if not main:  # no validation records here: rank 0 compares
+                summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
+                                            "rank": dist.rank}
+                continue
+            # nothing trained now (a finished run resumed): its last validation, if logged
+            trained_em = history[-1].get("val/avg@1") if history else _logged_validation(cfg, trainer.step)
+            if trained_em is None:
+                trained_em = trainer.validate()
+            paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
+            log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
+                f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
+                f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
+            summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base_seed": cfg.build_seed,
+                                        "base": base,
+                                        "steps": trainer.step, "base_em": base_em,
+                                        "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
+                                        "val_questions": len(trainer.val_questions)}
+            engine = getattr(getattr(trainer, "backend", None), "engine_info", None)
+            if engine is not None:  # what the rollout engine was built with (sleep mode on or off, its vLLM)
+                summary["stages"][stage]["rollout_engine"] = engine
+    finally:  # a stage that failed still shuts its engine down (vLLM's state is the process's)
+        if trainer is not None:
             trainer.close()
-            trainer = None
-        cfg = stage_config(preset, stage, out, overrides)
-        dist = this_process(cfg.device)  # (one process: rank 0 of 1, every collective trivial)
-        main = dist.is_main
-        if not main:  # rank 0 speaks for the job
-            progress, log = False, _silent
-        # the settings are valid: now a preset's own model (micro's base) may be built, by
-        # rank 0 alone (two ranks building one cache folder would race); the others take its path
-        # (its seed: base_seed when set, so runs of several seeds can share one base)
-        model = prepare_model(cfg.model, seed=cfg.build_seed, progress=progress) if main else None
-        cfg = dataclasses.replace(cfg, model=dist.broadcast_object(model))
-        if stage == "team" and cfg.teacher and cfg.teacher != "base" and not Path(cfg.teacher).exists():
-            raise FileNotFoundError(f"Stage II needs the Stage-I Teacher at {cfg.teacher}; run --stage teacher first "
-                                    "or pass --set teacher=base")
-        has_checkpoint = latest_checkpoint(cfg.out_dir) is not None
-        if resume and not has_checkpoint and (Path(cfg.out_dir) / "metrics.jsonl").exists():
-            raise FileNotFoundError(f"--resume: {cfg.out_dir} stopped before its first checkpoint (one every "
-                                    f"{cfg.save_every} steps), so there is nothing to continue; move it away "
-                                    f"to run the {stage} stage again")
-        trainer = Trainer(cfg, resume=resume and has_checkpoint, progress=progress, retriever=retriever)
-        if main and cfg.model not in bases:  # hashed once: both stages usually start from one base
-            bases[cfg.model] = describe_base(cfg.model)
-        base = bases.get(cfg.model, {})
-        base_em, base_records = _base_em(trainer, cfg)
-        if main:
-            log(f"[{stage}] base model, {cfg.workflow} workflow: validation avg@1 = {base_em:.3f} "
-                f"({base_line(base, cfg.seed, threads)})")
-        history = trainer.train(validate_first=False)["history"]
-        dist.barrier()  # rank 0 has written the stage's checkpoint (Stage II's Teacher)
-        if not main:  # no validation records here: rank 0 compares
-            summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "steps": trainer.step,
-                                        "rank": dist.rank}
-            continue
-        # nothing trained now (a finished run resumed): its last validation, if logged
-        trained_em = history[-1].get("val/avg@1") if history else _logged_validation(cfg, trainer.step)
-        if trained_em is None:
-            trained_em = trainer.validate()
-        paired = paired_sign_test(read_metrics(base_records), read_metrics(validation_path(cfg.out_dir, trainer.step)))
-        log(f"[{stage}] after {trainer.step} steps: validation avg@1 = {trained_em:.3f} "
-            f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
-            f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
-        summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base_seed": cfg.build_seed,
-                                    "base": base,
-                                    "steps": trainer.step, "base_em": base_em,
-                                    "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
-                                    "val_questions": len(trainer.val_questions)}
-    if trainer is not None:
-        trainer.close()
     if not main:
         return summary
     curves = [out / s / "metrics.jsonl" for s in stages if (out / s / "metrics.jsonl").exists()]
