@@ -23,6 +23,7 @@ import torch
 from agents.base import Action, Observation
 from agents.logprobs import next_tokens, pad_batch
 from agents.models import load_causal_lm
+from agents.sampling import check_temperature
 
 
 class HFPolicy:
@@ -58,8 +59,7 @@ class HFPolicy:
         seed: int = 0,
         batch_size: int = 16,
     ) -> None:
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+        check_temperature(temperature)  # 0 is greedy; a tiny one overflows the logits
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         if max_new_tokens < 0:

@@ -1,5 +1,6 @@
-"""A vLLM engine as a batched policy: token ids in, token ids and their log-probs out
-(``pip install -e .[vllm]``; a GPU).
+"""A vLLM engine as a batched policy: token ids in, token ids and their log-probs out (on a
+CUDA GPU with ``pip install -e .[vllm]``; on the CPU with vLLM's CPU build,
+``bash scripts/install_vllm.sh``).
 
 Every observation's context goes to the engine as a ``TokensPrompt`` (the env's exact ids,
 never re-tokenised text), all live env copies in one ``LLM.generate`` call; each request
@@ -46,8 +47,10 @@ import numpy as np
 
 from agents.base import Action, Observation
 from agents.extras import require
+from agents.sampling import check_temperature
 
-VLLM_EXTRA = "pip install -e '.[vllm]'  (or: pip install vllm; it needs a CUDA GPU)"
+VLLM_EXTRA = ("pip install -e '.[vllm]' on a CUDA GPU, or on the CPU: bash scripts/install_vllm.sh "
+              "(a venv with vLLM's CPU build)")
 MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 """vLLM's switch between an engine in another process (its default, "1") and one in this
 process ("0"); the weight push needs the latter."""
@@ -176,8 +179,7 @@ class VLLMPolicy:
     def __init__(self, model: str, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int = 0, engine: Any = None, batch_size: int | None = None,
                  **engine_kwargs: Any):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+        check_temperature(temperature)  # 0 is greedy; a tiny one overflows the logits
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         if tokenizer.eos_token_id is None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.registry import ROLLOUT_BACKENDS
+from agents.sampling import check_temperature
 from algos.losses import AGGREGATIONS
 from algos.roles import STAGES, needs_teacher, rules_for, searcher_signals
 
@@ -203,9 +204,14 @@ class TrainConfig:
             raise bad("learning_rate", "must be > 0")
         if not 0 < self.clip_eps < 1:
             raise bad("clip_eps", "must be in (0, 1)")
-        for name in ("beta", "kl_coef", "weight_decay", "temperature", "val_temperature"):
+        for name in ("beta", "kl_coef", "weight_decay"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
+        for name in ("temperature", "val_temperature"):  # 0 is greedy; a tiny one overflows the logits
+            try:
+                check_temperature(getattr(self, name))
+            except ValueError as err:
+                raise bad(name, str(err).removeprefix("temperature ")) from None
         if not self.max_grad_norm > 0:  # clip_grad_norm_ with a negative bound flips the gradient
             raise bad("max_grad_norm", "must be > 0")
         if not 0 < self.top_p <= 1:

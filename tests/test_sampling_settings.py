@@ -254,3 +254,14 @@ def test_describe_and_compare_at_the_edges():
     one = {"temperature": 0.7, "top_p": 1.0, "max_new_tokens": 8}
     assert not same_settings({"leader": one}, {"leader": {**one, "top_p": 0.999}})
     assert describe_team({"leader": one, "searcher": None}) == "temperature 0.7, top_p 1, max_new_tokens 8"
+
+
+@pytest.mark.parametrize("name", ["temperature", "val_temperature"])
+def test_the_learner_refuses_a_temperature_that_overflows_the_logits(name):
+    """TrainConfig checks its sampling temperatures with the samplers' own floor (0 stays
+    greedy), in one line naming the field, before anything loads."""
+    from algos.config import TrainConfig
+
+    assert TrainConfig(stage="teacher", **{name: 0.0}).to_dict()[name] == 0.0
+    with pytest.raises(ValueError, match=rf"TrainConfig\.{name}=1e-40: must be 0 \(greedy\) or at least 2.94e-36"):
+        TrainConfig(stage="teacher", **{name: 1e-40})
