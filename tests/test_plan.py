@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from algos.config import TrainConfig
-from algos.plan import (GIB, GRAD_BUCKET_BYTES, HEADROOM_GIB, KNOWN_ARCHS, LOGIT_CHUNK_ELEMENTS, Arch, arch_of, main,
-                        memory_plan)
+from algos.plan import (
+    GIB,
+    GRAD_BUCKET_BYTES,
+    HEADROOM_GIB,
+    KNOWN_ARCHS,
+    LOGIT_CHUNK_ELEMENTS,
+    Arch,
+    arch_of,
+    main,
+    memory_plan,
+)
 from algos.preflight import PreflightError, check_disk, check_memory
 from algos.presets import preset_config
 
