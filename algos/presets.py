@@ -45,9 +45,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
                     max_turn_tokens=256, max_context_tokens=4096),
     # The paper's setting (Qwen3-4B-Instruct-2507, one retriever, top-3), for GPUs: bfloat16
-    # compute over float32 weights and AdamW state (algos.precision), sized to fit one 80 GiB
-    # GPU per rank and one H200 (`python -m algos plan --preset paper --gpus 8 --gpu-memory 80`):
-    # 16k-token chunks with activation checkpointing, 8 sequences of 8,704 tokens' KV cache.
+    # compute over float32 weights and AdamW state (algos.precision): one H200 fits; 80 GiB
+    # cards need fsdp=true (`python -m algos plan --preset paper --gpus 8 --gpu-memory 80` says
+    # 79.9 GiB without it, 61.8 with): 16k-token chunks with activation checkpointing, 8
+    # sequences of 8,704 tokens' KV cache.
     "paper": dict(model="Qwen/Qwen3-4B-Instruct-2507", steps=300, questions_per_step=64, group_size=5,
                   learning_rate=1e-6, max_turn_tokens=512, max_context_tokens=8192, device="cuda",
                   dtype="bfloat16", generation_batch_size=8, max_tokens_per_batch=16384,

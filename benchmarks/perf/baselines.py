@@ -125,14 +125,17 @@ def bare_generate(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]]
 def plain_fwd_bwd(model: Any, ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> None:
     """The plain way to train on these tokens: the model's own logits at the predicting
     positions, ``cross_entropy``, backward."""
-    from agents.logprobs import position_ids_of
+    from agents.logprobs import bool_logits_to_keep, position_ids_of
 
     model.zero_grad(set_to_none=True)
     predictors = torch.zeros_like(targets)
     predictors[:, :-1] = targets[:, 1:]
     position = position_ids_of(mask)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position,
-                   logits_to_keep=predictors).logits  # (N, V)
+    if bool_logits_to_keep(model):  # transformers >= 5.21 slices with a boolean mask
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position,
+                       logits_to_keep=predictors).logits  # (N, V)
+    else:
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position).logits[predictors]
     torch.nn.functional.cross_entropy(logits.float(), ids[targets], reduction="sum").backward()
 
 
