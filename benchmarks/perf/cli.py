@@ -35,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scaleout", action="store_true",
                         help="also measure collect.ray_workers_speedup (2 Ray workers / 1; skipped without ray) "
                              "and learner.ddp_step_ratio (2 gloo ranks / 1 process), issue 15")
+    parser.add_argument("--vllm", action="store_true",
+                        help="only the vLLM section: vLLM's engine against HF generate and the minimal loop on the same "
+                             "greedy rollouts (needs vLLM: bash scripts/install_vllm.sh; --model micro or smollm2)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch/faiss intra-op threads (default 1: the stablest timings; perf.json records it)")
     args = parser.parse_args(argv)
@@ -48,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.reps < 1:
             parser.error(f"--reps must be >= 1, got {args.reps}")
         settings = replace(settings, reps=args.reps)
-    result = run_perf(settings, log=lambda line: print(line, flush=True))
+    result = run_perf(settings, log=lambda line: print(line, flush=True), vllm=args.vllm)
     if args.scaleout:
         add_scaleout(result, settings, log=lambda line: print(line, flush=True))
     table = markdown_table(result)

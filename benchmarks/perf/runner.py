@@ -43,16 +43,17 @@ def measured_model(name: str) -> tuple[Any, Any]:
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
 
 
-def run_perf(settings: PerfSettings, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_perf(settings: PerfSettings, log: Callable[[str], None] = print, *, vllm: bool = False) -> dict[str, Any]:
     """Run every section; returns ``{"meta", "figures", "details"}`` (JSON-ready). torch and
-    faiss run on ``settings.threads`` threads meanwhile (restored afterwards)."""
+    faiss run on ``settings.threads`` threads meanwhile (restored afterwards). ``vllm``: the
+    vLLM section alone (``benchmarks.perf.engines``; in the vLLM venv)."""
     from algos.reproducible import run_threads
 
     with run_threads(settings.threads):
-        return _run_perf(settings, log)
+        return _run_perf(settings, log, vllm)
 
 
-def _run_perf(settings: PerfSettings, log: Callable[[str], None]) -> dict[str, Any]:
+def _run_perf(settings: PerfSettings, log: Callable[[str], None], vllm: bool = False) -> dict[str, Any]:
     from algos.config import TrainConfig
     from envs.retrieval.factory import default_retriever
     from envs.search_team import default_questions
@@ -76,6 +77,10 @@ def _run_perf(settings: PerfSettings, log: Callable[[str], None]) -> dict[str, A
                 ("learner update, memory and teacher scoring", lambda: learner(bench)),
                 ("retrieval", lambda: retrieval(bench, dim, queries)),
                 ("scaling", lambda: scaling(bench))]
+    if vllm:
+        from benchmarks.perf.engines import vllm_rollouts
+
+        sections = [("vLLM's engine against HF, greedy", lambda: vllm_rollouts(bench))]
     seconds = {}
     for title, section in sections:
         log(f"{title} ...")
