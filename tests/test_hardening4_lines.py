@@ -8,11 +8,9 @@ or do not fit the saved tensors is refused in one line before any network is bui
 from __future__ import annotations
 
 import importlib.util
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from http_stub import ScriptedServer
 
 HOSTILE = "boom\x1b]52;c;ZXZpbA==\x07\x1b[2J\x9b31m\nsecond line\u202e"
 """An error text that writes the clipboard (OSC 52), clears the screen, uses the C1 CSI,
@@ -23,44 +21,6 @@ def _safe_one_line(message: str) -> None:
     assert "\x1b" not in message and "\x07" not in message and "\x9b" not in message
     assert "\u202e" not in message and "\n" not in message and "\r" not in message
     assert "\\x1b]52;c;ZXZpbA==\\x07" in message  # shown, written out
-
-
-class Server:
-    """Answers every POST with ``(status, body)``; ``raw``: bytes written as the whole answer."""
-
-    def __init__(self, status=400, body=None, raw: bytes | None = None):
-        outer = self
-        self.requests = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                outer.requests += 1
-                if raw is not None:
-                    self.wfile.write(raw)
-                    self.close_connection = True
-                    return
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 # ---------------------------------------------------------------------------- remote error texts
@@ -75,7 +35,7 @@ class Server:
 def test_a_servers_error_text_reaches_the_message_terminal_safe(status, body):
     from envs.http import post_json
 
-    with Server(status, body) as srv:
+    with ScriptedServer([(status, body)]) as srv:
         with pytest.raises(RuntimeError) as err:
             post_json(srv.url + "/retrieve", {"queries": ["q"]}, retries=1, backoff=0.0, timeout=10)
     _safe_one_line(str(err.value))
@@ -85,7 +45,7 @@ def test_a_servers_error_text_reaches_the_message_terminal_safe(status, body):
 def test_a_bad_status_line_is_shown_terminal_safe():
     from envs.http import post_json
 
-    with Server(raw=b"HTTP/1.1 2\x1b]52;c;ZXZpbA==\x07\x1b[2J OK\r\n\r\n") as srv:
+    with ScriptedServer([(None, b"HTTP/1.1 2\x1b]52;c;ZXZpbA==\x07\x1b[2J OK\r\n\r\n")]) as srv:
         with pytest.raises(RuntimeError) as err:
             post_json(srv.url + "/retrieve", {"queries": ["q"]}, retries=0, timeout=10)
     message = str(err.value)
@@ -95,7 +55,7 @@ def test_a_bad_status_line_is_shown_terminal_safe():
 def test_the_remote_retriever_error_is_terminal_safe():
     from envs.retrieval import RemoteRetriever, RetrievalError
 
-    with Server(400, {"error": HOSTILE}) as srv:
+    with ScriptedServer([(400, {"error": HOSTILE})]) as srv:
         remote = RemoteRetriever(srv.url + "/retrieve", retries=0)
         with pytest.raises(RetrievalError) as err:
             remote.search(["q"])
@@ -115,7 +75,7 @@ def test_an_openai_compatible_servers_error_is_terminal_safe(tokenizer, status, 
 
     obs = Observation(agent="leader_0", role="leader", token_ids=np.zeros(1, dtype=np.int64),
                       messages=({"role": "user", "content": "Q"},), stop=("</subtask>",), max_new_tokens=8)
-    with Server(status, body) as srv:
+    with ScriptedServer([(status, body)]) as srv:
         policy = OpenAIPolicy("m", base_url=srv.url + "/v1", retries=0, timeout=10)
         try:
             with pytest.raises(OpenAIError) as err:
@@ -133,7 +93,7 @@ def test_agents_play_reports_an_openai_error_in_one_line(capsys, monkeypatch):
 
     words, real = make_retriever("words"), envs.make_env
     monkeypatch.setattr(envs, "make_env", lambda **kw: real(retriever=words, **kw))  # no encoder to build
-    with Server(400, {"error": {"message": HOSTILE}}) as srv:
+    with ScriptedServer([(400, {"error": {"message": HOSTILE}})]) as srv:
         rc = main(["play", "--question", "Who directed X?", "--policy", f"openai:m@{srv.url}/v1",
                    "--max-new-tokens", "8"])
     out, err = capsys.readouterr()

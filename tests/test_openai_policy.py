@@ -12,13 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from http_stub import ScriptedServer
 
 from agents.base import Action, Observation
 from agents.openai_chat import OpenAIError, OpenAIPolicy, chat_messages, restore_stop
@@ -82,50 +81,6 @@ def test_an_observation_without_messages_is_refused_naming_the_agent(chat):
 ])
 def test_restore_stop(text, stops, expected):
     assert restore_stop(text, stops) == expected
-
-
-# --------------------------------------------------------------------------- scripted server
-
-
-class ScriptedServer:
-    """An HTTP server on 127.0.0.1 that answers each POST with the next scripted
-    ``(status, body)``, repeating the last one (a callable body is called with the request
-    body); it records every request it got."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.requests: list[tuple[dict, dict]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                # HTTP header names are case-insensitive: keep them in one case
-                headers = {k.title(): v for k, v in self.headers.items()}
-                outer.requests.append((body, headers))
-                status, reply = outer.script[min(len(outer.requests), len(outer.script)) - 1]
-                reply = reply(body) if callable(reply) else reply
-                data = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def completion(content, finish_reason="stop"):
