@@ -87,24 +87,19 @@ CPU_KV_CACHE_BYTES = 1 << 30
 spend half a minute zeroing it)."""
 
 
-def sleep_mode_available(vllm: Any) -> bool:
-    """Whether vLLM's platform can release the engine's memory (CUDA, ROCm, XPU: not the CPU).
-    A vLLM without the query (a fake, an old release) is taken at its word: yes."""
+def _platform_says(vllm: Any, query: str, default: bool) -> bool:
+    """``vllm.platforms.current_platform.<query>()``, e.g. ``is_cpu`` or
+    ``is_sleep_mode_available`` (CUDA, ROCm, XPU: not the CPU); ``default`` where that vLLM
+    has no such query (a fake, an old release)."""
     platform = getattr(getattr(vllm, "platforms", None), "current_platform", None)
-    available = getattr(platform, "is_sleep_mode_available", None)
-    return True if available is None else bool(available())
-
-
-def on_cpu(vllm: Any) -> bool:
-    platform = getattr(getattr(vllm, "platforms", None), "current_platform", None)
-    is_cpu = getattr(platform, "is_cpu", None)
-    return bool(is_cpu()) if is_cpu is not None else False
+    ask = getattr(platform, query, None)
+    return default if ask is None else bool(ask())
 
 
 def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, dict[str, Any]]:
     """A ``vllm.LLM`` for ``model`` in this process, and what it was built with
-    (:meth:`VLLMPolicy.describe`'s ``engine``: ``sleep_mode``, ``processed_logprobs``, the
-    platform). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
+    (:attr:`VLLMPolicy.engine_info`: its vLLM, the platform, ``sleep_mode``,
+    ``processed_logprobs``). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
     engine is built), and refuses another value that is already set: the weight push hands
     tensors to the engine's model, which only an in-process engine can take. Settings are
     checked against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2)
@@ -121,7 +116,8 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
                          f"boundary); unset it or set {MULTIPROCESSING}=0")
     os.environ[MULTIPROCESSING] = "0"
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
-    cpu, can_sleep = on_cpu(vllm), sleep_mode_available(vllm)
+    cpu = _platform_says(vllm, "is_cpu", False)
+    can_sleep = _platform_says(vllm, "is_sleep_mode_available", True)
     asked = engine_kwargs.pop("enable_sleep_mode", None)
     if asked and not can_sleep:
         raise ValueError(f"enable_sleep_mode=True: vLLM {getattr(vllm, '__version__', '?')} has no sleep mode on "

@@ -345,3 +345,25 @@ def test_close_shuts_the_engine_down_so_the_next_one_can_be_built(fake_vllm, mod
     second = VLLMPolicy(model_dir, tokenizer)
     assert second.act([_obs(tokenizer, "Q?")])[0].token_ids == [tokenizer.eos_token_id]
     second.close()
+
+
+def test_where_the_platform_has_no_sleep_mode_the_engine_stays_awake_and_says_so(
+        fake_vllm, model_dir, tokenizer, monkeypatch, capsys):
+    """vLLM's CPU build: sleep mode is refused by vLLM itself there, so it is not asked for;
+    the policy cannot sleep, one line says so, and what it was built with says it too.
+    Asking for it anyway is refused in one line."""
+    from types import SimpleNamespace
+
+    cpu = SimpleNamespace(is_cpu=lambda: True, is_sleep_mode_available=lambda: False)
+    monkeypatch.setattr(fake_vllm, "platforms", SimpleNamespace(current_platform=cpu), raising=False)
+    policy = VLLMPolicy(model_dir, tokenizer)
+    assert "enable_sleep_mode" not in fake_vllm.BUILT[-1]  # vLLM refuses it on such a platform
+    assert policy.can_sleep is False and policy.engine_info["sleep_mode"] is False
+    assert policy.engine_info["platform"] == "cpu"
+    assert capsys.readouterr().err.count("sleep mode is CUDA-only") == 1
+    policy.close()
+    with pytest.raises(ValueError, match="no sleep mode on this platform"):
+        VLLMPolicy(model_dir, tokenizer, enable_sleep_mode=True)
+    off = VLLMPolicy(model_dir, tokenizer, enable_sleep_mode=False)  # a CUDA user may turn it off too
+    assert off.can_sleep is False
+    off.close()

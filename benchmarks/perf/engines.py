@@ -68,12 +68,18 @@ def vllm_rollouts(bench: Bench, dtype: str = "float32") -> None:
                         use_tqdm=False)
 
             def run(policy: Any) -> Any:
-                return lambda: collect(env_fn, policy, questions, s.group_size, seed=s.seed) and None
+                def trial() -> None:
+                    collect(env_fn, policy, questions, s.group_size, seed=s.seed)
+                return trial
 
-            t = interleaved({"hf": run(hf), "vllm": run(engine), "replay": replay,
-                             "minimal": lambda: minimal_decode(bench.model, calls, hf.batch_size, pad, 0.0, 1.0, s.seed),
-                             "generate": lambda: bare_generate(bench.model, calls, hf.batch_size, pad,
-                                                               hf.eos_token_id)}, s.reps)
+            def minimal() -> None:
+                minimal_decode(bench.model, calls, hf.batch_size, pad, 0.0, 1.0, s.seed)
+
+            def generate() -> None:
+                bare_generate(bench.model, calls, hf.batch_size, pad, hf.eos_token_id)
+
+            t = interleaved({"hf": run(hf), "vllm": run(engine), "replay": replay, "minimal": minimal,
+                             "generate": generate}, s.reps)
         finally:
             engine.close()
     same = sum(a == b for call_a, call_b in zip(recorded.outputs, vllm_recorded.outputs)
