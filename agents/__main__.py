@@ -7,8 +7,7 @@
     python -m agents view runs/micro/team/samples/step_000012.jsonl [--index N] [--out page.html] [--serve]
     python -m agents demo [--per-dataset 20] [--policy scripted]
 
-Policies: scripted, random, human, hf:<model>, openai:<model>@<url>, python:<module>:<Class>
-(see ``agents.registry``). An LM policy samples with its spec's ``?temperature=...`` settings,
+Policies: the kinds of ``agents.registry`` (``play --help`` lists them). An LM policy samples with its spec's ``?temperature=...`` settings,
 else ``--temperature``/``--top-p``/``--max-new-tokens``, else the model's generation config
 (greedy when it does not sample, as SmolLM2's); see ``agents.sampling``.
 """
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.collect import collect
-from agents.registry import check_policy, make_policy
+from agents.registry import check_policy, make_policy, policy_usage
 from agents.router import RoleRouter
 from agents.sampling import add_sampling_arguments, describe_team, sampling_of_args, team_settings
 from agents.simple import HumanPolicy, last_user_message
@@ -234,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="dev", help="split of --dataset (default dev)")
     p.add_argument("--root", default=None, help="a FlashRAG-layout data directory (default: synthetic)")
     p.add_argument("--index", type=int, default=0, help="which question of the split (default 0)")
-    p.add_argument("--policy", default="scripted", help="policy for every role without its own")
+    p.add_argument("--policy", default="scripted", help=f"policy for every role without its own: {policy_usage()}")
     for role in ("leader", "searcher", "answerer"):
         p.add_argument(f"--{role}", default=None, help=f"policy for the {role} role")
     p.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"],
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_view_parser(sub)
     d = sub.add_parser("demo", help="a policy on the synthetic questions, EM per style")
-    d.add_argument("--policy", default="scripted", help="policy spec for every role (default scripted)")
+    d.add_argument("--policy", default="scripted", help=f"policy for every role (default scripted): {policy_usage()}")
     d.add_argument("--per-dataset", type=int, default=20, help="questions per dataset (default 20)")
     d.add_argument("--split", default="dev", help="synthetic split (default dev)")
     d.add_argument("--workflows", default="hierarchical,cascade", help="comma list of workflows to run")

@@ -2,19 +2,9 @@
 policy specs: every command line (``python -m agents``, ``python -m benchmarks run``, the
 SB3 Leader's decomposer) builds its policies here.
 
-=============================  ==============================================
-spec                           policy
-=============================  ==============================================
-``scripted``                   :class:`agents.scripted.ScriptedPolicy`
-``random`` / ``random:tokens`` :class:`agents.simple.RandomPolicy` (text / token ids)
-``human``                      :class:`agents.simple.HumanPolicy` (the terminal)
-``hf:<model id or path>``      :class:`agents.hf.HFPolicy` (``hf:smollm2`` offline)
-``openai:<model>@<base url>``  :class:`agents.openai_chat.OpenAIPolicy` (``?markers=[A]|[B]``:
-                               its template's markers, :data:`OPENAI_OPTIONS`)
-``sb3:<path>``                 :class:`agents.sb3_leader.SB3LeaderPolicy` (Leader only)
-``python:<module>:<Class>``    your class, constructed without arguments
-``leader=...,searcher=...``    a :class:`agents.router.RoleRouter` of the above
-=============================  ==============================================
+The kinds are the rows of :data:`POLICY_KINDS`, each with its factory, its check and how its
+spec is written (``python -m agents play --help`` lists them); ``leader=...,searcher=...``
+mixes them per role (:class:`agents.router.RoleRouter`).
 
 An LM kind (``hf``, ``openai``, ``ckpt``) takes sampling settings in a query string,
 ``hf:smollm2?temperature=0.7&top_p=0.9&max_new_tokens=128``, per role too; unset ones come
@@ -34,6 +24,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +36,7 @@ from envs.protocol import ROLES
 PolicyFactory = Callable[..., Any]
 """``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
 ``kind:`` (empty when there is none, without the ``?`` query). A kind that samples
-(:data:`SAMPLING_KINDS`) gets ``sampling=`` too, an :class:`agents.sampling.Sampling`."""
+(:attr:`PolicyKind.samples`) gets ``sampling=`` too, an :class:`agents.sampling.Sampling`."""
 
 PolicyCheck = Callable[[str], None]
 """``check(arg)`` raises ``ValueError`` with one line (naming ``kind:arg``) when the policy
@@ -172,44 +163,52 @@ def _check_python(arg: str) -> None:
                          f"holds {module.replace('.', '/')}.py)")
 
 
-POLICY_KINDS: dict[str, PolicyFactory] = {
-    "scripted": _scripted,
-    "random": _random,
-    "human": _human,
-    "hf": _hf,
-    "openai": _openai,
-    "sb3": _sb3,
-    "python": _python,
-}
-"""``kind`` -> factory, for specs ``kind`` or ``kind:<arg>``."""
+@dataclass(frozen=True)
+class PolicyKind:
+    """One row of the table of policy kinds, :data:`POLICY_KINDS`."""
 
-POLICY_CHECKS: dict[str, PolicyCheck] = {
-    "hf": _check_hf,
-    "openai": _check_openai,
-    "sb3": _check_sb3,
-    "python": _check_python,
-}
-"""``kind`` -> its :data:`PolicyCheck` (kinds without one always pass)."""
+    factory: PolicyFactory
+    usage: str
+    """How a spec of the kind is written (``hf:<model>``): every command line's help lists these."""
+    check: PolicyCheck | None = None
+    """Refuses a spec that cannot be built here (None: the kind always passes)."""
+    samples: bool = False
+    """The factory takes ``sampling=`` and the kind's specs may carry a ``?`` query."""
 
-SAMPLING_KINDS: set[str] = {"hf", "openai"}
-"""Kinds whose factory takes ``sampling=`` and whose specs may carry a ``?`` query."""
+
+POLICY_KINDS: dict[str, PolicyKind] = {
+    "scripted": PolicyKind(_scripted, "scripted"),
+    "random": PolicyKind(_random, "random"),
+    "human": PolicyKind(_human, "human"),
+    "hf": PolicyKind(_hf, "hf:<model>", _check_hf, samples=True),
+    "openai": PolicyKind(_openai, "openai:<model>@<url>", _check_openai, samples=True),
+    "sb3": PolicyKind(_sb3, "sb3:<path>", _check_sb3),
+    "python": PolicyKind(_python, "python:<module>:<Class>", _check_python),
+}
+"""``kind`` -> its row, for specs ``kind`` or ``kind:<arg>``: the one list of kinds. The spec
+parser, :func:`check_policy`, :func:`make_policy` and the help of every command line
+(:func:`policy_usage`) read it; :func:`register_policy` adds a row."""
 
 
 def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None, *,
-                    samples: bool = False) -> None:
+                    samples: bool = False, usage: str | None = None) -> None:
     """Teach :func:`make_policy` the spec ``kind:<arg>``, and :func:`check_policy` its
     ``check`` (a later registration of the same kind replaces the earlier one).
     ``samples``: the factory takes ``sampling=`` (the spec's and the command line's
-    settings), and the kind's specs may carry a query string."""
+    settings), and the kind's specs may carry a query string. ``usage``: how the help
+    writes the spec (default ``kind:<arg>``)."""
     if not kind.isidentifier() or kind in ROLES:
         raise ValueError(f"policy kind {kind!r} must be an identifier other than a role name")
-    POLICY_KINDS[kind] = factory
-    POLICY_CHECKS.pop(kind, None)
-    if check is not None:
-        POLICY_CHECKS[kind] = check
-    SAMPLING_KINDS.discard(kind)
-    if samples:
-        SAMPLING_KINDS.add(kind)
+    POLICY_KINDS[kind] = PolicyKind(factory, usage or f"{kind}:<arg>", check, samples)
+
+
+def policy_usage() -> str:
+    """The kinds as a command line's help lists them, per-role specs last."""
+    return ", ".join(k.usage for k in POLICY_KINDS.values()) + ", or per role leader=...,searcher=...,answerer=..."
+
+
+def _sampling_kinds() -> list[str]:
+    return sorted(kind for kind, row in POLICY_KINDS.items() if row.samples)
 
 
 def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
@@ -232,9 +231,9 @@ def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
         if kind not in POLICY_KINDS:
             raise ValueError(f"unknown policy {sub!r}: use one of {', '.join(POLICY_KINDS)} (kind or kind:<arg>), "
                              "or leader=...,searcher=...,answerer=...")
-        if query is not None and kind not in SAMPLING_KINDS:
+        if query is not None and not POLICY_KINDS[kind].samples:
             raise ValueError(f"{sub}: a {kind} policy takes no sampling settings (only "
-                             f"{', '.join(sorted(SAMPLING_KINDS))} do)")
+                             f"{', '.join(_sampling_kinds())} do)")
         if kind == "openai" and query is not None:  # its own options stay with its arg
             pairs = query.split("&")
             options = [p for p in pairs if p.partition("=")[0] in OPENAI_OPTIONS]
@@ -252,7 +251,7 @@ def check_policy(spec: str) -> None:
     ``ckpt:`` run without a checkpoint, an ``hf:`` id while the hub is offline, ...).
     Loads no model and reaches no network; a spec that passes may still fail to load."""
     for _role, kind, arg, _sampling in _split(spec):
-        check = POLICY_CHECKS.get(kind)
+        check = POLICY_KINDS[kind].check
         if check is not None:
             check(arg)
 
@@ -263,8 +262,9 @@ def make_policy(spec: str, *, seed: int = 0, vocab_size: int | None = None, samp
     command line's settings, for the LM kinds whose spec does not set them. Raises
     ``ValueError`` naming the spec when it is not one of the kinds."""
     parts = _split(spec)
-    built = [(role, POLICY_KINDS[kind](arg, seed=seed, vocab_size=vocab_size, **hf_kwargs,
-                                       **({"sampling": own.over(sampling)} if kind in SAMPLING_KINDS else {})))
+    built = [(role, POLICY_KINDS[kind].factory(arg, seed=seed, vocab_size=vocab_size, **hf_kwargs,
+                                               **({"sampling": own.over(sampling)} if POLICY_KINDS[kind].samples
+                                                  else {})))
              for role, kind, arg, own in parts]
     if parts[0][0] is None:
         return built[0][1]

@@ -150,6 +150,6 @@ def _dispatch(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from algos.distributed import run_main  # under torchrun a failing rank names itself
+    from algos.engine.distributed import run_main  # under torchrun a failing rank names itself
 
     sys.exit(run_main(main))

@@ -46,6 +46,10 @@ class Row:
     trained: bool = True
     """False for rows whose role rule carries no loss (``algos.roles``; e.g. the ``none``
     Searcher signal)."""
+    kl: bool = False
+    """The k3 KL toward the Teacher is on this row's tokens (its role rule's ``kl`` with
+    ``kl_coef > 0``; then ``teacher_logp`` is set). ``trained`` and ``kl`` are set once, by
+    ``algos.roles.assign_advantages``; the update reads them and knows no roles."""
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int64).reshape(-1)

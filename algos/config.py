@@ -18,7 +18,7 @@ from typing import Any
 from agents.registry import ROLLOUT_BACKENDS
 from agents.sampling import check_temperature
 from algos.losses import AGGREGATIONS
-from algos.roles import STAGES, needs_teacher, rules_for, searcher_signals
+from algos.roles import STAGES, check_declared_needs, needs_teacher, rules_for, searcher_signals
 
 
 @dataclass
@@ -178,6 +178,11 @@ class TrainConfig:
             raise bad("searcher_signal", f"must be one of {searcher_signals()}")
         if self.aggregation not in AGGREGATIONS:
             raise bad("aggregation", f"must be one of {AGGREGATIONS}")
+        for rule in rules_for(self.stage, self.searcher_signal).values():  # before any model loads
+            try:
+                check_declared_needs(rule)
+            except ValueError as err:
+                raise bad("searcher_signal", str(err)) from None
         if self.teacher is None and needs_teacher(rules_for(self.stage, self.searcher_signal)):
             raise bad("teacher", f"the {self.searcher_signal} Searcher signal needs a Teacher: a Stage-I "
                       "checkpoint or 'base'")

@@ -16,7 +16,7 @@ from typing import Any
 
 from algos.checkpoint import latest_checkpoint
 from algos.config import TrainConfig
-from algos.distributed import this_process
+from algos.engine.distributed import this_process
 from algos.presets import prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads

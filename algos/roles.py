@@ -84,13 +84,67 @@ RULES: tuple[RoleRule, ...] = (
 
 def add_rule(rule: RoleRule) -> None:
     """Add ``rule`` to :data:`RULES`: a new Searcher signal (or role) from outside this file.
-    Raises ValueError for an unknown stage or a (stage, role, signal) the table has."""
+    Raises ValueError for an unknown stage, a (stage, role, signal) the table has, or a term
+    that reads what the rule does not declare (:func:`check_declared_needs`)."""
     global RULES
     if rule.stage not in STAGES:
         raise ValueError(f"RoleRule stage {rule.stage!r} is not one of {STAGES}")
+    check_declared_needs(rule)
     if any((r.stage, r.role, r.signal) == (rule.stage, rule.role, rule.signal) for r in RULES):
         raise ValueError(f"the table already has a rule for {(rule.stage, rule.role, rule.signal)}")
     RULES = (*RULES, rule)
+
+
+class _Undeclared:
+    """What the probe of :func:`check_declared_needs` hands a term in place of a need its rule
+    does not declare: any use of it (as an array, a number, an object) raises."""
+
+    def __init__(self, what: str, flag: str):
+        self._why = f"reads {what} but its rule does not declare {flag}=True"
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise ValueError(self._why)
+
+    __array__ = __len__ = __iter__ = __getitem__ = __float__ = __neg__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
+
+    def __getattr__(self, name: str) -> None:
+        self._refuse()
+
+
+class _ProbeCritic:
+    def score_rows(self, rows: list[Row]) -> list[float]:
+        return [0.5] * len(rows)
+
+
+def check_declared_needs(rule: RoleRule) -> None:
+    """Refuse (ValueError) a rule whose advantage term reads Teacher log-probs without
+    ``needs_teacher`` or the Prompted Critic without ``needs_critic``: the term runs on a
+    probe (one question, two workflows of one row each, no model) whose undeclared needs
+    raise when used. Runs when a rule is added and when a ``TrainConfig`` is made, so a
+    missing declaration stops a run before any model loads. A term that fails on the probe
+    for another reason is not judged here (the learner's own checks still hold)."""
+    from algos.batch import Row
+    from envs.episode import Episode, Segment
+
+    agent, rows, episodes = f"{rule.role}_0", [], []
+    for em in (1.0, 0.0):
+        seg = Segment(agent=agent, role=rule.role, wave=0, token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1],
+                      reward=em)
+        episodes.append(Episode(question={"id": "probe"}, workflow="hierarchical", segments=[seg],
+                                candidate_em=[em, 1.0 - em], team_em=em, final_em=em, rewards={agent: em}))
+        rows.append(Row(seg.token_ids, seg.loss_mask, seg, episodes[-1], 0, old_logp=np.zeros(3),
+                        teacher_logp=np.zeros(3) if rule.needs_teacher
+                        else _Undeclared("Teacher log-probs", "needs_teacher")))
+    critic = _ProbeCritic() if rule.needs_critic else _Undeclared("the Prompted Critic", "needs_critic")
+    try:
+        rule.advantage(rows, A.AdvantageContext(groups=[episodes], critic=critic))
+    except ValueError as err:
+        if "but its rule does not declare" in str(err):
+            raise ValueError(f"the {rule.stage} {rule.role} rule{f' of signal {rule.signal}' if rule.signal else ''}: "
+                             f"its term {getattr(rule.advantage, '__name__', rule.advantage)} {err}") from None
+    except Exception:  # noqa: BLE001  (a term the probe cannot run: judged by the learner instead)
+        pass
 
 
 def searcher_signals() -> tuple[str, ...]:
@@ -127,20 +181,32 @@ def rule_of(rules: dict[str, RoleRule], role: str) -> RoleRule:
                          "add a RoleRule in algos/roles.py") from None
 
 
-def assign_advantages(rows: list[Row], rules: Mapping[str, RoleRule], ctx: A.AdvantageContext) -> None:
-    """Fill ``row.advantages`` (N,) and ``row.trained`` for every row from its role's rule.
+def assign_advantages(rows: list[Row], rules: Mapping[str, RoleRule], ctx: A.AdvantageContext,
+                      kl_coef: float = 0.0) -> None:
+    """Fill ``row.advantages`` (N,) for every row from its role's rule, and its flags
+    (:func:`mark_rows`).
 
     ``rules``: the run's rules (:func:`rules_for`). ``ctx``: what the terms read besides the
     rows (the batch's Episodes by question, ``row.group`` indexing them; ``beta``; the
     Prompted Critic when a rule :attr:`~RoleRule.needs_critic`). Each rule's term sees all
     of the rows it applies to at once (group-relative terms need the whole group).
     """
+    mark_rows(rows, rules, kl_coef)
     by_rule: dict[str, list[Row]] = {}
     for row in rows:
-        by_rule.setdefault(rule_of(rules, row.role).role, []).append(row)
+        by_rule.setdefault(row.role, []).append(row)
     for role, mine in by_rule.items():
-        rule = rules[role]
-        for row, value in zip(mine, rule.advantage(mine, ctx), strict=True):
+        for row, value in zip(mine, rules[role].advantage(mine, ctx), strict=True):
             n = int(row.mask.sum())
             row.advantages = np.broadcast_to(np.asarray(value, dtype=np.float64), (n,)).copy()
-            row.trained = rule.trained
+
+
+def mark_rows(rows: list[Row], rules: Mapping[str, RoleRule], kl_coef: float = 0.0) -> None:
+    """The one place that decides, per row, ``row.trained`` (its rule's) and ``row.kl`` (its
+    rule's ``kl`` and ``kl_coef > 0``). A row with the KL must carry Teacher log-probs."""
+    for row in rows:
+        rule = rule_of(rules, row.role)
+        row.trained, row.kl = rule.trained, rule.kl and kl_coef > 0
+        if row.kl and row.teacher_logp is None:
+            raise ValueError(f"the KL toward the Teacher applies to {row.role} tokens, but the Teacher "
+                             f"did not score the row of {row.segment.agent if row.segment else '?'}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,7 @@ def sample_path(out_dir: str | Path, step: int, kind: str = "train") -> Path:
 
 
 def episode_values(ep: Episode, rows: Sequence[Row], *, kind: str, step: int, group: int, stage: str = "",
-                   searcher_signal: str = "", tokenizer: dict[str, Any] | None = None,
-                   kl_of: Callable[[Row], bool] = lambda row: False) -> EpisodeValues:
+                   searcher_signal: str = "", tokenizer: dict[str, Any] | None = None) -> EpisodeValues:
     """The ``values`` block of ``ep`` from its rows (those of ``rows`` cut from ``ep``):
     per row the predicted positions (``row.mask``) and the values aligned with them.
     Validation samples carry no advantages."""
@@ -50,7 +49,7 @@ def episode_values(ep: Episode, rows: Sequence[Row], *, kind: str, step: int, gr
             old_logp=np.asarray(row.old_logp, dtype=np.float64).tolist(),
             teacher_logp=None if row.teacher_logp is None else np.asarray(row.teacher_logp, np.float64).tolist(),
             advantages=np.asarray(row.advantages, dtype=np.float64).tolist() if kind == "train" else None,
-            kl=bool(kl_of(row)), trained=bool(row.trained)))
+            kl=bool(row.kl), trained=bool(row.trained)))
     return EpisodeValues(kind=kind, step=step, stage=stage, searcher_signal=searcher_signal, group=group,
                          tokenizer=dict(tokenizer or {}), segments=segments)
 
@@ -65,14 +64,14 @@ def pick_episodes(groups: Sequence[Sequence[Episode]], count: int, kind: str) ->
 
 
 def write_sample(path: str | Path, picked: Sequence[tuple[int, Episode]], rows: Sequence[Row], *, kind: str,
-                 step: int, stage: str = "", searcher_signal: str = "", tokenizer: dict[str, Any] | None = None,
-                 kl_of: Callable[[Row], bool] = lambda row: False) -> Path:
+                 step: int, stage: str = "", searcher_signal: str = "",
+                 tokenizer: dict[str, Any] | None = None) -> Path:
     """Write ``picked`` (question index, Episode) with their values as one sample file,
     atomically (a reader never sees half a file). Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [sample_line(ep, episode_values(ep, rows, kind=kind, step=step, group=g, stage=stage,
-                                            searcher_signal=searcher_signal, tokenizer=tokenizer, kl_of=kl_of))
+                                            searcher_signal=searcher_signal, tokenizer=tokenizer))
              for g, ep in picked]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(lines), encoding="utf-8")
@@ -86,17 +85,17 @@ def validation_rows(picked: Sequence[tuple[int, Episode]], model: Any, teacher: 
     """Rows of validation episodes scored as a training step would score them: old
     log-probs under ``model``, Teacher log-probs (when there is a Teacher) for the rows the
     role rules have it score; no advantages."""
-    from algos.roles import rule_of
+    from algos.roles import mark_rows
     from algos.teacher import score_with_teacher
 
     rows = rows_from_episodes([[ep] for _, ep in picked], max_row_tokens)
     for row, logp in zip(rows, score_rows(model, rows, max_tokens=max_tokens, pad_id=pad_id,
                                           temperature=temperature)):
         row.old_logp = logp
-        row.trained = rule_of(rules, row.role).trained
     if teacher is not None:
         score_with_teacher(teacher, rows, kl_coef=kl_coef, temperature=temperature, max_tokens=max_tokens,
                            pad_id=pad_id, rules=rules)
+    mark_rows(rows, rules, kl_coef if teacher is not None else 0.0)
     return rows
 
 
@@ -118,18 +117,20 @@ def sample_tokenizer_record(tokenizer: Any) -> dict[str, Any]:
     return dict(cached[1])
 
 
-def keep_sample(trainer: Any, kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[Row] | None = None) -> Path:
-    """A ``algos.trainer.Trainer``'s sample of its current step: ``train`` with the rows its
-    loss used; ``validation`` scores the kept episodes first (:func:`validation_rows`, at the
-    training temperature: the values the learner would see). Reads only the Trainer's public
-    names: ``config``, ``full_model``, ``teacher``, ``pad_id``, ``rules``, ``tokenizer``,
-    ``out``, ``step`` and ``kl_applies(row)``."""
-    cfg = trainer.config
+def keep_sample(kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[Row] | None = None, *,
+                out: str | Path, step: int, config: Any, tokenizer: Any, model: Any = None, teacher: Any = None,
+                pad_id: int = 0, rules: dict[str, Any] | None = None) -> Path:
+    """A run's sample of its ``step`` under ``out``: ``train`` with the rows its loss used
+    (their ``kl`` and ``trained`` flags as the update read them); ``validation`` scores the
+    kept episodes first (:func:`validation_rows` with ``model``, ``teacher``, ``pad_id`` and
+    ``rules``, at the training temperature: the values the learner would see). ``config``:
+    the run's ``TrainConfig``."""
+    cfg = config
     picked = pick_episodes(groups, cfg.sample_episodes, kind)
     if rows is None:
-        rows = validation_rows(picked, trainer.full_model, trainer.teacher, max_row_tokens=cfg.max_row_tokens,
-                               max_tokens=cfg.max_tokens_per_batch, pad_id=trainer.pad_id,
-                               temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=trainer.rules)
-    return write_sample(sample_path(trainer.out, trainer.step, kind), picked, rows, kind=kind, step=trainer.step,
-                        stage=cfg.stage, searcher_signal=cfg.searcher_signal if cfg.stage == "team" else "",
-                        tokenizer=sample_tokenizer_record(trainer.tokenizer), kl_of=trainer.kl_applies)
+        rows = validation_rows(picked, model, teacher, max_row_tokens=cfg.max_row_tokens,
+                               max_tokens=cfg.max_tokens_per_batch, pad_id=pad_id,
+                               temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=rules or {})
+    return write_sample(sample_path(out, step, kind), picked, rows, kind=kind, step=step, stage=cfg.stage,
+                        searcher_signal=cfg.searcher_signal if cfg.stage == "team" else "",
+                        tokenizer=sample_tokenizer_record(tokenizer))

@@ -7,7 +7,7 @@ loss (PITFALLS 1), unless ``context_weight`` asks for language-model pre-trainin
 (for a model that starts from random weights). The loss is the token-mean negative
 log-likelihood over the masked tokens of a batch, computed by :func:`agents.logprobs.token_logprobs`,
 the function the learner scores with. Parameters the model declares frozen in its config
-(``algos.freeze``) stay exactly as they are.
+(``algos.engine.freeze``) stay exactly as they are.
 
 >>> losses = sft(model, load_episodes("scripted.jsonl"), epochs=2, lr=1e-3)  # doctest: +SKIP
 
@@ -25,7 +25,7 @@ import torch
 
 from agents.logprobs import token_logprobs
 from algos.batch import Row, pad_rows
-from algos.freeze import frozen
+from algos.engine.freeze import frozen
 from envs.episode import Episode
 
 collate = pad_rows
@@ -153,7 +153,7 @@ def sft(
     ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
     tokens only). ``rows``: more training rows, trained beside the episodes' (e.g. text
     the model should know, :func:`text_rows`), in the same shuffled batches. ``seed`` fixes the batch order. What the model's config declares frozen
-    (``mopd_frozen``, :mod:`algos.freeze`) stays exactly as it is. The model is left in eval
+    (``mopd_frozen``, :mod:`algos.engine.freeze`) stays exactly as it is. The model is left in eval
     mode.
     """
     if epochs < 0:

@@ -17,7 +17,6 @@ All roles share one set of parameters: one model plays every agent.
 
 from __future__ import annotations
 
-import copy
 import gc
 import json
 import math
@@ -33,12 +32,10 @@ import torch
 from agents.backends import RolloutBackend, as_backend
 from agents.collect import collect
 from agents.hf import HFPolicy
-from agents.logprobs import token_logprobs
 from agents.models import local_model_dir
 from agents.registry import make_rollout_policy
 from algos import advantages as A
-from algos import distributed as D
-from algos.batch import Row, batches_by_tokens, pad_rows, rows_from_episodes, score_rows, split_flat
+from algos.batch import Row, rows_from_episodes, score_rows
 from algos.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -48,8 +45,9 @@ from algos.checkpoint import (
     usable_checkpoint,
 )
 from algos.config import TrainConfig
-from algos.freeze import declared_frozen
-from algos.losses import LossOutput, Totals, policy_loss
+from algos.engine import distributed as D
+from algos.engine.freeze import declared_frozen
+from algos.engine.update import NonFiniteLoss, Update, WeightOverflow
 from algos.mechanism import outcome_signal
 from algos.precision import precision_for
 from algos.report import truncate_metrics
@@ -59,13 +57,6 @@ from algos.teacher import load_teacher, score_with_teacher
 from envs.episode import Episode, question_record
 from envs.protocol import TAGS
 from envs.retrieval.factory import make_retriever
-
-
-class NonFiniteLoss(RuntimeError):
-    """A step was skipped: a loss, a gradient norm or an updated weight was NaN or infinite.
-    The step changed nothing (parameters and optimizer state are as before it) and does
-    not count toward ``TrainConfig.steps``."""
-
 
 __all__ = ["NonFiniteLoss", "Trainer", "rollout_metrics", "validation_path"]
 
@@ -143,6 +134,11 @@ class Trainer:
             self.critic = PromptedCritic(base, tokenizer)
         self.optimizer = self.precision.adamw(self.model.parameters(), lr=cfg.learning_rate,  # fused on CUDA
                                               weight_decay=cfg.weight_decay)
+        self.rng = np.random.default_rng(cfg.seed)  # (the questions and the minibatches)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # how one update runs on this run's ranks (algos.engine): this file names no rank
+        self.engine = Update(self.model, self.optimizer, self.layout, self.precision, cfg, rng=self.rng,
+                             pad_id=self.pad_id)
         self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
         self.backend: RolloutBackend = self._rollout_backend()
         """What generates this process's rollouts (``agents.backends``: one contract, one
@@ -155,10 +151,10 @@ class Trainer:
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else _NoWorkers()
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
-        self.rng = np.random.default_rng(cfg.seed)
         self.step = 0
         self.nonfinite_in_a_row = 0
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.rollout_stats: dict[str, float] = {}
+        """The Ray workers' statistics of the last rollouts (none without workers)."""
         if checkpoint is not None:
             state = load_checkpoint(checkpoint, self.layout.checkpoint_optimizer(self.model, self.optimizer))
             self._set_state(state)
@@ -228,7 +224,7 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         self.backend = self.pool = self.writer = None
-        self.model = self.full_model = self.optimizer = self.teacher = self.critic = self.layout = None
+        self.model = self.full_model = self.optimizer = self.teacher = self.critic = self.layout = self.engine = None
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -322,10 +318,10 @@ class Trainer:
                                    max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
         # every rank gets every row's scores: the advantages are the one-process ones everywhere
         self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
-        # 4. per-token advantages by role (and which rows are trained)
+        # 4. per-token advantages by role, and each row's trained and KL flags
         ctx = A.AdvantageContext(groups=groups, beta=cfg.beta, critic_em_weight=cfg.critic_em_weight,
                                  critic=self.critic)
-        assign_advantages(rows, self.rules, ctx)
+        assign_advantages(rows, self.rules, ctx, kl_coef=cfg.kl_coef)
         t2 = time.perf_counter()
         # 5. the update
         try:
@@ -337,10 +333,10 @@ class Trainer:
         t3 = time.perf_counter()
         self.step += 1
         if self.is_main and cfg.sample_every and self.step % cfg.sample_every == 0:
-            keep_sample(self, "train", groups, rows)  # a few episodes with the values the loss used
+            self.keep_sample("train", groups, rows)  # a few episodes with the values the loss used
         metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
-        metrics.update(getattr(self, "rollout_stats", {}))
+        metrics.update(self.rollout_stats)
         metrics.update(self.dist.metrics())
         tokens = sum(ep.output_tokens for g in groups for ep in g)
         metrics.update({"perf/rollout_s": rollout_s, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
@@ -349,180 +345,17 @@ class Trainer:
         return metrics
 
     def update(self, rows: list[Row]) -> dict[str, float]:
-        """``minibatches`` optimizer steps over the trained rows, gradients accumulated in
-        chunks of at most ``max_tokens_per_batch`` padded tokens.
-
-        All or nothing: each minibatch's loss (every chunk) and gradient norm are checked
-        before its ``optimizer.step()``, and the weights after it; on a NaN or an infinity
-        the parameters and the optimizer state go back to where they were before the first
-        minibatch and :class:`NonFiniteLoss` is raised. The snapshot that makes this possible
-        (a copy of the parameters and of AdamW's moments) is taken only with several
-        minibatches: with one (the default), the checks before its single step catch a bad
-        loss or gradient, and a large model does not pay a copy of itself every step; the
-        one case they miss, finite gradients that overflow a weight in ``optimizer.step()``,
-        then raises RuntimeError naming the last good checkpoint instead.
-        """
-        cfg = self.config
-        trained = [r for r in rows if r.trained]
-        if not trained:
-            return {"losses/policy": 0.0, "losses/kl_teacher": 0.0, "losses/clip_fraction": 0.0,
-                    "losses/approx_kl": 0.0, "losses/grad_norm": 0.0, "losses/tokens": 0.0}
-        order = self.rng.permutation(len(trained))
-        parts = [list(p) for p in np.array_split(order, min(cfg.minibatches, len(trained)))]
-        kl_of = {id(r): self.kl_applies(r) for r in trained}
-        total = Totals.of_rows([r.num_targets for r in trained], [kl_of[id(r)] for r in trained])
-        sums = dict.fromkeys(("policy", "kl", "clip", "approx_kl"), 0.0)
-        grad_norms = []
-        snapshot = self._snapshot() if len(parts) > 1 else None
-        self.model.train()
-        # what the model declares frozen (config.mopd_frozen) stays put (FSDP2: masks on the shards)
-        with self.layout.frozen(self.model):
-            for m, part in enumerate(parts):
-                where = f"minibatch {m + 1} of {len(parts)} at step {self.step + 1}"
-                mb = [trained[i] for i in part]
-                self.optimizer.zero_grad(set_to_none=True)
-                stats = self._backward_shard(mb, kl_of, snapshot, where)
-                mb_tokens, mb_kl_tokens = stats.pop("tokens"), stats.pop("kl_tokens")
-                sums["policy"] += stats["policy"] * mb_tokens / total.tokens
-                sums["kl"] += stats["kl"] * mb_kl_tokens / max(total.kl_tokens, 1.0)
-                sums["clip"] += stats["clip"] * mb_tokens / total.tokens
-                sums["approx_kl"] += stats["approx_kl"] * mb_tokens / total.tokens
-                if cfg.freeze_embeddings:
-                    self.model.get_input_embeddings().weight.grad = None
-                self.layout.mask_frozen_grads()
-                norm = D.local_norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
-                if not math.isfinite(norm):
-                    self._abandon(snapshot, f"gradient norm {norm} in {where}")
-                grad_norms.append(norm)
-                self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        overflow = not all(bool(torch.isfinite(D.local_tensor(p)).all()) for p in self.model.parameters())
-        if self.layout.any_rank(overflow):  # (FSDP2: a shard's overflow stops every rank)
-            if snapshot is None:  # finite gradients that still overflow a weight: nothing to go back to
-                raise RuntimeError(f"step {self.step + 1} made a weight non-finite (learning rate "
-                                   f"{cfg.learning_rate}?); the last good checkpoint is {latest_checkpoint(self.out)}")
-            self._abandon(snapshot, f"a non-finite weight after step {self.step + 1}")
-        self.nonfinite_in_a_row = 0
-        return {"losses/policy": sums["policy"], "losses/kl_teacher": sums["kl"],
-                "losses/clip_fraction": sums["clip"], "losses/approx_kl": sums["approx_kl"],
-                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": total.tokens}
-
-    def _backward_shard(self, mb: list[Row], kl_of: dict[int, bool], snapshot: Any,
-                        where: str) -> dict[str, float]:
-        """The gradient of minibatch ``mb`` and its means: :meth:`_backward` on this rank's share
-        of ``mb`` (one process: all of it) over ``mb``'s :class:`Totals`, then the gradients
-        and the statistics summed over the ranks. A non-finite loss on any rank skips the step
-        on all."""
-        totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
+        """Step 5: the engine's update of the trained rows (:meth:`Update.step`), applied
+        entirely or not at all; a skipped step counts toward ``max_nonfinite``."""
         try:
-            stats = self._backward(self.dist.shard(mb), kl_of, snapshot, where, totals=totals, pad_row=mb[0])
+            stats = self.engine.step(rows, self.step + 1)
         except NonFiniteLoss:
-            self.dist.any(True)  # (the other ranks learn of it below)
+            self.nonfinite_in_a_row += 1
             raise
-        if self.dist.any(False):
-            self._abandon(snapshot, f"a non-finite loss on another rank in {where}")
-        self.layout.reduce_grads(list(self.model.parameters()))
-        sums = self.dist.sum_floats({k: stats[k] for k in ("policy", "kl", "clip", "approx_kl", "loss")})
-        return {**sums, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
-
-    def _backward(self, mb: list[Row], kl_of: dict[int, bool] | None = None, snapshot: Any = None,
-                  where: str = "a minibatch", totals: Totals | None = None,
-                  pad_row: Row | None = None) -> dict[str, float]:
-        """Accumulate the gradient of one minibatch's loss, chunk by chunk; returns the
-        minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``, ``loss``) and its
-        ``tokens`` and ``kl_tokens``. Every chunk divides by the minibatch's :class:`Totals`,
-        so the loss and the gradient do not depend on ``max_tokens_per_batch``. A non-finite
-        chunk loss abandons the step (:meth:`_abandon`). Under FSDP2 every rank runs as many
-        chunks (each forward and backward gathers and scatters parameters collectively): a
-        rank with fewer runs ``pad_row`` with a zero loss; each loss is multiplied by the world
-        size (FSDP2 averages the ranks' gradients, the step needs their sum)."""
-        kl_of = kl_of if kl_of is not None else {id(r): self.kl_applies(r) for r in mb}
-        mb = sorted(mb, key=lambda r: len(r.token_ids))  # similar lengths share a chunk: less padding
-        if totals is None:  # (given: mb is one rank's share of a minibatch with these totals)
-            totals = Totals.of_rows([r.num_targets for r in mb], [kl_of[id(r)] for r in mb])
-        stats = dict.fromkeys(("policy", "kl", "clip", "approx_kl", "loss"), 0.0)
-        chunks: list[list[Row] | None] = list(batches_by_tokens(mb, self.config.max_tokens_per_batch))
-        chunks += [None] * (self.layout.chunk_count(len(chunks)) - len(chunks))  # (FSDP2's lock-step)
-        for chunk in chunks:
-            out = self._chunk_loss(chunk if chunk is not None else [pad_row], totals)
-            bad = chunk is not None and not bool(torch.isfinite(out.loss))
-            if self.layout.any_rank(bad):
-                self._abandon(snapshot, f"loss {out.loss.item()} in {where}" if bad
-                              else f"a non-finite loss on another rank in {where}")
-            if chunk is None:  # lock-step padding: the collectives run, the gradient is 0
-                (out.loss * 0.0).backward()
-                continue
-            self.layout.scaled(out.loss).backward()
-            share = sum(r.num_targets for r in chunk) / totals.tokens
-            stats["policy"] += out.policy_loss  # chunk shares of the minibatch's means: they add up
-            stats["kl"] += out.kl
-            stats["loss"] += float(out.loss.detach())
-            stats["clip"] += out.clip_fraction * share  # chunk means over its tokens: weighted
-            stats["approx_kl"] += out.approx_kl_old * share
-        return {**stats, "tokens": totals.tokens, "kl_tokens": totals.kl_tokens}
-
-    def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        """Copies of the parameters and of the optimizer state, for :meth:`_abandon`."""
-        params = [p.detach().clone() for p in self.model.parameters()]
-        return params, copy.deepcopy(self.optimizer.state_dict())
-
-    def _abandon(self, snapshot: tuple[list[torch.Tensor], dict[str, Any]] | None, why: str) -> None:
-        """Undo this step (back to ``snapshot``, when steps were already applied) and raise."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if snapshot is not None:
-            params, optimizer_state = snapshot
-            with torch.no_grad():
-                for p, saved in zip(self.model.parameters(), params, strict=True):
-                    p.copy_(saved)
-            self.optimizer.load_state_dict(optimizer_state)
-        self.nonfinite_in_a_row += 1
-        raise NonFiniteLoss(f"{why}: the step is skipped, nothing of it applied")
-
-    def kl_applies(self, row: Row) -> bool:
-        """Whether the KL toward the Teacher is on ``row``'s tokens: its role rule says so and
-        ``kl_coef > 0``. Such a row must have been scored by the Teacher."""
-        if not (rule_of(self.rules, row.role).kl and self.config.kl_coef > 0):
-            return False
-        if row.teacher_logp is None:
-            raise ValueError(f"the KL toward the Teacher applies to {row.role} tokens, but the Teacher "
-                             f"did not score the row of {row.segment.agent if row.segment else '?'}")
-        return True
-
-    def _chunk_loss(self, chunk: list[Row], totals: Totals | None = None) -> LossOutput:
-        """The loss of ``chunk`` (rows of one minibatch) with the minibatch's ``totals`` as
-        denominators (default: the chunk's own). Every per-token tensor is (B, N_max): row b's
-        generated tokens, right-padded, with ``mask`` 1 on real ones."""
-        cfg = self.config
-        device = next(self.model.parameters()).device
-        counts = [r.num_targets for r in chunk]
-        for r, n in zip(chunk, counts):
-            if not len(r.old_logp) == len(r.advantages) == n:
-                raise ValueError(f"a row of {r.role or 'a bare row'} has {n} target tokens but "
-                                 f"{len(r.old_logp)} old log-probs and {len(r.advantages)} advantages")
-        kl_rows = [self.kl_applies(r) for r in chunk]
-        if totals is None:
-            totals = Totals.of_rows(counts, kl_rows)
-        ids, att, tgt = (t.to(device) for t in pad_rows(chunk, self.pad_id))
-        # (N,) with graph; FSDP2 gathers parameters in the root module's forward, which the
-        # chunked output layer (decoder, then head) bypasses: the model's own forward there
-        with self.precision.compute(cache=False):  # (the backward runs outside: autocast recorded each op's dtype)
-            flat = token_logprobs(self.model, ids, att, tgt, cfg.temperature,
-                                  chunk_elements=self.layout.chunk_elements)
-
-        def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
-            return torch.nn.utils.rnn.pad_sequence(
-                [torch.as_tensor(p, dtype=flat.dtype, device=device) for p in pieces], batch_first=True)
-
-        logp = torch.nn.utils.rnn.pad_sequence(split_flat(flat, chunk), batch_first=True)
-        old = per_row([r.old_logp for r in chunk])
-        adv = per_row([r.advantages for r in chunk])
-        mask = per_row([np.ones(n) for n in counts])
-        ref = kl_mask = None
-        if any(kl_rows):
-            ref = per_row([r.teacher_logp if k else r.old_logp for r, k in zip(chunk, kl_rows)])
-            kl_mask = per_row([np.full(n, float(k)) for n, k in zip(counts, kl_rows)])
-        return policy_loss(logp, old, adv, mask, clip_eps=cfg.clip_eps, ref_logp_BT=ref, kl_mask_BT=kl_mask,
-                           kl_coef=cfg.kl_coef, aggregation=cfg.aggregation, totals=totals)
+        except WeightOverflow as err:
+            raise RuntimeError(f"{err}; the last good checkpoint is {latest_checkpoint(self.out)}") from err
+        self.nonfinite_in_a_row = 0
+        return stats
 
     def filter_by_pass_rate(self) -> None:
         """``pass_rate_filter`` G: keep the training questions on which G workflows of the
@@ -580,7 +413,7 @@ class Trainer:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
         if cfg.sample_every:
-            keep_sample(self, "validation", groups)
+            self.keep_sample("validation", groups)
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
     def _sample_apart(self, questions: Sequence[Any], runs: int, temperature: float, *, seeds: tuple[int, int],
@@ -598,6 +431,12 @@ class Trainer:
                              progress=label if self.progress else False)
         self.model.train()
         return groups
+
+    def keep_sample(self, kind: str, groups: list[list[Episode]], rows: list[Row] | None = None) -> Path:
+        """This step's ``kind`` sample (``algos.samples.keep_sample``)."""
+        return keep_sample(kind, groups, rows, out=self.out, step=self.step, config=self.config,
+                           tokenizer=self.tokenizer, model=self.full_model, teacher=self.teacher,
+                           pad_id=self.pad_id, rules=self.rules)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """One row of ``metrics.jsonl`` (and TensorBoard) at ``step`` (default: the current one);

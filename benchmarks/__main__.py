@@ -12,8 +12,7 @@
     python -m benchmarks table2 --render-docs   # README's and docs' tables from docs/*.json
     python -m benchmarks perf
 
-Policies: scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>,
-python:<module>:<Class>, or per role leader=...,searcher=...,answerer=... An LM policy samples
+Policies: the kinds of ``agents.registry`` and ``ckpt:<run dir>`` (``run --help`` lists them). An LM policy samples
 with its spec's ?temperature=&top_p=&max_new_tokens=, else --temperature/--top-p/--max-new-tokens,
 else the model's generation config (greedy when it does not sample, as SmolLM2's); summary.json
 and every episode record the settings, and `compare` pairs only runs sampled alike.
@@ -198,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str] | None) -> int:
+    import benchmarks.policies  # noqa: F401  (the ckpt: kind, for --policy's help)
+    from agents.registry import policy_usage
     from envs.__main__ import add_version
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
@@ -205,9 +206,7 @@ def _dispatch(argv: list[str] | None) -> int:
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="a policy over the seven datasets, k runs each")
-    r.add_argument("--policy", required=True,
-                   help="scripted, random, human, hf:<model>, ckpt:<run dir>, openai:<model>@<url>, "
-                        "python:<module>:<Class>, or leader=...,searcher=...,answerer=...")
+    r.add_argument("--policy", required=True, help=policy_usage())
     r.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"],
                    help="hierarchical (Leader, Searchers, Answerers; default) or cascade")
     r.add_argument("--data", default="synthetic", help="synthetic, or a FlashRAG-layout directory")

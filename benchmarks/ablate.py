@@ -261,13 +261,13 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     recorded no config is not read. Then the trainer gets what its own
     ``Trainer.validate`` at step 0 writes: the per-question records (copied), the sample
     of the same episodes with this run's per-token values (its Teacher's, its role rules',
-    ``algos.samples.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
+    ``Trainer.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
     source logged at step 0); and, with ``pass_rate_filter``, the questions the source's filter
     kept (``train_questions.json``: ``Trainer.filter_by_pass_rate`` reads it instead of sampling)."""
     from agents.viewer.records import ViewError, read_records
     from algos.checkpoint import latest_checkpoint
     from algos.report import read_metrics
-    from algos.samples import keep_sample, sample_path
+    from algos.samples import sample_path
     from algos.trainer import validation_path
 
     try:
@@ -297,7 +297,7 @@ def adopt_step0(trainer: Any, source: Path) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(records)
     if groups is not None:
-        keep_sample(trainer, "validation", groups)
+        trainer.keep_sample("validation", groups)
     trainer.log_metrics({k: v for k, v in rows[0].items() if k not in ("step", "stage")}, step=0)
     kept = source / "train_questions.json"  # the pass-rate filter, when the runs have one: same key, same file
     if trainer.config.pass_rate_filter and kept.is_file() and not (trainer.out / kept.name).exists():

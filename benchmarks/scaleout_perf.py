@@ -174,7 +174,7 @@ def measure(model: str = "tiny", pairs: int = 3, only: str | None = None, questi
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--ddp-worker"]:
-        from algos.distributed import run_main
+        from algos.engine.distributed import run_main
 
         return run_main(lambda: _ddp_worker(argv[1], argv[2], int(argv[3])))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -9,19 +9,16 @@
 the first time). ``:help`` lists the commands (``:ctx``, ``:all ANSWER``, ``:quit``), the
 same as ``python -m agents play --policy human``.
 
-``mopd`` (the console script) is this command, and dispatches
+``mopd`` (the console script, ``benchmarks.cli``) is this command, and dispatches
 ``mopd agents|algos|benchmarks ...`` to ``python -m agents|algos|benchmarks ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-PACKAGES = ("agents", "algos", "benchmarks")
-"""The packages ``mopd <package> ...`` dispatches to."""
 
 
 def package_version() -> str:
@@ -123,12 +120,9 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, packages: Sequence[str] = ()) -> int:
+    """``packages``: the ones the ``mopd`` dispatcher above serves, listed in the help."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in (*PACKAGES, "envs"):
-        package = argv.pop(0)
-        if package != "envs":
-            return importlib.import_module(f"{package}.__main__").main(argv)
     if argv and argv[0] == "data":
         from envs.data.cli import main as data_main
 
@@ -149,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     info.add_argument("--mode", default="turn", choices=["turn", "token"],
                       help="step mode: an action is a whole turn (default) or one token")
     sub.add_parser("data", help=f"synth | show (see {prog} data --help)")
-    for package in PACKAGES:
+    for package in packages:
         sub.add_parser(package, add_help=False, help=f"the same as python -m {package} (see its --help)")
     args = parser.parse_args(argv)
     return {"step": _step, "info": _info}[args.command](args)

@@ -23,7 +23,7 @@ torch.set_num_threads(1)
 def main() -> int:
     from agents.hf import HFPolicy
     from agents.ray_rollout import collect_groups
-    from algos.distributed import from_env
+    from algos.engine.distributed import from_env
     from algos.presets import preset_config
     from algos.trainer import Trainer
     from envs.retrieval.lexical import WordOverlapRetriever
@@ -54,6 +54,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from algos.distributed import run_main
+    from algos.engine.distributed import run_main
 
     sys.exit(run_main(main))

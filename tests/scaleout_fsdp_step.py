@@ -1,7 +1,7 @@
 """Run by tests/test_scaleout.py, in one process or under torchrun: one AdamW step of a small
 random Llama on a fixed global batch of rows, the loss a global token-mean (each rank's rows
 divided by the whole batch's token count). Under torchrun the model is sharded with FSDP2
-(``algos.distributed.fully_shard_model``: it averages the ranks' gradients, so each rank's
+(``algos.engine.distributed.fully_shard_model``: it averages the ranks' gradients, so each rank's
 loss is multiplied by the world size) and each rank takes its rows by token count; rank 0 writes the gradient norm and the gathered updated weights under OUT.
 
     python tests/scaleout_fsdp_step.py OUT
@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 
 def main() -> int:
     from agents.models import tiny_causal_lm
-    from algos.distributed import from_env, fully_shard_model, shard_by_tokens
+    from algos.engine.distributed import from_env, fully_shard_model, shard_by_tokens
 
     out = Path(sys.argv[1])
     dist = from_env()
@@ -59,6 +59,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from algos.distributed import run_main
+    from algos.engine.distributed import run_main
 
     sys.exit(run_main(main))

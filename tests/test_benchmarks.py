@@ -180,3 +180,32 @@ def test_a_failed_run_leaves_no_partial_episodes(tmp_path, words_suite, monkeypa
     assert sorted(p.name for p in out.iterdir() if p.suffix != ".png") == ["questions.jsonl", "summary.json",
                                                                           "table.md"]
     assert "episode_index" not in json.loads((out / "questions.jsonl").read_text())
+
+
+def test_a_new_policy_kind_is_one_row_that_every_list_reads(capsys):
+    """Adding a kind touches POLICY_KINDS alone: the spec parser, the checks, the builder and
+    both command lines' help read it (no hand list of kinds goes stale)."""
+    from agents.__main__ import main as agents_main
+    from agents.registry import POLICY_KINDS, check_policy, make_policy, register_policy
+    from benchmarks.__main__ import main as benchmarks_main
+
+    def refuse_empty(arg):
+        if not arg:
+            raise ValueError("echo_fake: needs a text")
+
+    register_policy("echo_fake", lambda arg, **kw: ("echo", arg), check=refuse_empty, usage="echo_fake:<text>")
+    try:
+        assert make_policy("searcher=echo_fake:hi,leader=scripted").policies["searcher"] == ("echo", "hi")
+        with pytest.raises(ValueError, match="needs a text"):
+            check_policy("echo_fake")
+        with pytest.raises(ValueError, match="takes no sampling settings"):
+            check_policy("echo_fake:x?temperature=1")
+        with pytest.raises(ValueError, match="unknown policy 'nope'.*echo_fake"):
+            make_policy("nope")
+        for main, argv in ((agents_main, ["play", "--help"]), (agents_main, ["demo", "--help"]),
+                           (benchmarks_main, ["run", "--help"])):
+            with pytest.raises(SystemExit):
+                main(argv)
+            assert "echo_fake:<text>" in " ".join(capsys.readouterr().out.split()), argv
+    finally:
+        POLICY_KINDS.pop("echo_fake")

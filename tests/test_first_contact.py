@@ -264,7 +264,7 @@ def test_version_flag(module, prog, capsys):
 
 
 def test_mopd_names_itself(monkeypatch, capsys):
-    from envs.__main__ import main
+    from benchmarks.cli import main
 
     monkeypatch.setattr("sys.argv", ["/usr/local/bin/mopd", "--help"])
     with pytest.raises(SystemExit):
@@ -272,6 +272,10 @@ def test_mopd_names_itself(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: mopd ") and "python -m envs" not in out
     assert "benchmarks" in out.split("options:")[0]  # the packages it dispatches to are listed
+    for package in ("agents", "algos", "benchmarks"):  # ... and it hands over to each
+        with pytest.raises(SystemExit) as done:
+            main([package, "--version"])
+        assert done.value.code == 0 and capsys.readouterr().out.startswith(f"python -m {package} ")
 
 
 class _Parsed(Exception):

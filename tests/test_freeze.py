@@ -1,4 +1,4 @@
-"""algos.freeze: a model's saved declaration of frozen parameters is what every update honours."""
+"""algos.engine.freeze: a model's saved declaration of frozen parameters is what every update honours."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents.models import load_causal_lm, tiny_causal_lm
-from algos.freeze import FROZEN_KEY, declare_frozen, declared_frozen, frozen, frozen_masks
+from algos.engine.freeze import FROZEN_KEY, declare_frozen, declared_frozen, frozen, frozen_masks
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

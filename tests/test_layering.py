@@ -1,7 +1,8 @@
 """The house's layering, read from the source of every module in envs/, agents/, algos/ and
 benchmarks/: no import circles (imports inside functions count too; those under
 ``if TYPE_CHECKING:`` never run and do not), dependencies flow one way (benchmarks -> algos
--> agents -> envs), and the learner knows no recipe."""
+-> agents -> envs), and inside algos/ the floors by folder: the engine below the method, the
+recipes above the learner."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ PACKAGES = ("envs", "agents", "algos", "benchmarks")
 RANK = {name: rank for rank, name in enumerate(PACKAGES)}
 """A module may import its own package and the ones before it in this order, never after."""
 
-LEARNER = ("algos.trainer", "algos.sft", "algos.batch", "algos.losses", "algos.advantages",
-           "algos.teacher", "algos.checkpoint", "algos.freeze")
-"""The general learner: it knows no recipe (issue 18: 'only the command line and the preset
-registry know it')."""
+ENGINE = "algos.engine"
+"""How one update runs: of algos it imports only itself and :data:`ENGINE_MAY_IMPORT`."""
+ENGINE_MAY_IMPORT = ("algos.losses", "algos.batch")
+"""The method's numerics, the one floor below which the engine sits."""
+COMMANDS = ("algos.commands", "algos.presets")
+"""What the command line runs (``algos/commands/``; ``algos.presets``, the preset registry,
+until it moves there): the only modules outside ``algos/recipes/`` that import a recipe."""
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -180,17 +184,62 @@ def test_dependencies_flow_one_way(graph):
     assert upward == []
 
 
+def _in(name: str, folder: str) -> bool:
+    return name == folder or name.startswith(folder + ".")
+
+
+def _code_of(path: Path) -> str:
+    """A module's code without its docstrings (a field's too) and comments: documentation
+    may name a recipe, code may not."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                                 and isinstance(n.value.value, str))] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def learner(graph: dict[str, set[str]]) -> set[str]:
+    """The learner, read from the graph: every algos module the Trainer and SFT import,
+    directly or not."""
+    seen: set[str] = set()
+    todo = ["algos.trainer", "algos.sft"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(d for d in graph[name] if d.startswith("algos."))
+    return seen
+
+
+def test_only_the_commands_import_a_recipe(graph):
+    outside = sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                     if _in(dep, "algos.recipes") and not _in(name, "algos.recipes")
+                     and not any(_in(name, c) for c in COMMANDS))
+    assert outside == []
+    assert "algos.presets" in graph  # (the registry that reaches into the recipes; moves to commands/)
+
+
+def test_the_engine_imports_only_the_numerics_and_names_no_recipe(graph):
+    engine = sorted(name for name in graph if _in(name, ENGINE))
+    assert len(engine) >= 3, engine
+    upward = sorted(f"{name} -> {dep}" for name in engine for dep in graph[name]
+                    if dep.startswith("algos.") and not _in(dep, ENGINE) and dep not in ENGINE_MAY_IMPORT)
+    assert upward == []
+    modules = project_modules()
+    for name in engine:
+        assert "micro" not in _code_of(modules[name]).lower(), name
+
+
 def test_the_learner_imports_no_recipe_and_names_none(graph):
-    for name in LEARNER:
-        assert name in graph, f"{name} moved: update LEARNER"
-        recipe = sorted(d for d in graph[name] if d.startswith("algos.recipes"))
+    modules = project_modules()
+    found = learner(graph)
+    assert {"algos.trainer", "algos.engine.update", "algos.losses", "algos.roles"} <= found
+    for name in sorted(found):
+        recipe = sorted(d for d in graph[name] if _in(d, "algos.recipes"))
         assert recipe == [], f"{name} imports {recipe}"
-        assert "micro" not in project_modules()[name].read_text(encoding="utf-8").lower(), name
-    # only the preset registry reaches into a recipe from outside it
-    outside = sorted(name for name, deps in graph.items()
-                     if not name.startswith("algos.recipes")
-                     and any(d.startswith("algos.recipes") for d in deps))
-    assert outside == ["algos.presets"]
+        assert "micro" not in _code_of(modules[name]).lower(), name
 
 
 def test_importing_the_learner_loads_no_recipe():

@@ -14,8 +14,9 @@ import pytest
 import torch
 from conftest import QUESTION, WORLD, Item, KeywordRetriever
 
-import algos.trainer
+import algos.engine.update
 from algos.config import TrainConfig
+from algos.roles import needs_critic, rules_for, searcher_signals
 from algos.trainer import Trainer
 
 Q2 = Item("q2", "What is the capital of Ostria?", ("Kesh",))
@@ -96,7 +97,7 @@ def run_one_step(tmp_path, tiny_dirs, monkeypatch, **overrides):
     base = AutoModelForCausalLM.from_pretrained(tiny_dirs["policy"]).eval()
     groups_seen, fed, calls = [], [], []
     collect_module = importlib.import_module("agents.collect")  # (the package's `collect` is the function)
-    original_collect, original_chunk = collect_module.collect, trainer._chunk_loss
+    original_collect, original_chunk = collect_module.collect, trainer.engine.chunk_loss
 
     def recording_collect(*args, **kwargs):
         groups = original_collect(*args, **kwargs)
@@ -119,10 +120,10 @@ def run_one_step(tmp_path, tiny_dirs, monkeypatch, **overrides):
             fed.append((row, {k: got[k][b] for k in got}))
         return out
 
-    original_loss = algos.trainer.policy_loss
+    original_loss = algos.engine.update.policy_loss
     monkeypatch.setattr(collect_module, "collect", recording_collect)  # (the one-process Dist's rollouts)
-    monkeypatch.setattr(algos.trainer, "policy_loss", recording_loss)
-    trainer._chunk_loss = recording_chunk
+    monkeypatch.setattr(algos.engine.update, "policy_loss", recording_loss)
+    trainer.engine.chunk_loss = recording_chunk
     trainer.train_step()
     [groups] = groups_seen
     return trainer, base, groups, fed
@@ -229,3 +230,22 @@ def test_every_row_fed_to_the_loss_by_hand(tmp_path, tiny_dirs, monkeypatch, tor
         assert all(np.allclose(got["adv"], 0.0, atol=1e-6) for row, got in fed if row.segment.role == "searcher")
     if signal == "critic":
         assert len(critic_scores) == sum(1 for row, _ in fed if row.segment.role == "searcher")
+
+
+@pytest.mark.parametrize("signal", searcher_signals())  # the registry, not a hand list
+def test_every_registered_searcher_signal_runs_through_the_learner(tmp_path, tiny_dirs, monkeypatch,
+                                                                   torch_one_thread, signal):
+    """Rows, loss and a step for each Searcher signal of the table: the rows its rules train
+    reach the loss with their KL flags, finite advantages, and the step is applied."""
+    rules = rules_for("team", signal)
+    trainer, base, groups, fed = run_one_step(tmp_path, tiny_dirs, monkeypatch, stage="team", searcher_signal=signal,
+                                              teacher=tiny_dirs["teacher"], kl_coef=0.5)
+    assert (trainer.critic is not None) == needs_critic(rules)
+    assert {row.role for row, _ in fed} == {role for role, rule in rules.items() if rule.trained}
+    for row, got in fed:
+        assert row.trained and row.kl == rules[row.role].kl
+        assert np.all(np.isfinite(got["adv"])) and len(got["adv"]) == row.num_targets
+        assert np.all(got["kl_mask"] == float(row.kl)) if got["kl_mask"] is not None else not row.kl
+    assert trainer.step == 1 and trainer.nonfinite_in_a_row == 0
+    moved = any(not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), base.parameters()))
+    assert moved  # the step changed the weights

@@ -80,7 +80,7 @@ def test_a_nan_in_the_second_minibatch_undoes_the_first(tmp_path, tiny_dirs):
     trainer.train_step()  # AdamW now has moments that a half-applied step would change
     before = _state(trainer)
     steps = []
-    original_step, original_loss = trainer.optimizer.step, trainer._chunk_loss
+    original_step, original_loss = trainer.optimizer.step, trainer.engine.chunk_loss
 
     def counting_step(*args, **kwargs):
         steps.append(1)
@@ -92,7 +92,7 @@ def test_a_nan_in_the_second_minibatch_undoes_the_first(tmp_path, tiny_dirs):
             out.loss = out.loss * float("nan")
         return out
 
-    trainer.optimizer.step, trainer._chunk_loss = counting_step, nan_after_a_step
+    trainer.optimizer.step, trainer.engine.chunk_loss = counting_step, nan_after_a_step
     with pytest.raises(NonFiniteLoss, match="minibatch 2 of 2"):
         trainer.train_step()
     assert steps == [1]  # the first minibatch did step ...
@@ -114,7 +114,7 @@ def test_nan_gradients_with_a_finite_loss_are_not_applied(tmp_path, tiny_dirs):
 
 def test_skipped_steps_do_not_count(tmp_path, tiny_dirs):
     trainer = _trainer(tmp_path, tiny_dirs, steps=4, save_every=2)
-    original = trainer._chunk_loss
+    original = trainer.engine.chunk_loss
     failed = []
 
     def nan_once_at_step_two(chunk, totals=None):
@@ -124,7 +124,7 @@ def test_skipped_steps_do_not_count(tmp_path, tiny_dirs):
             out.loss = out.loss * float("inf")
         return out
 
-    trainer._chunk_loss = nan_once_at_step_two
+    trainer.engine.chunk_loss = nan_once_at_step_two
     result = trainer.train(validate_first=False)
     assert failed == [1] and result["steps"] == 4 and len(result["history"]) == 4
     assert latest_checkpoint(tmp_path / "run").name == "step_000004"
@@ -156,7 +156,8 @@ def _scored_rows(make_env, tokenizer, trainer):
                              initializer_range=0.3)
     for r, old, ref in zip(rows, score_rows(trainer.model, rows), score_rows(teacher, rows)):
         r.old_logp, r.teacher_logp = old, ref
-    assign_advantages(rows, trainer.rules, AdvantageContext(groups=groups, beta=trainer.config.beta))
+    assign_advantages(rows, trainer.rules, AdvantageContext(groups=groups, beta=trainer.config.beta),
+                      kl_coef=trainer.config.kl_coef)
     return rows
 
 
@@ -168,13 +169,13 @@ def test_the_objective_does_not_depend_on_chunking(tmp_path, tiny_dirs, make_env
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(5)))
     rows = _scored_rows(make_env, tokenizer, trainer)
-    kl_rows = [r for r in rows if trainer.kl_applies(r)]
+    kl_rows = [r for r in rows if r.kl]
     assert kl_rows and len(kl_rows) < len(rows)  # Searcher rows carry no KL: the counts differ
     results = []
     for max_tokens in (10**6, max(len(r.token_ids) for r in rows)):
         trainer.config.max_tokens_per_batch = max_tokens
         trainer.model.zero_grad(set_to_none=True)
-        stats = trainer._backward(rows)
+        stats = trainer.engine.backward(rows)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
         results.append((stats["loss"], stats["kl"], grad))
     (loss_a, kl_a, grad_a), (loss_b, kl_b, grad_b) = results

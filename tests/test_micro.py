@@ -293,7 +293,7 @@ def test_an_older_build_gets_its_circuits_freeze_declared_on_reuse(tmp_path, tok
     """A base built before models declared their frozen parameters is reused as it is, with
     the declaration its wired circuit implies written into its config (RL then keeps the
     circuit frozen, as before); a base without a circuit gets none."""
-    from algos.freeze import FROZEN_KEY
+    from algos.engine.freeze import FROZEN_KEY
     from algos.recipes.micro.circuit import frozen_entries
 
     for wired in (True, False):

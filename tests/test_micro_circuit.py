@@ -1,14 +1,14 @@
 """The micro recipe's hand-wired copy circuit (algos.recipes.micro.circuit): it copies at
 initialisation, matching two tokens beats matching one where tokens recur, its look-back
 heads look exactly 1 and 2 positions back, the model declares what of it stays frozen and
-training inside ``algos.freeze.frozen`` leaves it intact, it survives save/load, and models
+training inside ``algos.engine.freeze.frozen`` leaves it intact, it survives save/load, and models
 it cannot wire are refused with the reason."""
 
 import pytest
 import torch
 
 from agents.models import tiny_causal_lm
-from algos.freeze import frozen
+from algos.engine.freeze import frozen
 from algos.recipes.micro.circuit import ROPE_THETA, frozen_entries, wire_induction_heads
 
 VOCAB = 2048
@@ -265,7 +265,7 @@ def test_the_micro_layout_declares_exactly_its_circuit():
 
 def test_a_wired_model_freezes_the_elements_the_circuit_needs():
     """Frozen element counts of a wired 256-wide model (2 look-back, 4 induction heads), by hand."""
-    from algos.freeze import frozen_masks
+    from algos.engine.freeze import frozen_masks
 
     model = _model(num_layers=3)
     masks = frozen_masks(model)

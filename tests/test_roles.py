@@ -1,6 +1,7 @@
 """The table of role rules: what each role gets, by stage and Searcher signal; a new
 Searcher signal is one row plus one term, from a module of its own."""
 
+import dataclasses
 import sys
 import textwrap
 
@@ -160,3 +161,42 @@ def test_the_trainer_runs_a_new_signal_and_loads_what_its_row_asks_for(new_signa
     assert role_names == ["searcher"] and values and all(np.all(np.abs(v) <= 1.0) for v in values)
     critic_run = _trainer(tmp_path / "critic", tiny_dirs, steps=1, searcher_signal="half_critic")
     assert critic_run.critic is not None  # loaded because the row says so
+
+
+def test_a_signal_that_reads_what_it_does_not_declare_is_refused_before_any_model_loads(monkeypatch, tmp_path,
+                                                                                         capsys):
+    """A term that reads Teacher log-probs (or the Prompted Critic) without its rule's
+    ``needs_teacher`` (``needs_critic``) is refused when added, and when a config names it:
+    the probe runs the term, no model."""
+    import algos.checkpoint
+    from algos.__main__ import main as algos_main
+    from algos.config import TrainConfig
+
+    monkeypatch.setattr(algos.checkpoint, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    monkeypatch.setattr(roles, "RULES", roles.RULES)
+
+    def peeks_at_the_teacher(rows, ctx):
+        return [float(np.mean(r.teacher_logp - r.old_logp)) for r in rows]
+
+    def asks_the_critic(rows, ctx):
+        return list(ctx.critic.score_rows(list(rows)))
+
+    peek = roles.RoleRule("team", "searcher", "peek", peeks_at_the_teacher, kl=False, teacher_scores=True,
+                          trained=True)
+    with pytest.raises(ValueError, match="peeks_at_the_teacher reads Teacher log-probs but its rule does not "
+                                         "declare needs_teacher=True"):
+        roles.add_rule(peek)
+    with pytest.raises(ValueError, match="asks_the_critic reads the Prompted Critic but its rule does not "
+                                         "declare needs_critic=True"):
+        roles.add_rule(dataclasses.replace(peek, signal="ask", advantage=asks_the_critic))
+    assert "peek" not in searcher_signals()
+    monkeypatch.setattr(roles, "RULES", (*roles.RULES, peek))  # the row written into the table by hand
+    with pytest.raises(ValueError, match="TrainConfig.searcher_signal='peek'.*needs_teacher=True"):
+        TrainConfig(stage="team", searcher_signal="peek", kl_coef=0.0, teacher="base")
+    assert algos_main(["train", "--stage", "team", "--signal", "peek", "--out", str(tmp_path / "run")]) == 2
+    assert "needs_teacher=True" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    # declared, the same term passes the probe (and the config asks for its Teacher)
+    monkeypatch.setattr(roles, "RULES", (*roles.RULES[:-1], dataclasses.replace(peek, needs_teacher=True)))
+    assert TrainConfig(stage="team", searcher_signal="peek", kl_coef=0.0, teacher="base").teacher == "base"
+    for rule in roles.RULES:  # the table's own rows declare what they read
+        roles.check_declared_needs(rule)

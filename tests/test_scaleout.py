@@ -363,7 +363,7 @@ def test_ranks_exchange_rollouts_as_json_never_pickled(tmp_path, monkeypatch):
 
     import torch
 
-    from algos.distributed import Dist
+    from algos.engine.distributed import Dist
     from envs.episode import Episode, Segment, groups_from_dicts, groups_to_dicts
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -467,7 +467,7 @@ def test_the_process_group_waits_two_hours_unless_told(monkeypatch):
 
     import torch
 
-    from algos import distributed as D
+    from algos.engine import distributed as D
 
     made = []
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -490,7 +490,7 @@ def test_gradients_are_summed_in_place_in_buckets_per_dtype(tmp_path, monkeypatc
     flat buffer used to promote it), a missing one becomes zeros."""
     import torch
 
-    from algos.distributed import Dist
+    from algos.engine.distributed import Dist
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
@@ -528,7 +528,7 @@ def test_the_fsdp_replica_is_refreshed_one_parameter_at_a_time(tmp_path, monkeyp
     from torch.distributed.checkpoint import state_dict as dcp_state_dict
 
     from agents.models import tiny_causal_lm
-    from algos import distributed as D
+    from algos.engine import distributed as D
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:

@@ -145,9 +145,9 @@ def test_a_fresh_run_refuses_a_directory_that_holds_one(tmp_path, tiny_dirs):
 
 
 def test_updates_keep_what_the_model_declares_frozen(tmp_path, tiny_dirs, tokenizer):
-    """A base whose config declares frozen parameters (algos.freeze; the micro recipe's wired
+    """A base whose config declares frozen parameters (algos.engine.freeze; the micro recipe's wired
     circuit is one) keeps them through RL updates; the rest of the model trains."""
-    from algos.freeze import declare_frozen
+    from algos.engine.freeze import declare_frozen
 
     model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=2, num_heads=2, seed=0,
                            eos_token_id=tokenizer.eos_token_id, initializer_range=0.2)
@@ -188,7 +188,7 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
     """Ratios, OPD advantages and KLs are taken under the distribution the rollouts were
     sampled from: old, new and Teacher log-probs all at the config's temperature."""
     import algos.batch
-    import algos.trainer
+    import algos.engine.update
 
     seen = []
 
@@ -197,7 +197,7 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
         return token_logprobs(model, ids, att, tgt, temperature, **options)
 
     monkeypatch.setattr(algos.batch, "token_logprobs", recording)
-    monkeypatch.setattr(algos.trainer, "token_logprobs", recording)
+    monkeypatch.setattr(algos.engine.update, "token_logprobs", recording)
     _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
     assert seen and set(seen) == {0.7}
 

@@ -390,7 +390,7 @@ def copy_into(full_model: Any, sharded: Any) -> None:
 
 
 def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any, Any]]:
-    """``algos.freeze.frozen_masks``' full-shape masks as (parameter, mask) pairs whose mask
+    """``algos.engine.freeze.frozen_masks``' full-shape masks as (parameter, mask) pairs whose mask
     is laid out like the FSDP2 parameter (a DTensor with its mesh and placements), so that
     ``grad * mask`` zeroes the frozen elements of each rank's shard."""
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -475,7 +475,7 @@ class Replicated:
     """How the trained model lies on the ranks when every rank holds all of it: one process,
     or torchrun's ranks whose gradients are summed once per minibatch (the DDP-equivalent
     path, module docstring). The trained model is also the replica that generates, scores,
-    validates and is saved; frozen parts are kept by gradient hooks (``algos.freeze.frozen``)."""
+    validates and is saved; frozen parts are kept by gradient hooks (``algos.engine.freeze.frozen``)."""
 
     chunk_elements: int | None = None
     """``agents.logprobs.token_logprobs``' output layer chunking (None: its default)."""
@@ -489,7 +489,7 @@ class Replicated:
 
     def frozen(self, model: Any) -> contextlib.AbstractContextManager[Any]:
         """The context of an update: what ``model`` declares frozen gets no gradient."""
-        from algos.freeze import frozen
+        from algos.engine.freeze import frozen
 
         return frozen(model)
 
@@ -540,7 +540,7 @@ class Sharded(Replicated):
     def prepare(self, model: Any, precision: Any) -> Any:
         import copy
 
-        from algos.freeze import frozen_masks
+        from algos.engine.freeze import frozen_masks
 
         replica = copy.deepcopy(model)
         masks = frozen_masks(model)  # full shapes, before sharding
