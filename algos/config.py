@@ -43,12 +43,15 @@ class TrainConfig:
     steps: int = 100
     """Policy updates (each on one batch of fresh rollouts)."""
     questions_per_step: int = 16
+    """Questions sampled per step; each is rolled out ``group_size`` times."""
     group_size: int = 5
     """G: workflows sampled per question (Search-R1: 5)."""
     learning_rate: float = 1e-6
     """Search-R1's default."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay (must be 0 for a model that declares frozen parameters)."""
     max_grad_norm: float = 1.0
+    """Each minibatch's gradient is clipped to this global L2 norm."""
     minibatches: int = 1
     """Optimizer steps per batch of rollouts (>1 makes the clip matter)."""
     freeze_embeddings: bool = False
@@ -57,29 +60,41 @@ class TrainConfig:
     that token's own row, which memorises training answers; frozen, an update has to
     change how the model reads its context."""
     clip_eps: float = 0.2
+    """PPO's ratio clip: the surrogate stops rewarding a ratio beyond ``1 +- clip_eps``."""
     beta: float = 0.01
     """OPD advantage scale (PAPER: 0.01)."""
     kl_coef: float = 1e-3
     """KL toward the Teacher on the tokens of roles whose rule has ``kl`` (PAPER: 1e-3)."""
     aggregation: str = "token-mean"
+    """``token-mean`` (every trained token weighs the same) or ``sequence-mean`` (each row's mean, then over rows)."""
     critic_em_weight: float = 0.5
     """Prompted Critic: Searcher reward = w R_EM + (1 - w) score (ours)."""
 
     temperature: float = 1.0
+    """Rollout sampling temperature; old, new and Teacher log-probs are taken at it too."""
     top_p: float = 1.0
+    """Nucleus sampling of the rollouts (1: the whole distribution)."""
     max_turn_tokens: int = 256
+    """Most tokens in one turn (``envs.team.TeamConfig``, as the six env fields below)."""
     max_context_tokens: int = 4096
+    """Most tokens in one agent's context."""
     max_waves: int = 3
+    """Most waves the Leader may dispatch."""
     max_searchers: int = 3
+    """Most Searchers in one wave (K)."""
     max_searcher_turns: int = 4
+    """Turns a Searcher gets per sub-task (searches plus the summary)."""
     num_candidates: int = 5
+    """Answerers (C), each writing one candidate."""
     top_k: int = 3
+    """Passages per search."""
 
     data: str = "synthetic"
     """``synthetic`` or a FlashRAG-layout directory."""
     train_datasets: tuple[str, ...] = ("nq", "hotpotqa")
     """PAPER: NQ + HotpotQA."""
     train_split: str = "train"
+    """The split of ``train_datasets`` trained on."""
     train_per_dataset: int | None = None
     """Only the first N training questions of each dataset (None: all). With
     ``val_split="train"`` and the same ``val_per_dataset``, validation asks the training
@@ -92,8 +107,11 @@ class TrainConfig:
     The kept questions are written to ``<out_dir>/train_questions.json`` and a resumed run
     reads them back. 0: train on every training question."""
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+    """The datasets validation avg@k is taken over (the seven benchmarks)."""
     val_split: str = "dev"
+    """The split of ``val_datasets`` validated on."""
     val_per_dataset: int = 10
+    """Validation questions per dataset (the first N of its split)."""
     val_runs: int = 1
     """Workflows per validation question (avg@k over them; k=1 is the paper's avg@1)."""
     val_temperature: float = 1.0
@@ -101,7 +119,9 @@ class TrainConfig:
     eval_every: int = 10
     """Validation avg@1 every this many steps (and before the first and after the last)."""
     save_every: int = 10
+    """Checkpoint every this many steps (and after the last)."""
     keep_checkpoints: int = 2
+    """How many of the newest checkpoints stay on disk."""
     sample_every: int = 1
     """Keep a training sample every this many steps, ``<out_dir>/samples/step_NNNNNN.jsonl``
     (a few of the step's episodes with the per-token values its loss used), and one at every
@@ -113,18 +133,21 @@ class TrainConfig:
     """Stop after this many non-finite losses in a row (each one skips its step)."""
 
     seed: int = 0
+    """Seeds torch, the question draw, the minibatch order and the rollouts' sampler."""
     base_seed: int | None = None
     """The seed a recipe's base (``micro``, ``tiny``, ...) is built for
     (:func:`algos.presets.prepare_model`); None: ``seed``, a base per run seed. Set, runs
     of several seeds share one base, each still drawing its own questions and samples by
     ``seed`` (the ablation's ``--base-seeds``). Ignored for a model given by name or path."""
     device: str = "cpu"
+    """Where the models live: ``cpu``, ``cuda`` or ``cuda:N`` (torchrun gives each rank its GPU)."""
     dtype: str = "float32"
     """What the trained model computes in: ``float32``, or ``bfloat16`` (the GPU presets'
     choice; ``float16`` has no loss scaling). Its weights, gradients and AdamW state stay
     float32 either way (``algos.precision``: bfloat16 weights would drop most updates at a
     learning rate of 1e-6); the Teacher and other frozen models load in this dtype."""
     generation_batch_size: int = 32
+    """Contexts per forward when HF generates the rollouts and validation."""
     max_tokens_per_batch: int = 16384
     """Padded tokens per forward/backward chunk (memory bound)."""
     gradient_checkpointing: bool = False
@@ -132,6 +155,7 @@ class TrainConfig:
     (``model.gradient_checkpointing_enable()``): a chunk then keeps one hidden state per
     layer and token. ``python -m algos plan`` shows what it saves."""
     max_row_tokens: int = 4096
+    """A row (one agent's context) keeps its first this many tokens."""
     retriever: str = "default"
     """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
     retriever_index: str = "auto"

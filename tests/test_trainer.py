@@ -315,3 +315,19 @@ def test_pass_rate_filter_that_keeps_nothing_says_so(tmp_path, tiny_dirs, monkey
         trainer.filter_by_pass_rate()
     with pytest.raises(ValueError, match="pass_rate_filter"):
         TrainConfig(stage="teacher", pass_rate_filter=1)
+
+
+def test_every_train_config_field_has_its_line_of_doc():
+    """CleanRL's habit: a docstring under each setting (read from the source, as Sphinx would)."""
+    import ast
+    import dataclasses
+    import inspect
+
+    import algos.config
+
+    tree = ast.parse(inspect.getsource(algos.config.TrainConfig))
+    body = tree.body[0].body
+    documented = {st.target.id for st, nxt in zip(body, body[1:])
+                  if isinstance(st, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)}
+    missing = [f.name for f in dataclasses.fields(algos.config.TrainConfig) if f.name not in documented]
+    assert missing == []
