@@ -96,54 +96,47 @@ def add_rule(rule: RoleRule) -> None:
 
 
 class _Undeclared:
-    """What the probe of :func:`check_declared_needs` hands a term in place of a need its rule
-    does not declare: any use of it (as an array, a number, an object) raises."""
+    """What :func:`check_declared_needs` hands a term for a need its rule does not declare:
+    any use of it (as an array, a number or an object) raises."""
 
     def __init__(self, what: str, flag: str):
         self._why = f"reads {what} but its rule does not declare {flag}=True"
 
-    def _refuse(self, *args: object, **kwargs: object) -> None:
+    def _refuse(self, *args: object) -> None:
         raise ValueError(self._why)
 
-    __array__ = __len__ = __iter__ = __getitem__ = __float__ = __neg__ = _refuse
+    __array__ = __len__ = __iter__ = __getitem__ = __float__ = __neg__ = __getattr__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
-
-    def __getattr__(self, name: str) -> None:
-        self._refuse()
-
-
-class _ProbeCritic:
-    def score_rows(self, rows: list[Row]) -> list[float]:
-        return [0.5] * len(rows)
 
 
 def check_declared_needs(rule: RoleRule) -> None:
     """Refuse (ValueError) a rule whose advantage term reads Teacher log-probs without
     ``needs_teacher`` or the Prompted Critic without ``needs_critic``: the term runs on a
-    probe (one question, two workflows of one row each, no model) whose undeclared needs
-    raise when used. Runs when a rule is added and when a ``TrainConfig`` is made, so a
-    missing declaration stops a run before any model loads. A term that fails on the probe
-    for another reason is not judged here (the learner's own checks still hold)."""
+    probe (two workflows of one question, a row each, no model) whose undeclared needs raise
+    when used. Called by :func:`add_rule` and by ``TrainConfig``, so a missing declaration
+    stops a run before any model loads. A term that fails on the probe for another reason
+    is left to the learner's own checks."""
+    from types import SimpleNamespace
+
     from algos.batch import Row
     from envs.episode import Episode, Segment
 
-    agent, rows, episodes = f"{rule.role}_0", [], []
+    agent, rows = f"{rule.role}_0", []
     for em in (1.0, 0.0):
-        seg = Segment(agent=agent, role=rule.role, wave=0, token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1],
-                      reward=em)
-        episodes.append(Episode(question={"id": "probe"}, workflow="hierarchical", segments=[seg],
-                                candidate_em=[em, 1.0 - em], team_em=em, final_em=em, rewards={agent: em}))
-        rows.append(Row(seg.token_ids, seg.loss_mask, seg, episodes[-1], 0, old_logp=np.zeros(3),
-                        teacher_logp=np.zeros(3) if rule.needs_teacher
-                        else _Undeclared("Teacher log-probs", "needs_teacher")))
-    critic = _ProbeCritic() if rule.needs_critic else _Undeclared("the Prompted Critic", "needs_critic")
+        seg = Segment(agent=agent, role=rule.role, wave=0, token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1], reward=em)
+        ep = Episode(question={"id": "probe"}, workflow="hierarchical", segments=[seg], candidate_em=[em, 1.0 - em],
+                     team_em=em, final_em=em, rewards={agent: em})
+        rows.append(Row(seg.token_ids, seg.loss_mask, seg, ep, 0, old_logp=np.zeros(3), teacher_logp=np.zeros(3)
+                        if rule.needs_teacher else _Undeclared("Teacher log-probs", "needs_teacher")))
+    critic = (SimpleNamespace(score_rows=lambda rows: [0.5] * len(rows)) if rule.needs_critic
+              else _Undeclared("the Prompted Critic", "needs_critic"))
     try:
-        rule.advantage(rows, A.AdvantageContext(groups=[episodes], critic=critic))
+        rule.advantage(rows, A.AdvantageContext(groups=[[r.episode for r in rows]], critic=critic))
     except ValueError as err:
         if "but its rule does not declare" in str(err):
-            raise ValueError(f"the {rule.stage} {rule.role} rule{f' of signal {rule.signal}' if rule.signal else ''}: "
-                             f"its term {getattr(rule.advantage, '__name__', rule.advantage)} {err}") from None
-    except Exception:  # noqa: BLE001  (a term the probe cannot run: judged by the learner instead)
+            raise ValueError(f"the {rule.stage} {rule.role} rule of signal {rule.signal}: its term "
+                             f"{getattr(rule.advantage, '__name__', rule.advantage)} {err}") from None
+    except Exception:  # noqa: BLE001, S110  (a term the probe cannot run: left to the learner)
         pass
 
 

@@ -155,6 +155,7 @@ def test_the_trainer_runs_a_new_signal_and_loads_what_its_row_asks_for(new_signa
     assert trainer.critic is None and trainer.teacher is not None
     trainer.train_questions = [QUESTION]
     trainer.policy = ScriptedPolicy(seed=0)  # a team whose Searchers search: rows for the new term
+    new_signals.CALLS.clear()  # (the probe of its declared needs ran it on a probe row)
     metrics = trainer.train_step()
     assert np.isfinite(metrics["losses/policy"]) and metrics["losses/tokens"] > 0
     (role_names, values), = new_signals.CALLS
