@@ -73,7 +73,7 @@ class RoleRouter:
 
 def teacher_settings(**overrides: Any) -> dict[str, Any]:
     """:data:`CONTROL_TEACHER` with ``overrides`` (refusing a setting it does not have)."""
-    unknown = sorted(set(overrides) - set(CONTROL_TEACHER))
+    unknown = sorted(set(overrides) - set(CONTROL_TEACHER) - {"keep_skipped"})
     if unknown:
         raise ValueError(f"unknown Teacher setting(s) {unknown}: choose among {sorted(CONTROL_TEACHER)}")
     return {**CONTROL_TEACHER, **overrides}
@@ -132,11 +132,32 @@ def teacher_episodes(tokenizer: Any, *, seed: int, settings: dict[str, Any], pro
 
     episodes = scripted_episodes(tokenizer, settings["episodes_per_dataset"], worlds=settings["worlds"], seed=seed,
                                  skip_search=settings["skip_search"], progress=progress)
-    right = [ep for ep in episodes if ep.team_em == 1]
+    if settings.get("keep_skipped"):  # as the base build keeps them: right, or with a skipped search
+        from algos.recipes.micro.episodes import imitated
+
+        right = imitated(episodes)
+    else:
+        right = [ep for ep in episodes if ep.team_em == 1]
     roles = settings["roles"]
     if roles is None:
         return right
     return [dataclasses.replace(ep, segments=[s for s in ep.segments if s.role in roles]) for ep in right]
+
+
+def build_skipping_base(seed: int, *, skip_search: float = 0.7, progress: bool = True, build: bool = True,
+                        **overrides: Any) -> Path:
+    """A candidate base for a later design (``docs/positive_control.md``, design C; not a preset):
+    the ``micro_search`` base of ``seed`` (``build_searching_base``: its imitated team skips 25%
+    of its Searcher tasks, greedily it never skips, 0.11-0.13 avg@1 on dev) continued by SFT
+    on the Searchers' tokens of the scripted team that skips ``skip_search`` of its tasks
+    (world 0, the right episodes and those with a skip, as the base build keeps them). Its
+    Leader and Answerer learn nothing new, so the micro_search base itself is a Teacher whose
+    lead lives in the Searchers. Cached like :func:`build_teacher`."""
+    from algos.recipes.micro.build import build_searching_base
+
+    base = build_searching_base(seed=seed, progress=progress, build=build)
+    return build_teacher(base, seed=seed, progress=progress, build=build,
+                         **{"skip_search": skip_search, "keep_skipped": True, **overrides})
 
 
 def control_config(seed: int, **overrides: Any) -> Any:
@@ -419,6 +440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="plant: the ablation's directory")
     parser.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     parser.add_argument("--roles", default=None, help="check: the Teacher's SFT roles, e.g. searcher or all")
+    parser.add_argument("--design", choices=("teacher", "skipping"), default="teacher",
+                        help="check: teacher (the micro base and a Teacher built from it, the pre-registered "
+                             "design) or skipping (design C: the micro_search base as the Teacher of a base "
+                             "made from it whose Searchers skip, build_skipping_base)")
+    parser.add_argument("--skip", type=float, default=0.7, help="check --design skipping: the base's skip share")
     parser.add_argument("--splits", default="dev",
                         help="check: comma list of the splits measured (default dev: choose on dev, never on test)")
     parser.add_argument("--threads", type=int, default=1)
@@ -440,12 +466,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from algos.presets import prepare_model
 
         for seed in seeds:
-            base = prepare_model("micro", seed=seed, progress=not args.no_progress)
-            teacher = build_teacher(base, seed=seed, progress=not args.no_progress, **overrides)
+            if args.design == "skipping":
+                from algos.recipes.micro.build import build_searching_base
+
+                teacher = build_searching_base(seed=seed, progress=not args.no_progress)
+                base = build_skipping_base(seed, skip_search=args.skip, progress=not args.no_progress)
+            else:
+                base = prepare_model("micro", seed=seed, progress=not args.no_progress)
+                teacher = build_teacher(base, seed=seed, progress=not args.no_progress, **overrides)
             check = check_teacher(seed, base, teacher, splits=tuple(args.splits.split(",")),
                                   progress=not args.no_progress)
             check.pop("_records")
-            print(json.dumps({"settings": teacher_settings(**overrides), **check}), flush=True)
+            print(json.dumps({"design": args.design, "settings": teacher_settings(**overrides), **check}), flush=True)
             _log(True, f"[seed{seed}] {_summary(check)}")
     return 0
 
