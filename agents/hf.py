@@ -23,7 +23,7 @@ import torch
 from agents.base import Action, Observation
 from agents.logprobs import next_tokens, pad_batch
 from agents.models import load_causal_lm
-from agents.sampling import check_temperature
+from agents.sampling import DEFAULT_MAX_NEW_TOKENS, Sampling, check_temperature, generation_defaults
 
 
 class HFPolicy:
@@ -245,3 +245,26 @@ class HFPolicy:
             cache = self._cache_of(out)
             logits = out.logits[:, -1, :]
             next_position = next_position + 1
+
+
+def hf_policy(model: Any, *, sampling: Sampling | None = None, seed: int = 0, tokenizer: Any = None,
+              device: Any = "cpu", dtype: Any = "float32", **kwargs: Any) -> Any:
+    """An :class:`HFPolicy` of ``model`` (a name or path, loaded here, or a model
+    object with its ``tokenizer``) whose unset settings come from the model's generation
+    config (``agents.sampling.generation_defaults``). ``policy.sampling_source`` says where they came
+    from."""
+    if isinstance(model, str):
+        model, loaded = load_causal_lm(model, dtype=dtype, device=device)
+        tokenizer = tokenizer if tokenizer is not None else loaded
+    sampling = sampling or Sampling()
+    temperature, top_p, source = generation_defaults(model)
+    if sampling.temperature is not None and sampling.top_p is not None:
+        source = "set"
+    elif sampling.temperature is not None or sampling.top_p is not None:
+        source = f"set, the rest from {source}"
+    policy = HFPolicy(model, tokenizer,
+                      temperature=temperature if sampling.temperature is None else sampling.temperature,
+                      top_p=top_p if sampling.top_p is None else sampling.top_p,
+                      max_new_tokens=sampling.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, seed=seed, **kwargs)
+    policy.sampling_source = source
+    return policy

@@ -63,7 +63,7 @@ def _human(arg: str, **_: Any) -> Any:
 
 def _hf(arg: str, *, seed: int, vocab_size: int | None = None, sampling: Sampling | None = None,
         **hf_kwargs: Any) -> Any:
-    from agents.sampling import hf_policy
+    from agents.hf import hf_policy
 
     return hf_policy(arg or "smollm2", sampling=sampling, seed=seed, **hf_kwargs)
 
@@ -207,10 +207,6 @@ def policy_usage() -> str:
     return ", ".join(k.usage for k in POLICY_KINDS.values()) + ", or per role leader=...,searcher=...,answerer=..."
 
 
-def _sampling_kinds() -> list[str]:
-    return sorted(kind for kind, row in POLICY_KINDS.items() if row.samples)
-
-
 def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
     """``[(role or None, kind, arg, sampling)]`` of a spec; ``ValueError`` naming a bad part
     (an unknown kind, a bad per-role part, a bad sampling query)."""
@@ -233,7 +229,7 @@ def _split(spec: str) -> list[tuple[str | None, str, str, Sampling]]:
                              "or leader=...,searcher=...,answerer=...")
         if query is not None and not POLICY_KINDS[kind].samples:
             raise ValueError(f"{sub}: a {kind} policy takes no sampling settings (only "
-                             f"{', '.join(_sampling_kinds())} do)")
+                             f"{', '.join(k for k, row in POLICY_KINDS.items() if row.samples)} do)")
         if kind == "openai" and query is not None:  # its own options stay with its arg
             pairs = query.split("&")
             options = [p for p in pairs if p.partition("=")[0] in OPENAI_OPTIONS]

@@ -201,32 +201,6 @@ def generation_defaults(model: Any) -> tuple[float, float, str]:
     return 0.0, 1.0, "greedy (the generation config does not sample)"
 
 
-def hf_policy(model: Any, *, sampling: Sampling | None = None, seed: int = 0, tokenizer: Any = None,
-              device: Any = "cpu", dtype: Any = "float32", **kwargs: Any) -> Any:
-    """An :class:`agents.hf.HFPolicy` of ``model`` (a name or path, loaded here, or a model
-    object with its ``tokenizer``) whose unset settings come from the model's generation
-    config (:func:`generation_defaults`). ``policy.sampling_source`` says where they came
-    from."""
-    from agents.hf import HFPolicy
-    from agents.models import load_causal_lm
-
-    if isinstance(model, str):
-        model, loaded = load_causal_lm(model, dtype=dtype, device=device)
-        tokenizer = tokenizer if tokenizer is not None else loaded
-    sampling = sampling or Sampling()
-    temperature, top_p, source = generation_defaults(model)
-    if sampling.temperature is not None and sampling.top_p is not None:
-        source = "set"
-    elif sampling.temperature is not None or sampling.top_p is not None:
-        source = f"set, the rest from {source}"
-    policy = HFPolicy(model, tokenizer,
-                      temperature=temperature if sampling.temperature is None else sampling.temperature,
-                      top_p=top_p if sampling.top_p is None else sampling.top_p,
-                      max_new_tokens=sampling.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, seed=seed, **kwargs)
-    policy.sampling_source = source
-    return policy
-
-
 def policy_settings(policy: Any) -> dict[str, Any] | None:
     """What one policy samples with: ``{"temperature", "top_p", "max_new_tokens"}`` (and
     ``"from"`` where known), or None for a policy that does not sample (scripted, ...)."""

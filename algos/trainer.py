@@ -195,7 +195,7 @@ class Trainer:
         self.pool.push_weights(self.full_model)
         # every name, tied ones included: vLLM reloads layer by layer, and a layer whose name is
         # missing (a tied lm_head) keeps its old processed weights (HF on this very model: nothing to copy)
-        self.backend.load_weights(self.full_model.named_parameters(remove_duplicate=False))
+        self.backend.load_weights(self.full_model.named_parameters())
 
     def _rollout_pool(self, retriever: Any) -> Any:
         """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
@@ -480,8 +480,6 @@ class Trainer:
 class _NoWorkers:
     """The Ray worker pool where there is none (no ``rollout_workers``, or a rank other than
     0, which receives rank 0's batch): nothing to collect, push or shut down."""
-
-    last_stats: dict[str, float] = {}
 
     def collect(self, questions: Sequence[Any], group_size: int, seed: int = 0) -> None:
         return None

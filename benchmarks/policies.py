@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from agents.registry import register_policy
-from agents.sampling import Sampling, hf_policy
+from agents.sampling import Sampling
 
 
 def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None, sampling: Sampling | None = None,
                        **hf_kwargs: Any) -> Any:
     """``ckpt:<dir>``: a learner run (its latest checkpoint) or one checkpoint, as HFPolicy
     (unset sampling settings from the checkpoint's generation config, greedy without one)."""
+    from agents.hf import hf_policy
     from algos.checkpoint import resolve_model_path
 
     return hf_policy(resolve_model_path(arg), sampling=sampling, seed=seed, **hf_kwargs)

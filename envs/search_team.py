@@ -509,9 +509,6 @@ class raw_env(AECEnv):
             return None
         return text
 
-    def close(self) -> None:
-        pass
-
 
 # ---------------------------------------------------------------------- action decoding
 

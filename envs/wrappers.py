@@ -172,9 +172,6 @@ class SingleRoleEnv(gymnasium.Env):
             return None
         return text
 
-    def close(self) -> None:
-        pass
-
     # ------------------------------------------------------------------ helpers
 
     def _controls(self, agent: str) -> bool:
