@@ -195,7 +195,7 @@ class Trainer:
         self.pool.push_weights(self.full_model)
         # every name, tied ones included: vLLM reloads layer by layer, and a layer whose name is
         # missing (a tied lm_head) keeps its old processed weights (HF on this very model: nothing to copy)
-        self.backend.load_weights(self.full_model.named_parameters())
+        self.backend.load_weights(self.full_model.named_parameters(remove_duplicate=False))
 
     def _rollout_pool(self, retriever: Any) -> Any:
         """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
