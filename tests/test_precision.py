@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import WORLD, KeywordRetriever
 
-import algos.trainer as trainer_module
+import algos.engine.update as update_module
 from agents.logprobs import token_logprobs
 from agents.models import tiny_causal_lm
 from algos.config import TrainConfig
@@ -80,13 +80,13 @@ def test_one_bf16_step_at_lr_1e6_moves_the_weights_that_got_a_gradient(tmp_path,
     moves by at least lr / 2; a smaller gradient's step (lr * g / (g + eps)) can round away
     in float32 too."""
     seen = []
-    real = trainer_module.token_logprobs
+    real = update_module.token_logprobs
 
     def spy(*args, **kwargs):
         seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "token_logprobs", spy)
+    monkeypatch.setattr(update_module, "token_logprobs", spy)
     cfg = TrainConfig(**{**ONE_STEP, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / "run"),
                          "teacher": tiny_dirs["teacher"], "dtype": "bfloat16"})
     trainer = Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD))
@@ -114,13 +114,13 @@ def test_one_bf16_step_at_lr_1e6_moves_the_weights_that_got_a_gradient(tmp_path,
 
 def test_float32_runs_use_no_autocast_and_checkpointing_changes_no_number(tmp_path, tiny_dirs, monkeypatch):
     seen = []
-    real = trainer_module.token_logprobs
+    real = update_module.token_logprobs
 
     def spy(*args, **kwargs):
         seen.append(torch.is_autocast_enabled("cpu"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "token_logprobs", spy)
+    monkeypatch.setattr(update_module, "token_logprobs", spy)
     metrics = []
     for checkpointing in (False, True):
         cfg = TrainConfig(**{**ONE_STEP, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / f"run{checkpointing}"),
