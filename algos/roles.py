@@ -3,12 +3,14 @@ advantage the role's tokens get, whether the KL to the Teacher applies to them, 
 the Teacher scores them, whether its rows are trained, and what its advantage term needs
 (Teacher log-probs, the Prompted Critic).
 
-Every consumer reads this table and nothing else: advantage routing
-(:func:`assign_advantages`), the loss's KL mask and the Critic's loading (``algos.trainer``),
-Teacher scoring (``algos.teacher``), metrics, the configuration's choice of Searcher signal
-(:func:`searcher_signals`) and its refusal of a signal without the Teacher it needs.
-Adding a Searcher signal or a role is one :class:`RoleRule` (in :data:`RULES` below, or
-:func:`add_rule` from another module) plus its advantage term.
+Every consumer reads this table and nothing else: advantage routing and each row's
+``trained`` and ``kl`` flags (:func:`assign_advantages`, the one place they are decided; the
+update reads the flags), the Critic's loading (``algos.trainer``), Teacher scoring
+(``algos.teacher``), metrics, the configuration's choice of Searcher signal
+(:func:`searcher_signals`) and its refusal of a signal without the Teacher it needs or whose
+term reads what its row does not declare (:func:`check_declared_needs`). Adding a Searcher
+signal or a role is one :class:`RoleRule` (in :data:`RULES` below, or :func:`add_rule` from
+another module) plus its advantage term.
 
 >>> rules = rules_for("team", "opd")
 >>> rules["searcher"].kl, rules["leader"].kl

@@ -4,9 +4,9 @@
 2. cut the Episodes into rows (one per agent context) and recompute the old log-probs;
 3. score the rows with the Teacher (``algos.teacher``: Searcher tokens for OPD; Leader
    and Answerer tokens for the KL);
-4. per-token advantages by role;
+4. per-token advantages by role, and each row's ``trained`` and ``kl`` flags;
 5. PPO-style update with the clipped surrogate (``algos.losses``), applied entirely or
-   not at all;
+   not at all: the engine's (``algos.engine.update``), which knows no role and no rank;
 6. log metrics under stable names, keep a sample of the step (``algos.samples``), validate,
    checkpoint.
 
