@@ -481,6 +481,8 @@ class _NoWorkers:
     """The Ray worker pool where there is none (no ``rollout_workers``, or a rank other than
     0, which receives rank 0's batch): nothing to collect, push or shut down."""
 
+    last_stats: dict[str, float] = {}
+
     def collect(self, questions: Sequence[Any], group_size: int, seed: int = 0) -> None:
         return None
 
