@@ -233,7 +233,9 @@ def test_the_trainer_builds_its_engine_with_the_runs_settings_and_step_0s_ratio_
     from algos.batch import rows_from_episodes, score_rows
     from algos.trainer import Trainer
 
-    cfg = _tiny_config(tmp_path, model=tiny_base, steps=1, eval_every=100, save_every=100, seed=7)
+    # a large step (lr 2e-3, 20x the preset's): weights that did not arrive are far off, not just off
+    cfg = _tiny_config(tmp_path, model=tiny_base, steps=1, eval_every=100, save_every=100, seed=7,
+                       learning_rate=2e-3)
     trainer = Trainer(cfg, progress=False)
     try:
         mc = trainer.backend.engine.llm_engine.vllm_config.model_config
