@@ -461,7 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plant":
             if args.out is None:
                 parser.error("plant needs --out (the ablation's directory)")
-            plant(args.out, seeds, progress=not args.no_progress, **overrides)
+            from algos.runlock import run_lock
+
+            with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
+                plant(args.out, seeds, progress=not args.no_progress, **overrides)
             return 0
         from algos.presets import prepare_model
 
