@@ -54,7 +54,9 @@ def test_sft_preset_build_sees_the_threads(monkeypatch):
 
     monkeypatch.setitem(cli.RECIPES, "tiny", SimpleNamespace(build_base=build_base))
     assert cli.main(["--preset", "tiny", "--threads", "2"]) == 0
-    assert seen == {"threads": 2}
+    assert seen == {"threads": 2, "vllm": False}
+    assert perf_cli.main(["--tiny-for-tests", "--vllm", "--out", str(tmp_path / "v.json")]) == 0
+    assert seen == {"threads": 1, "vllm": True}  # the vLLM section alone
 
 
 def test_sft_refuses_zero_threads():
@@ -89,8 +91,8 @@ def test_benchmarks_run_passes_threads_to_the_suite(tmp_path, monkeypatch, capsy
 
 
 def _fake_perf(seen):
-    def run_perf(settings, log=print):
-        seen["threads"] = settings.threads
+    def run_perf(settings, log=print, *, vllm=False):
+        seen["threads"], seen["vllm"] = settings.threads, vllm
         return {"meta": {"wall_s": 1.0, "load_average_start": 0.0, "load_average_end": 0.0, "cpu_count": 2},
                 "figures": {}, "details": {}}
     return run_perf
@@ -121,7 +123,9 @@ def test_perf_threads_and_scaleout_wire_through(tmp_path, monkeypatch):
                         lambda name, *a: object() if name == "ray" else real_find_spec(name, *a))
     out = tmp_path / "perf.json"
     assert perf_cli.main(["--tiny-for-tests", "--scaleout", "--threads", "2", "--reps", "3", "--out", str(out)]) == 0
-    assert seen == {"threads": 2}
+    assert seen == {"threads": 2, "vllm": False}
+    assert perf_cli.main(["--tiny-for-tests", "--vllm", "--out", str(tmp_path / "v.json")]) == 0
+    assert seen == {"threads": 1, "vllm": True}  # the vLLM section alone
     assert calls == [("tiny", 3, None)]
     figures = json.loads(out.read_text())["figures"]
     assert figures["collect.ray_workers_speedup"]["ratio"] == 1.25
@@ -142,4 +146,4 @@ def test_perf_threads_and_scaleout_wire_through(tmp_path, monkeypatch):
     # without the flag, nothing is measured
     calls.clear()
     assert perf_cli.main(["--tiny-for-tests", "--out", str(out)]) == 0
-    assert calls == [] and seen == {"threads": 1}
+    assert calls == [] and seen == {"threads": 1, "vllm": False}
