@@ -54,9 +54,7 @@ def test_sft_preset_build_sees_the_threads(monkeypatch):
 
     monkeypatch.setitem(cli.RECIPES, "tiny", SimpleNamespace(build_base=build_base))
     assert cli.main(["--preset", "tiny", "--threads", "2"]) == 0
-    assert seen == {"threads": 2, "vllm": False}
-    assert perf_cli.main(["--tiny-for-tests", "--vllm", "--out", str(tmp_path / "v.json")]) == 0
-    assert seen == {"threads": 1, "vllm": True}  # the vLLM section alone
+    assert seen == {"threads": 2}
 
 
 def test_sft_refuses_zero_threads():
