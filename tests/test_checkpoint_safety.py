@@ -41,13 +41,17 @@ def _rewrite(file, change):
     save_file(tensors, file, metadata={"format": "pt"})
 
 
-def test_a_cut_newest_model_falls_back_to_the_previous_checkpoint(tmp_path, tiny_dirs, two_checkpoints, capsys):
+@pytest.mark.parametrize("name, why", [("model.safetensors", "unreadable safetensors"),
+                                       ("config.json", "not JSON, cut or damaged")])
+def test_a_cut_newest_checkpoint_falls_back_to_the_previous_one_on_resume(tmp_path, tiny_dirs, two_checkpoints,
+                                                                           capsys, name, why):
+    """Its weights or its config cut: the resumed run starts from the checkpoint before."""
     older, newest = two_checkpoints
-    _cut(newest / "model.safetensors")
+    _cut(newest / name)
     resumed = _trainer(tmp_path, tiny_dirs, resume=True, steps=4)
     assert resumed.step == 0 and resumed.model_path == str(older)
     err = capsys.readouterr().err
-    assert f"skipping checkpoint step_000002: {newest / 'model.safetensors'}: unreadable safetensors" in err
+    assert f"skipping checkpoint step_000002: {newest / name}: {why}" in err
     assert f"falling back to the previous complete checkpoint {older}" in err
 
 
