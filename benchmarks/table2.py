@@ -78,6 +78,7 @@ from benchmarks.table2_archive import (
     write_gzip_jsonl,
 )
 from envs.data.synthwiki import COMPARISON_STYLES
+from envs.paths import contained
 
 PLANTED = "planted"
 """The key of a seed's Teacher record (``run.json``) that was planted rather than trained by
@@ -132,8 +133,10 @@ def finished_runs(out: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def validation_records(out: str | Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-question records of a finished run's last validation."""
-    path = Path(out) / record["run"] / record["final_validation"]
+    """The per-question records of a finished run's last validation (its ``run.json`` names
+    them: the names stay inside the ablation's folder, ``envs.paths.contained``)."""
+    run = contained(Path(out), record["run"], source=f"{out}/{record['run']}/{RUN_FILE}")
+    path = contained(run, record["final_validation"], source=run / RUN_FILE)
     rows = read_metrics(path)
     if not rows:
         raise ValueError(f"{path}: no per-question records")

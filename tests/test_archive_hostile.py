@@ -182,3 +182,16 @@ def test_the_command_prints_escape_codes_quoted_in_one_line(table, tmp_path, cap
     assert message.startswith("python -m benchmarks table2: error: ") and "\n" not in message
     assert "\x1b" not in message and "\\x1b]52" in message
     assert "\x1b" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("record", [{"run": "seed0/opd", "final_validation": "../../../etc/passwd"},
+                                    {"run": "seed0/opd", "final_validation": "/etc/passwd"},
+                                    {"run": "../elsewhere", "final_validation": "validation.jsonl"}])
+def test_a_run_record_naming_files_outside_the_ablation_is_refused(tmp_path, record):
+    """A ``run.json`` planted in an ablation folder (not only a restored one) names its
+    validation records inside its own run folder, or the table refuses it in one line."""
+    from benchmarks.table2 import validation_records
+
+    (tmp_path / "seed0" / "opd").mkdir(parents=True)
+    with pytest.raises(ValueError, match="refusing the name .* must stay inside"):
+        validation_records(tmp_path, record)
