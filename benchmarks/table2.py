@@ -14,7 +14,7 @@ Writes into the ablation's directory:
   versions;
 - ``table2.md``: the table, then avg@k per dataset;
 - ``table2_records.jsonl.gz``: every run's step-0 and final per-question validation records
-  (deterministic gzip), from which :func:`comparisons_from_records` recomputes every
+  (deterministic gzip), from which :func:`benchmarks.table2_stats.comparisons_from_records` recomputes every
   comparison; ``table2_metrics.jsonl.gz``: every run's metrics.jsonl rows, each named by its
   run; ``table2_runs.jsonl.gz``: every run's record; ``table2.json`` names all three
   relative to itself (written, restored and published by :mod:`benchmarks.table2_archive`);
@@ -47,7 +47,7 @@ independent in the base's draw: ``over_seeds`` then covers the training seeds' v
 around K drawn bases, not a new base's. ``table2.json`` keeps each run's ``base_seed`` and
 base weights' hash (``bases``: per seed) and ``table2.md`` lists which seeds share a base.
 
-Two-choice questions (:func:`is_two_choice`: the synthetic HotpotQA ``comparison`` and
+Two-choice questions (:func:`benchmarks.table2_stats.is_two_choice`: the synthetic HotpotQA ``comparison`` and
 2Wiki ``comparison``/``bridge_comparison`` styles, whose answer is one of two names in the
 question) can be right by guessing; ``without_two_choice`` repeats the figures and the
 comparison on the other questions.
@@ -64,29 +64,33 @@ from typing import Any
 import numpy as np
 
 from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
-from algos.report import QUESTIONS_PAIRED, read_metrics, save_figure
+from algos.report import read_metrics, save_figure
 from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
-from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference, summarize
-from benchmarks.seed_stats import holm, seed_interval, t_test_p
+from benchmarks.metrics import by_dataset, summarize
+from benchmarks.seed_stats import seed_interval
 from benchmarks.table2_archive import (
     METRICS_FILE,
     RECORDS_FILE,
     RUNS_FILE,
     publish_table,
-    read_records,
     restore_runs,
     write_gzip_jsonl,
 )
-from envs.data.synthwiki import COMPARISON_STYLES
+from benchmarks.table2_stats import (
+    REFERENCE,
+    comparison,
+    comparisons,
+    is_two_choice,
+    macro_avg,
+    multiplicity,
+    open_questions,
+)
 from envs.paths import contained
 
 PLANTED = "planted"
 """The key of a seed's Teacher record (``run.json``) that was planted rather than trained by
 Stage I (a recipe's Teacher known to be better, e.g. ``algos.recipes.micro.control``): how it
 was made. Its lead is then measured in the workflow its record names (``workflow``)."""
-
-REFERENCE = "opd"
-"""The variant every other one is compared with."""
 
 FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_workflow",
            "macro_invalid_turns_per_workflow", "invalid_rate_train", "macro_input_tokens_per_workflow",
@@ -159,21 +163,6 @@ def seed_figures(records: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping
     return summary
 
 
-def pooled_over_seeds(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """One record per question whose ``correct`` holds every seed's runs (seeds in order):
-    the unit the CI resamples. Raises ValueError when the seeds asked different questions."""
-    pooled: dict[tuple[str, str], dict[str, Any]] = {}
-    keys = None
-    for seed in sorted(per_seed):
-        mine = {(r["dataset"], str(r["id"])): r for r in per_seed[seed]}
-        if keys is not None and set(mine) != keys:
-            raise ValueError(f"seed {seed} validated other questions than the seeds before it")
-        keys = set(mine)
-        for key, r in mine.items():
-            pooled.setdefault(key, {"dataset": key[0], "id": key[1], "correct": []})["correct"] += list(r["correct"])
-    return list(pooled.values())
-
-
 def first_validation(out: str | Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The per-question records of a finished run's first validation (step 0: its start),
     or [] when it kept none."""
@@ -195,76 +184,6 @@ def question_styles(config: Mapping[str, Any]) -> dict[tuple[str, str], str | No
             return {}
         styles.update({(name, str(q.id)): (q.metadata or {}).get("style") for q in items})
     return styles
-
-
-def is_two_choice(record: Mapping[str, Any]) -> bool:
-    """Whether a question offers its answer as one of two choices: by its ``style`` when the
-    record has one (:data:`envs.data.synthwiki.COMPARISON_STYLES`), else when a gold answer is written in the
-    question (SQuAD-normalised), which is what makes a comparison question guessable."""
-    from envs.rewards import normalize_answer
-
-    if record.get("style") is not None:
-        return record["style"] in COMPARISON_STYLES
-    question = f" {normalize_answer(str(record.get('question', '')))} "
-    return any(f" {normalize_answer(str(a))} " in question
-               for a in record.get("golden_answers") or () if normalize_answer(str(a)))
-
-
-def comparison(a: Mapping[int, Sequence[Mapping[str, Any]]], b: Mapping[int, Sequence[Mapping[str, Any]]],
-               *, n_resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """A minus B (each seed -> its final validation records) over the seeds both finished:
-    ``difference`` (of the mean macro avg@k), ``per_seed`` differences, and both intervals,
-    each with what it covers (module docstring)."""
-    shared = sorted(set(a) & set(b))
-    if not shared:
-        raise ValueError("the two variants share no finished seed")
-    boot = paired_macro_difference(pooled_over_seeds({s: a[s] for s in shared}),
-                                   pooled_over_seeds({s: b[s] for s in shared}),
-                                   n_resamples=n_resamples, seed=seed)
-    per_seed = {str(s): _macro_avg(a[s]) - _macro_avg(b[s]) for s in shared}
-    return comparison_entry(boot, per_seed, shared, n_resamples=n_resamples, seed=seed)
-
-
-def comparison_entry(boot: Mapping[str, Any], per_seed: Mapping[str, float], seeds: Sequence[int], *,
-                     n_resamples: int, seed: int, confidence: float = 0.95) -> dict[str, Any]:
-    """A comparison as ``table2.json`` keeps it, from the bootstrap's result (``difference``,
-    ``low``, ``high``, ``questions``) and the per-seed differences."""
-    return {"difference": boot["difference"], "seeds": list(seeds), "per_seed": dict(per_seed),
-            "questions_paired": {"covers": QUESTIONS_PAIRED, "confidence": confidence, "low": boot["low"],
-                                 "high": boot["high"], "questions": boot["questions"],
-                                 "n_resamples": n_resamples, "seed": seed},
-            "over_seeds": seed_interval(per_seed, confidence=confidence)}
-
-
-def comparisons(final: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], *, n_resamples: int = 10000,
-                seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Every variant's comparison with :data:`REFERENCE`, on all questions (``vs_opd``) and
-    on those that are not two-choice (``without_two_choice``), from each variant's final
-    validation records per seed."""
-    out: dict[str, dict[str, Any]] = {}
-    reference = final.get(REFERENCE, {})
-    for v, per_seed in final.items():
-        if v == REFERENCE or not set(per_seed) & set(reference):
-            continue
-        out[v] = {"vs_opd": comparison(per_seed, reference, n_resamples=n_resamples, seed=seed),
-                  "without_two_choice": comparison(_open_questions(per_seed), _open_questions(reference),
-                                                   n_resamples=n_resamples, seed=seed)}
-    return out
-
-
-def _open_questions(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int, list[Mapping[str, Any]]]:
-    return {s: [r for r in rows if not is_two_choice(r)] for s, rows in per_seed.items()}
-
-
-def comparisons_from_records(path: str | Path, *, n_resamples: int = 10000, seed: int = 0
-                             ) -> dict[str, dict[str, Any]]:
-    """:func:`comparisons` recomputed from a ``table2_records.jsonl.gz`` alone (its final
-    validations): what ``table2.json``'s ``vs_opd`` and ``without_two_choice.vs_opd`` hold."""
-    final: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    for r in read_records(path):
-        if r["final"] and r["variant"] != TEACHER:
-            final.setdefault(r["variant"], {}).setdefault(int(r["seed"]), []).append(r)
-    return comparisons(final, n_resamples=n_resamples, seed=seed)
 
 
 def endpoints(metrics: Sequence[Mapping[str, Any]], run_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
@@ -339,7 +258,7 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         if v in compared:
             row["vs_opd"] = compared[v]["vs_opd"]
         row["two_choice_questions"] = _two_choice_count(records[v])
-        row["without_two_choice"] = _subset_figures(_open_questions(records[v]))
+        row["without_two_choice"] = _subset_figures(open_questions(records[v]))
         if v in compared:
             row["without_two_choice"]["vs_opd"] = compared[v]["without_two_choice"]
         table["rows"][v] = row
@@ -348,8 +267,8 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
         if PLANTED in r:
             table["teachers"][str(s)][PLANTED] = r[PLANTED].get("how", True)
         if first[TEACHER, s]:  # the base it started from, on the same questions
-            start = _macro_avg(first[TEACHER, s])
-            table["teachers"][str(s)].update({"base_avg@1": start, "lead": _macro_avg(final[TEACHER, s]) - start})
+            start = macro_avg(first[TEACHER, s])
+            table["teachers"][str(s)].update({"base_avg@1": start, "lead": macro_avg(final[TEACHER, s]) - start})
     starts = {v: {s: first[v, s] for s in runs[v]} for v in variants}
     if subsets := question_subsets(out, records, starts, n_resamples=n_resamples, seed=seed):
         table["question_subsets"] = subsets
@@ -412,75 +331,6 @@ def question_subsets(out: Path, final: Mapping[str, Mapping[int, Sequence[Mappin
         out_sets[name] = {"about": str(marked[name].get("about", "")),
                           "questions": sorted([d, i] for d, i in wanted), "rows": rows}
     return out_sets
-
-
-HEADLINE = "all questions"
-"""The question set of a table's headline comparisons (``vs_opd``)."""
-
-
-def comparisons_made(table: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """Every comparison with ``opd`` a table makes, as (variant, question set, comparison):
-    on all questions (:data:`HEADLINE`), without the two-choice questions, and on each of its
-    ``question_subsets``, in that order."""
-    rows = table["rows"]
-    made = [(v, HEADLINE, r["vs_opd"]) for v, r in rows.items() if "vs_opd" in r]
-    made += [(v, "without two-choice", r["without_two_choice"]["vs_opd"]) for v, r in rows.items()
-             if "vs_opd" in (r.get("without_two_choice") or {})]
-    made += [(v, name, r["vs_opd"]) for name, subset in table.get("question_subsets", {}).items()
-             for v, r in subset["rows"].items() if "vs_opd" in r]
-    return made
-
-
-def multiplicity(table: Mapping[str, Any]) -> dict[str, Any]:
-    """How many comparisons the table makes and their p-values, raw and Holm-adjusted
-    (:func:`benchmarks.seed_stats.holm`), from its JSON alone: for each comparison
-    (:func:`comparisons_made`) the two tests over seeds, the t-test's p
-    (:func:`benchmarks.seed_stats.t_test_p`, the test of the t-interval) and the sign test's,
-    each adjusted over the ``headline`` family (the comparisons on all questions) and over
-    ``all`` of them. With fewer bases than seeds (seeds sharing a base are not independent in
-    its draw), ``over_bases`` repeats the headline comparisons with the bases as the unit
-    (each base's seeds averaged: :func:`over_bases`), Holm over them too."""
-    made = comparisons_made(table)
-    names = [f"{v} - {REFERENCE} ({questions})" for v, questions, _ in made]
-    t_p = {n: t_test_p(ci["per_seed"]) for n, (_, _, ci) in zip(names, made)}
-    sign_p = {n: ci["over_seeds"]["sign_test"]["p_value"] for n, (_, _, ci) in zip(names, made)}
-    headline = [n for n, (_, questions, _) in zip(names, made) if questions == HEADLINE]
-    adjusted = {family: {"t": holm({n: t_p[n] for n in members}), "sign": holm({n: sign_p[n] for n in members})}
-                for family, members in (("headline", headline), ("all", names))}
-    entries = []
-    for n, (v, questions, ci) in zip(names, made):
-        entries.append({"comparison": n, "variant": v, "questions": questions, "difference": ci["difference"],
-                        "seeds": len(ci["per_seed"]), "t_p": t_p[n], "sign_p": sign_p[n],
-                        "holm_headline": ({"t": adjusted["headline"]["t"][n], "sign": adjusted["headline"]["sign"][n]}
-                                          if n in headline else None),
-                        "holm_all": {"t": adjusted["all"]["t"][n], "sign": adjusted["all"]["sign"][n]}})
-    out: dict[str, Any] = {"method": "holm", "tests": "over seeds: the t-test of the t-interval and the exact sign test",
-                           "families": {"headline": len(headline), "all": len(names)}, "comparisons": entries}
-    by_base = {v: over_bases(table, ci["per_seed"]) for v, questions, ci in made if questions == HEADLINE}
-    if by_base and all(b is not None for b in by_base.values()):
-        base_p = holm({v: b["t_p"] for v, b in by_base.items()})
-        out["over_bases"] = {v: {**b, "holm_headline_t": base_p[v]} for v, b in by_base.items()}
-    return out
-
-
-def over_bases(table: Mapping[str, Any], per_seed: Mapping[str, float]) -> dict[str, Any] | None:
-    """A comparison with the bases as the unit: its per-seed differences averaged over the
-    seeds of each base (a base: its ``base_seed`` and weights' hash in the table's ``bases``),
-    then :func:`benchmarks.seed_stats.seed_interval` and the t-test's p over those means.
-    None when the table names no base for a seed, or when every seed has its own base (the
-    seed-level figures are then the base-level ones)."""
-    bases = table.get("bases") or {}
-    groups: dict[str, list[float]] = {}
-    for s, d in per_seed.items():
-        base = bases.get(f"seed{s}") or {}
-        if "base_seed" not in base:
-            return None
-        groups.setdefault(f"base seed {base['base_seed']} ({base.get('weight_hash')})", []).append(float(d))
-    if len(groups) == len(per_seed):
-        return None
-    means = {name: sum(v) / len(v) for name, v in groups.items()}
-    return {"bases": len(means), "seeds_per_base": {name: len(v) for name, v in groups.items()},
-            "interval": seed_interval(means), "t_p": t_test_p(means)}
 
 
 def _only(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], keys: set[tuple[str, str]]
@@ -578,12 +428,6 @@ def machines(table: Mapping[str, Any]) -> str:
     if shown:
         return text + " Library versions in every run: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + "."
     return text + " The library versions differ between runs (table2.json's environment lists them)."
-
-
-def _macro_avg(records: Sequence[Mapping[str, Any]]) -> float:
-    """Macro avg@k as :func:`benchmarks.metrics.summarize` computes it (the same sums in the
-    same order), from ``correct`` alone."""
-    return macro({name: avg_at_k([r["correct"] for r in rows]) for name, rows in by_dataset(records).items()})
 
 
 def _read_plan(out: Path) -> dict[str, Any]:

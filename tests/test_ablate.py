@@ -13,19 +13,9 @@ import pytest
 
 from benchmarks.ablate import STARTED_FILE, VARIANTS, plan_runs, run_ablation, run_state
 from benchmarks.metrics import paired_macro_difference
-from benchmarks.table2 import (
-    METRICS_FILE,
-    RECORDS_FILE,
-    build_table,
-    comparisons_from_records,
-    is_two_choice,
-    markdown,
-    pooled_over_seeds,
-    read_records,
-    validation_searches,
-    write_gzip_jsonl,
-    write_table2,
-)
+from benchmarks.table2 import build_table, markdown, validation_searches, write_table2
+from benchmarks.table2_archive import METRICS_FILE, RECORDS_FILE, read_records, write_gzip_jsonl
+from benchmarks.table2_stats import comparisons_from_records, is_two_choice, pooled_over_seeds
 
 # ---------------------------------------------------------------------- the variants' configs
 
