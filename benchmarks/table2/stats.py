@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from algos.report import QUESTIONS_PAIRED
-from benchmarks.ablate import TEACHER
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference
 from benchmarks.seed_stats import holm, seed_interval, t_test_p
-from benchmarks.table2_archive import read_records
+from benchmarks.table2.ablate import TEACHER
+from benchmarks.table2.archive import read_records
 from envs.data.synthwiki import COMPARISON_STYLES
 
 REFERENCE = "opd"

@@ -65,10 +65,17 @@ import numpy as np
 
 from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
 from algos.report import read_metrics, save_figure
-from benchmarks.ablate import RUN_FILE, TEACHER, VARIANT_SETTINGS, VARIANTS, read_run, run_name
 from benchmarks.metrics import by_dataset, summarize
 from benchmarks.seed_stats import seed_interval
-from benchmarks.table2_archive import (
+from benchmarks.table2.ablate import (
+    RUN_FILE,
+    TEACHER,
+    VARIANT_SETTINGS,
+    VARIANTS,
+    read_run,
+    run_name,
+)
+from benchmarks.table2.archive import (
     METRICS_FILE,
     RECORDS_FILE,
     RUNS_FILE,
@@ -76,7 +83,7 @@ from benchmarks.table2_archive import (
     restore_runs,
     write_gzip_jsonl,
 )
-from benchmarks.table2_stats import (
+from benchmarks.table2.stats import (
     REFERENCE,
     comparison,
     comparisons,
@@ -723,7 +730,7 @@ def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
     from algos.preflight import PreflightError
     from algos.runlock import RunLockedError
-    from benchmarks.ablate import check_ablation, overrides_of, run_ablation, seeds_of
+    from benchmarks.table2.ablate import check_ablation, overrides_of, run_ablation, seeds_of
 
     try:  # settings refused before anything loads, builds or trains: one line
         seeds = seeds_of(args)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
-from benchmarks.ablate import RUN_FILE, TEACHER, run_name
+from benchmarks.table2.ablate import RUN_FILE, TEACHER, run_name
 
 RECORDS_FILE = "table2_records.jsonl.gz"
 METRICS_FILE = "table2_metrics.jsonl.gz"
