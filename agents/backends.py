@@ -73,6 +73,8 @@ class HFBackend:
 
         self.policy = HFPolicy(model, tokenizer, **sampling)
 
+    acting_policy = property(lambda self: self.policy, doc="What acts (episodes record its sampling).")
+
     @property
     def model(self) -> Any:
         return self.policy.model
@@ -120,6 +122,8 @@ class PolicyBackend:
 
     def __init__(self, policy: Any):
         self.policy = policy
+
+    acting_policy = HFBackend.acting_policy
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         return self.policy.act(observations)

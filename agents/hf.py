@@ -23,20 +23,22 @@ import torch
 from agents.base import Action, Observation
 from agents.logprobs import next_tokens, pad_batch
 from agents.models import load_causal_lm
-from agents.sampling import DEFAULT_MAX_NEW_TOKENS, Sampling, check_temperature, generation_defaults
+from agents.sampling import SampledPolicy, Sampling, generation_defaults
 
 
-class HFPolicy:
+class HFPolicy(SampledPolicy):
     """A transformers causal LM that acts for every observation it is given, in batches.
 
     ``model``: a name or path for :func:`agents.models.load_causal_lm` (then ``device`` and
     ``dtype`` apply), or a model object (then ``tokenizer`` is required and the model stays
     on its own device and dtype).
-    ``temperature``: 0 means greedy; the returned log-probs are then those of the plain
-    softmax (temperature 1), i.e. the model's own log-probs of the chosen tokens.
-    ``top_p``: nucleus sampling; the smallest set of most likely tokens whose mass reaches
-    ``top_p`` is kept and renormalised (ignored when greedy).
-    ``max_new_tokens``: a cap on every turn, on top of each observation's own budget.
+    ``sampling`` (an :class:`agents.sampling.Sampling`), or ``temperature``, ``top_p`` and
+    ``max_new_tokens`` as keywords (which win): temperature 0 means greedy, and the returned
+    log-probs are then those of the plain softmax (temperature 1), i.e. the model's own
+    log-probs of the chosen tokens; ``top_p``: nucleus sampling, the smallest set of most
+    likely tokens whose mass reaches ``top_p`` is kept and renormalised (ignored when greedy);
+    ``max_new_tokens``: a cap on every turn, on top of each observation's own budget. Unset
+    ones are :data:`agents.sampling.POLICY_DEFAULT` (temperature 1, top-p 1, 256 tokens).
     ``seed``: seeds the policy's own ``torch.Generator``; the same seed and the same calls
     give the same tokens. ``batch_size``: observations per forward batch.
 
@@ -51,19 +53,16 @@ class HFPolicy:
         model: Any = "smollm2",
         tokenizer: Any = None,
         *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
+        sampling: Sampling | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_new_tokens: int | None = None,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = "float32",
         seed: int = 0,
         batch_size: int = 16,
     ) -> None:
-        check_temperature(temperature)  # 0 is greedy; a tiny one overflows the logits
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")
+        self._set_sampling(sampling, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if isinstance(model, str):
@@ -77,9 +76,6 @@ class HFPolicy:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
         self.model = model
         self.tokenizer = tokenizer
-        self.temperature = float(temperature)
-        self.top_p = float(top_p)
-        self.max_new_tokens = int(max_new_tokens)
         self.batch_size = int(batch_size)
         self.device = next(model.parameters()).device
         self.eos_token_id = int(tokenizer.eos_token_id)
@@ -262,9 +258,6 @@ def hf_policy(model: Any, *, sampling: Sampling | None = None, seed: int = 0, to
         source = "set"
     elif sampling.temperature is not None or sampling.top_p is not None:
         source = f"set, the rest from {source}"
-    policy = HFPolicy(model, tokenizer,
-                      temperature=temperature if sampling.temperature is None else sampling.temperature,
-                      top_p=top_p if sampling.top_p is None else sampling.top_p,
-                      max_new_tokens=sampling.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, seed=seed, **kwargs)
+    policy = HFPolicy(model, tokenizer, sampling=sampling.over(Sampling(temperature, top_p)), seed=seed, **kwargs)
     policy.sampling_source = source
     return policy

@@ -119,8 +119,8 @@ class Sampling:
     def __post_init__(self) -> None:
         for key in SAMPLING_KEYS:
             value = getattr(self, key)
-            if value is not None:
-                _value(key, str(value))
+            if value is not None:  # checked, and kept as a float (an int for max_new_tokens)
+                object.__setattr__(self, key, _value(key, str(value)))
 
     def over(self, fallback: Sampling | None) -> Sampling:
         """These settings, each unset one taken from ``fallback``."""
@@ -131,6 +131,30 @@ class Sampling:
 
     def is_empty(self) -> bool:
         return all(getattr(self, k) is None for k in SAMPLING_KEYS)
+
+    def record(self) -> dict[str, Any]:
+        """``{"temperature", "top_p", "max_new_tokens"}``: what episodes and ``summary.json`` keep."""
+        return {k: getattr(self, k) for k in SAMPLING_KEYS}
+
+
+POLICY_DEFAULT = Sampling(temperature=1.0, top_p=1.0, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
+"""What an LM policy samples with where nothing else is set."""
+
+
+class SampledPolicy:
+    """An LM policy's sampling settings, held as one :class:`Sampling` with every field set
+    (``policy.sampling``); ``temperature``, ``top_p`` and ``max_new_tokens`` read it."""
+
+    sampling: Sampling = POLICY_DEFAULT
+
+    def _set_sampling(self, sampling: Sampling | None, **settings: Any) -> None:
+        """Keywords set (not None) win over ``sampling``, which wins over :data:`POLICY_DEFAULT`;
+        ``ValueError`` for a bad value (:class:`Sampling`'s checks)."""
+        self.sampling = Sampling(**settings).over(sampling).over(POLICY_DEFAULT)
+
+    temperature = property(lambda self: self.sampling.temperature, doc="0 is greedy.")
+    top_p = property(lambda self: self.sampling.top_p, doc="The nucleus kept; ignored when greedy.")
+    max_new_tokens = property(lambda self: self.sampling.max_new_tokens, doc="A cap on every turn.")
 
 
 def split_query(sub: str) -> tuple[str, str | None]:
@@ -204,11 +228,14 @@ def generation_defaults(model: Any) -> tuple[float, float, str]:
 def policy_settings(policy: Any) -> dict[str, Any] | None:
     """What one policy samples with: ``{"temperature", "top_p", "max_new_tokens"}`` (and
     ``"from"`` where known), or None for a policy that does not sample (scripted, ...)."""
-    if policy is None or not (hasattr(policy, "temperature") and hasattr(policy, "top_p")):
+    if isinstance(getattr(policy, "sampling", None), Sampling):
+        record = policy.sampling.record()
+    elif policy is None or not (hasattr(policy, "temperature") and hasattr(policy, "top_p")):
         return None
-    cap = getattr(policy, "max_new_tokens", getattr(policy, "max_tokens", None))
-    record: dict[str, Any] = {"temperature": float(policy.temperature), "top_p": float(policy.top_p),
-                              "max_new_tokens": None if cap is None else int(cap)}
+    else:  # a policy that keeps its settings as attributes (OpenAIPolicy: max_tokens)
+        cap = getattr(policy, "max_new_tokens", getattr(policy, "max_tokens", None))
+        record = {"temperature": float(policy.temperature), "top_p": float(policy.top_p),
+                  "max_new_tokens": None if cap is None else int(cap)}
     source = getattr(policy, "sampling_source", None)
     if source:
         record["from"] = source
@@ -219,6 +246,7 @@ def team_settings(policy: Any) -> dict[str, dict[str, Any] | None]:
     """:func:`policy_settings` of the policy each role plays with (a
     :class:`agents.router.RoleRouter` routes roles to different ones): what
     ``summary.json`` and every episode record."""
+    policy = getattr(policy, "acting_policy", policy)  # a rollout backend records what it wraps
     routed = getattr(policy, "policy_for", None)
     out: dict[str, dict[str, Any] | None] = {}
     for role in ROLES:

@@ -47,7 +47,7 @@ import numpy as np
 
 from agents.base import Action, Observation
 from agents.extras import require
-from agents.sampling import check_temperature
+from agents.sampling import SampledPolicy, Sampling
 
 VLLM_EXTRA = ("pip install -e '.[vllm]' on a CUDA GPU, or on the CPU: bash scripts/install_vllm.sh "
               "(a venv with vLLM's CPU build)")
@@ -159,30 +159,26 @@ def _empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
-class VLLMPolicy:
+class VLLMPolicy(SampledPolicy):
     """``model``: a model directory (or hub id) that ``vllm.LLM`` loads; ``tokenizer``: the
     env's tokenizer (decodes ``Action.text``; its EOS ends a turn). ``engine``: an object with
     vLLM's ``LLM`` interface to use instead of building one (tests pass a fake);
     ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``,
     ``max_model_len``), each checked against ``vllm.EngineArgs``' fields.
-    ``temperature`` 0 is greedy. ``batch_size`` is taken and ignored (vLLM batches
+    ``sampling`` (or its keywords, which win) as :class:`agents.hf.HFPolicy`'s. ``batch_size`` is taken and ignored (vLLM batches
     everything it is given), so every backend takes the same settings."""
 
     can_sleep = True
     """The engine releases its GPU memory while asleep (``enable_sleep_mode``; per engine:
     False on the CPU, where vLLM has no sleep mode)."""
 
-    def __init__(self, model: str, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 256, seed: int = 0, engine: Any = None, batch_size: int | None = None,
-                 **engine_kwargs: Any):
-        check_temperature(temperature)  # 0 is greedy; a tiny one overflows the logits
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    def __init__(self, model: str, tokenizer: Any, *, sampling: Sampling | None = None,
+                 temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
+                 seed: int = 0, engine: Any = None, batch_size: int | None = None, **engine_kwargs: Any):
+        self._set_sampling(sampling, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
         self.tokenizer = tokenizer
-        self.temperature, self.top_p = float(temperature), float(top_p)
-        self.max_new_tokens = int(max_new_tokens)
         self.seed = int(seed)
         self._requests = 0
         self._built = engine is None

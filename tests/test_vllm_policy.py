@@ -5,6 +5,7 @@ the real engine runs in ``benchmarks/gpu_check.sh``."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -86,7 +87,7 @@ def test_prompt_ids_in_ids_and_logprobs_out_stops_and_budgets(tokenizer):
     observations = [_obs(tokenizer, "Question one?"), _obs(tokenizer, "Question two?", budget=3, env=1),
                     _obs(tokenizer, "No room", budget=0, env=2),
                     _obs(tokenizer, "Answer it", agent="answerer_0", stop=("</answer>",), env=3)]
-    policy.max_new_tokens = 40
+    policy.sampling = dataclasses.replace(policy.sampling, max_new_tokens=40)
     actions = policy.act(observations)
     assert len(engine.calls) == 1  # every live observation in one generate call
     prompts, params = engine.calls[0]
