@@ -344,6 +344,12 @@ def render_search_failure(error: BaseException | str) -> str:
     return SEARCH_FAILED.format(error=f"{name}: {text[:120]}" if text else name)
 
 
+def short_repr(value: Any, width: int = 80) -> str:
+    """``repr(value)`` cut to ``width`` characters (ending in ``...``), for error messages."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def clean_text(text: str) -> str:
     """``text`` with what UTF-8 cannot encode (lone surrogates, e.g. a JSON ``"\\ud83d"``)
     replaced by U+FFFD; valid surrogate pairs are joined. Valid text is returned as is."""

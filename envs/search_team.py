@@ -108,6 +108,7 @@ from envs.team import TeamConfig, TurnMachine, TurnResult, check_room
 from envs.turns import PreparedTurn, apply_turns
 
 STEP_MODES = ("turn", "token")
+_short = functools.partial(P.short_repr, width=60)  # a value in an error message
 MAX_CHARS_PER_TOKEN = 128
 """A text action is cut to ``turn budget x MAX_CHARS_PER_TOKEN`` characters before it is
 tokenised (no token of SmolLM2's or the micro vocabulary spans more than 81), so a huge
@@ -511,11 +512,6 @@ class raw_env(AECEnv):
 
 
 # ---------------------------------------------------------------------- action decoding
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _token_of(action: Any) -> tuple[int | None, float | None]:

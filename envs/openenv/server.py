@@ -44,6 +44,7 @@ from envs.openenv.models import (
     SearchTeamState,
     tokenizer_identity,
 )
+from envs.protocol import short_repr
 from envs.search_team import MAX_CHARS_PER_TOKEN, default_tokenizer, make_env
 from envs.team import MIN_TURN_ROOM, WORKFLOWS, Question
 
@@ -322,11 +323,7 @@ class _NoEnv:
 
 
 _NO_ENV = _NoEnv()
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_short = functools.partial(short_repr, width=60)  # a value in a refusal
 
 
 def json_safe(value: Any) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.http import post_json
+from envs.protocol import short_repr
 from envs.retrieval.passage import Passage
 
 
@@ -93,7 +94,7 @@ class RemoteRetriever:
                 raise ValueError(f"{_count(result)} result lists for {n_queries} queries")
             for hits in result:
                 if not isinstance(hits, list):
-                    raise ValueError(f"a result must be a list of hits, got {_short(hits)}")
+                    raise ValueError(f"a result must be a list of hits, got {short_repr(hits)}")
             return [[_passage(hit) for hit in hits] for hits in result]
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise RetrievalError(f"{self.url} answered in an unexpected shape: {e}") from None
@@ -120,24 +121,19 @@ def _passage(hit: Any) -> Passage:
     if score is None:
         score = 0.0
     if isinstance(score, bool) or not isinstance(score, (int, float, str)):
-        raise ValueError(f"a score must be a number, got {_short(score)}")
+        raise ValueError(f"a score must be a number, got {short_repr(score)}")
     if isinstance(doc, str):
         return Passage.from_contents("", doc, float(score))
     if not isinstance(doc, Mapping):
-        raise ValueError(f"a document must be a JSON object or a string, got {_short(doc)}")
+        raise ValueError(f"a document must be a JSON object or a string, got {short_repr(doc)}")
     row = {key: value for key, value in doc.items() if value is not None}
     pid = row.get("id", row.get("_id", row.get("docid", "")))
     if isinstance(pid, bool) or not isinstance(pid, (str, int, float)):
-        raise ValueError(f"a document id must be a string or a number, got {_short(pid)}")
+        raise ValueError(f"a document id must be a string or a number, got {short_repr(pid)}")
     if "contents" not in row and "text" not in row:
         raise ValueError(f"a document needs 'contents' or 'text', got keys {sorted(row)}")
     return Passage.from_row({**row, "id": str(pid)}, score=float(score))
 
 
 def _count(result: Any) -> str:
-    return str(len(result)) if isinstance(result, list) else f"not a list but {_short(result)}:"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return str(len(result)) if isinstance(result, list) else f"not a list but {short_repr(result)}:"

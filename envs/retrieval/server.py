@@ -69,11 +69,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from envs.data.items import iter_lines
+from envs.protocol import clean_text, short_repr
 from envs.retrieval.corpus import JsonlCorpus
 from envs.retrieval.fair_queue import FairQueue, Job, Segment
 from envs.retrieval.passage import Passage, Retriever
 
 log = logging.getLogger(__name__)
+_SHUTTING_DOWN = "the retrieval server is shutting down"
 
 
 class QueryRequest(BaseModel):
@@ -202,11 +204,6 @@ def _row(line: bytes, path: Path, lineno: int) -> Any:
         raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
 
 
-def _passage_document(p: Passage) -> dict[str, Any]:
-    # Without the stored rows: the Passage's fields (wiki-18's title quotes are lost here).
-    return {"id": p.id, "contents": p.contents}
-
-
 # -- request checks ---------------------------------------------------------------------------
 
 
@@ -220,17 +217,6 @@ def _render(content: Any) -> bytes:
 
 def _error_body(message: str) -> bytes:
     return _render({"error": " ".join(message.split())})  # one line, whatever the cause
-
-
-def _clean(query: str) -> str:
-    """``query`` with lone surrogates replaced by U+FFFD (valid pairs are joined)."""
-    if query.isascii():
-        return query
-    try:
-        query.encode("utf-8")
-        return query
-    except UnicodeEncodeError:
-        return query.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _parse_json(body: bytes) -> Any:
@@ -251,12 +237,7 @@ def _validation_message(err: ValidationError) -> str:
     where = ".".join(str(part) for part in first["loc"]) or "body"
     got = first.get("input")
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where!r}: {first['msg']}, got {_short(got)}{more}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return f"{where!r}: {first['msg']}, got {short_repr(got)}{more}"
 
 
 class _IdleTimeoutH11(H11Protocol):
@@ -340,14 +321,9 @@ class RetrievalServer:
         request_timeout_s: float = 300.0,
         documents: CorpusDocuments | Iterable[Mapping[str, Any]] | None = None,
     ):
-        limits = {
-            "max_batch": max_batch,
-            "max_topk": max_topk,
-            "max_queries": max_queries,
-            "max_waiting_queries": max_waiting_queries,
-            "max_body_bytes": max_body_bytes,
-            "max_query_chars": max_query_chars,
-        }
+        limits = dict(max_batch=max_batch, max_topk=max_topk, max_queries=max_queries,
+                      max_waiting_queries=max_waiting_queries, max_body_bytes=max_body_bytes,
+                      max_query_chars=max_query_chars)
         for name, value in limits.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"bad server limit: {name}={value!r} (must be a positive integer)")
@@ -360,25 +336,14 @@ class RetrievalServer:
             raise ValueError(
                 f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])"
             )
-        for name, value in (
-            ("batch_wait_s", batch_wait_s),
-            ("keep_alive_s", keep_alive_s),
-            ("request_timeout_s", request_timeout_s),
-        ):
+        times = dict(batch_wait_s=batch_wait_s, keep_alive_s=keep_alive_s,
+                     request_timeout_s=request_timeout_s)
+        for name, value in times.items():
             if not value >= 0 or value == float("inf") or (name != "batch_wait_s" and value == 0):
                 raise ValueError(f"bad server setting: {name}={value!r}")
-        self.retriever = retriever
-        self.host, self.port = host, port
-        self.max_batch = max_batch
-        self.batch_wait_s = batch_wait_s
-        self.default_topk = default_topk
-        self.max_topk = max_topk
-        self.max_queries = max_queries
-        self.max_waiting_queries = max_waiting_queries
-        self.max_body_bytes = max_body_bytes
-        self.max_query_chars = max_query_chars
-        self.keep_alive_s = keep_alive_s
-        self.request_timeout_s = request_timeout_s
+        # Every setting is an attribute of its own name (self.max_batch, self.keep_alive_s, ...).
+        vars(self).update(limits, default_topk=default_topk, **times)
+        self.retriever, self.host, self.port = retriever, host, port
         self.documents = _documents_for(retriever, documents)
         self.stats = {"requests": 0, "queries": 0, "batches": 0, "rejected": 0, "dropped": 0}
         self._stats_lock = threading.Lock()
@@ -488,7 +453,7 @@ class RetrievalServer:
                 batcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await batcher
-                self._fail_queued(503, "the retrieval server is shutting down")
+                self._close_queue()
 
         app = FastAPI(
             title="mopd retrieval server",
@@ -509,7 +474,7 @@ class RetrievalServer:
                 self._count(requests=1)
                 return Response(_render({"result": []}), media_type="application/json")
             if self._closing:
-                return _error(503, "the retrieval server is shutting down")
+                return _error(503, _SHUTTING_DOWN)
             if self._fair.queued + len(job.queries) > self.max_waiting_queries:
                 self._count(rejected=1)
                 return _error(
@@ -565,7 +530,7 @@ class RetrievalServer:
         length = request.headers.get("content-length")
         if length is not None:
             if not length.isdigit():
-                raise _HttpError(400, f"bad Content-Length: {_short(length)}")
+                raise _HttpError(400, f"bad Content-Length: {short_repr(length)}")
             if int(length) > self.max_body_bytes:
                 raise _HttpError(
                     413, f"body too large: {length} bytes, at most {self.max_body_bytes}"
@@ -581,13 +546,9 @@ class RetrievalServer:
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
-                if loop.time() >= deadline:
-                    raise _HttpError(
-                        408, f"the request body took over {self.request_timeout_s} s"
-                    ) from None
-                raise _HttpError(
-                    408, f"the request body stalled for {self.keep_alive_s} s"
-                ) from None
+                why = (f"took over {self.request_timeout_s} s" if loop.time() >= deadline
+                       else f"stalled for {self.keep_alive_s} s")
+                raise _HttpError(408, f"the request body {why}") from None
             size += len(chunk)
             if size > self.max_body_bytes:
                 raise _HttpError(413, f"body too large: over {self.max_body_bytes} bytes")
@@ -625,7 +586,7 @@ class RetrievalServer:
         topk = parsed.topk or self.default_topk  # Search-R1: `if not request.topk` -> default
         if not 1 <= topk <= self.max_topk:
             raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
-        return Job([_clean(q) for q in queries], topk, parsed.return_scores)
+        return Job([clean_text(q) for q in queries], topk, parsed.return_scores)
 
     def _enqueue(self, job: Job) -> None:
         job.pieces = [None] * len(job.queries)
@@ -665,15 +626,13 @@ class RetrievalServer:
                     _resolve(job)
 
     def _close_queue(self) -> None:
+        """Answer every request still waiting with a 503; refuse new ones."""
         self._closing = True
-        self._fail_queued(503, "the retrieval server is shutting down")
-
-    def _fail_queued(self, status: int, message: str) -> None:
         jobs = _jobs_of(self._in_flight) + self._fair.drain()
         self._in_flight = []
         for job in jobs:
             if job.future is not None and not job.future.done():
-                job.future.set_result((status, _error_body(message)))
+                job.future.set_result((503, _error_body(_SHUTTING_DOWN)))
 
     def _serve_batch(self, batch: Sequence[Segment]) -> None:
         """Search for every segment of ``batch`` (worker thread), filling each job's pieces
@@ -729,11 +688,9 @@ class RetrievalServer:
         return docs
 
     def _document(self, p: Passage) -> dict[str, Any]:
-        if self.documents is not None:
-            doc = self.documents.document(p.id, p.row)
-            if doc is not None:
-                return doc
-        return _passage_document(p)
+        doc = None if self.documents is None else self.documents.document(p.id, p.row)
+        # Without the stored rows: the Passage's fields (wiki-18's title quotes are lost here).
+        return doc if doc is not None else {"id": p.id, "contents": p.contents}
 
 
 def _documents_for(
