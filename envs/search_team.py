@@ -564,33 +564,25 @@ def _form_error(action: Any) -> str:
 
 
 def _turn_ids(action: Any, chat: ChatFormat, vocab: int,
-              budget: int | None = None) -> tuple[list[int], list[float] | None, str]:
+              budget: int) -> tuple[list[int], list[float] | None, str]:
     """(token ids, log-probs or None, note) of a whole turn; garbage gives an empty turn.
-    With a ``budget``, work stops there: a text is cut to ``budget * MAX_CHARS_PER_TOKEN``
-    characters before it is tokenised, token ids past the budget are not looked at."""
+    Work stops at ``budget``: a text is cut to ``budget * MAX_CHARS_PER_TOKEN`` characters
+    before it is tokenised, token ids past the budget are not looked at."""
+    error = _form_error(action)
+    if error:
+        return [], None, error
     ids, logprobs, text = _unpack(action)
     if ids is None:
-        if isinstance(text, str):
-            if budget is not None:
-                text = text[: budget * MAX_CHARS_PER_TOKEN]
-            return chat.encode(text), None, ""
-        return [], None, f"not a turn: {_short(action)}"
+        return chat.encode(text[: budget * MAX_CHARS_PER_TOKEN]), None, ""
     arr = _id_array(ids)
-    if arr is None:
-        return [], None, f"not a 1-D sequence of token ids: {_short(ids)}"
     full = arr.size
-    if budget is not None:
-        arr = arr[: budget + 1]  # one past the budget, so the cut below can say it cut
+    arr = arr[: budget + 1]  # one past the budget, so the cut in prepare_turn can say it cut
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):
         return [], None, f"token ids outside [0, {vocab}): {_short(ids)}"
     out = arr.astype(np.int64).tolist()
-    if logprobs is not None:
-        try:
-            logprobs = np.asarray(logprobs, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            logprobs = None
-        if logprobs is not None and (logprobs.size != full or not np.isfinite(logprobs[: len(out)]).all()):
-            logprobs = None
-        if logprobs is not None:
-            logprobs = logprobs[: len(out)].tolist()
-    return out, logprobs, ""
+    try:  # log-probs that are not one finite number per token id are dropped
+        lps = np.asarray(logprobs, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return out, None, ""
+    keep = logprobs is not None and lps.size == full and np.isfinite(lps[: len(out)]).all()
+    return out, lps[: len(out)].tolist() if keep else None, ""
