@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from envs.data.items import QAItem
+from envs.data.items import DATASETS, QAItem
 from envs.data.synthwiki.world import (
     ORG_DESCRIPTION,
     SPLITS,
@@ -38,21 +38,6 @@ class _Draft(NamedTuple):
     answers: list[str]
     supporting: list[str]
     """Passage ids in hop order."""
-
-
-class _Ask(NamedTuple):
-    """One question template over the drawn entities."""
-
-    question: str | dict[str, str]
-    """A ``str.format`` template over the drawn entities (``{0.name}`` is the first one's
-    name), or one per ``kind`` of the first (a work's or an organisation's)."""
-    answers: Callable[..., list[str]]
-    """The drawn entities -> the answer, then its aliases (an alias is kept only where a
-    supporting passage has it verbatim)."""
-    supporting: Callable[..., list[str]]
-    """The drawn entities -> the ids of the passages needed, in hop order."""
-    style: str = ""
-    """Empty: the table's style."""
 
 
 # ------------------------------------------------------------------- drawing entities
@@ -181,6 +166,22 @@ def _hops(n: int) -> Callable[..., list[str]]:
     return supporting
 
 
+class _Ask(NamedTuple):
+    """One question template over the drawn entities."""
+
+    question: str | dict[str, str]
+    """A ``str.format`` template over the drawn entities (``{0.name}`` is the first one's
+    name), or one per ``kind`` of the first (a work's or an organisation's)."""
+    answers: Callable[..., list[str]] = _last
+    """The drawn entities -> the answer, then its aliases (an alias is kept only where a
+    supporting passage has it verbatim). Default: the last entity drawn."""
+    supporting: Callable[..., list[str]] = _hops(1)
+    """The drawn entities -> the ids of the passages needed, in hop order. Default: the
+    first entity's passage."""
+    style: str = ""
+    """Empty: the table's style."""
+
+
 def _river(city: City) -> list[str]:
     """The river through ``city``, also by its short name."""
     return [city.river, city.river.removesuffix(" River")]
@@ -218,299 +219,139 @@ def _year(attribute: str, of: int = 0) -> Callable[..., list[str]]:
 
 _NQ = _table(  # single-hop factoids, lower case without a question mark, like a search-box query
     "factoid",
-    (_draw("people", _birth_city), _Ask("where was {0.name} born", _last, _hops(1))),
-    (_draw("people"), _Ask("when was {0.name} born", _year("born"), _hops(1))),
-    (_draw("people"), _Ask("what does {0.name} do for a living", _occupation, _hops(1))),
-    (
-        _draw("cities", _country),
-        _Ask("what country is {0.name} in", _last, _hops(1)),
-        _Ask("what river runs through {0.name}", lambda city, _: _river(city), _hops(1)),
-    ),
-    (
-        _draw("orgs", _founder),
-        _Ask("who founded {0.name}", _last, _hops(1)),
-        _Ask("when was {0.name} founded", _year("founded"), _hops(1)),
-    ),
-    (_draw("countries", _capital), _Ask("what is the capital of {0.name}", _last, _hops(1))),
-    (
-        _draw("works", _creator),
-        _Ask(
-            {
-                "film": "who directed the film {0.title}",
-                "novel": "who wrote the novel {0.title}",
-                "opera": "who composed the opera {0.title}",
-                "album": "who recorded the album {0.title}",
-            },
-            _last,
-            _hops(1),
-        ),
-    ),
-    (_draw("works"), _Ask("when did the {0.kind} {0.title} come out", _year("year"), _hops(1))),
+    (_draw("people", _birth_city), _Ask("where was {0.name} born")),
+    (_draw("people"), _Ask("when was {0.name} born", _year("born"))),
+    (_draw("people"), _Ask("what does {0.name} do for a living", _occupation)),
+    (_draw("cities", _country), _Ask("what country is {0.name} in"),
+     _Ask("what river runs through {0.name}", lambda city, _: _river(city))),
+    (_draw("orgs", _founder), _Ask("who founded {0.name}"),
+     _Ask("when was {0.name} founded", _year("founded"))),
+    (_draw("countries", _capital), _Ask("what is the capital of {0.name}")),
+    (_draw("works", _creator), _Ask({"film": "who directed the film {0.title}",
+                                     "novel": "who wrote the novel {0.title}",
+                                     "opera": "who composed the opera {0.title}",
+                                     "album": "who recorded the album {0.title}"})),
+    (_draw("works"), _Ask("when did the {0.kind} {0.title} come out", _year("year"))),
 )
 
 _TRIVIAQA = _table(  # single-hop trivia-quiz phrasing, titles in quotes
     "trivia",
-    (
-        _draw("works", _creator),
-        _Ask(
-            {
-                "film": "Which director made the film '{0.title}'?",
-                "novel": "Which novelist wrote '{0.title}'?",
-                "opera": "The opera '{0.title}' was composed by whom?",
-                "album": "'{0.title}' was a {0.year} album by which singer?",
-            },
-            _last,
-            _hops(1),
-        ),
-    ),
-    (
-        _draw("works"),
-        _Ask("In which year did the {0.kind} '{0.title}' first appear?", _year("year"), _hops(1)),
-    ),
-    (
-        _draw("cities", _country),
-        _Ask("{0.name}, founded in {0.founded}, is a city in which country?", _last, _hops(1)),
-    ),
-    (_draw("countries", _capital), _Ask("Which city is the capital of {0.name}?", _last, _hops(1))),
-    (
-        _draw("countries"),
-        _Ask("What is the official language of {0.name}?", lambda c: [c.language], _hops(1)),
-    ),
-    (
-        _draw("orgs", _founder),
-        _Ask(
-            {kind: f"Who founded the {what} {{0.name}}?" for kind, what in ORG_DESCRIPTION.items()},
-            _last,
-            _hops(1),
-        ),
-    ),
-    (
-        _draw("people", _birth_city),
-        _Ask("The {0.occupation} {0.name} was born in which city?", _last, _hops(1)),
-    ),
+    (_draw("works", _creator),
+     _Ask({"film": "Which director made the film '{0.title}'?",
+           "novel": "Which novelist wrote '{0.title}'?",
+           "opera": "The opera '{0.title}' was composed by whom?",
+           "album": "'{0.title}' was a {0.year} album by which singer?"})),
+    (_draw("works"),
+     _Ask("In which year did the {0.kind} '{0.title}' first appear?", _year("year"))),
+    (_draw("cities", _country),
+     _Ask("{0.name}, founded in {0.founded}, is a city in which country?")),
+    (_draw("countries", _capital), _Ask("Which city is the capital of {0.name}?")),
+    (_draw("countries"),
+     _Ask("What is the official language of {0.name}?", lambda c: [c.language])),
+    (_draw("orgs", _founder),
+     _Ask({kind: f"Who founded the {what} {{0.name}}?" for kind, what in ORG_DESCRIPTION.items()})),
+    (_draw("people", _birth_city), _Ask("The {0.occupation} {0.name} was born in which city?")),
 )
 
 _POPQA = _table(  # single-hop long-tail relations in PopQA's own templates
     "relation",
-    (_draw("people"), _Ask("What is {0.name}'s occupation?", _occupation, _hops(1))),
-    (_draw("people", _birth_city), _Ask("In what city was {0.name} born?", _last, _hops(1))),
-    (_draw("people", _father), _Ask("Who is the father of {0.name}?", _last, _hops(1))),
-    (
-        _draw("works", _producer, kinds=("film",)),
-        _Ask("Who was the producer of {0.title}?", _last, _hops(1)),
-    ),
-    (
-        _draw("works", _creator, kinds=("film",)),
-        _Ask("Who was the director of {0.title}?", _last, _hops(1)),
-    ),
-    (
-        _draw("works", _creator, kinds=("novel", "opera")),
-        _Ask(
-            {
-                "novel": "Who is the author of {0.title}?",
-                "opera": "Who was the composer of {0.title}?",
-            },
-            _last,
-            _hops(1),
-        ),
-    ),
-    (_draw("cities", _country), _Ask("In what country is {0.name}?", _last, _hops(1))),
-    (_draw("countries", _capital), _Ask("What is the capital of {0.name}?", _last, _hops(1))),
-    (
-        _draw("countries", _capital),
-        _Ask(
-            "What is {1.name} the capital of?",
-            lambda country, capital: _names(country),
-            lambda country, capital: [capital.passage],
-        ),
-    ),
+    (_draw("people"), _Ask("What is {0.name}'s occupation?", _occupation)),
+    (_draw("people", _birth_city), _Ask("In what city was {0.name} born?")),
+    (_draw("people", _father), _Ask("Who is the father of {0.name}?")),
+    (_draw("works", _producer, kinds=("film",)), _Ask("Who was the producer of {0.title}?")),
+    (_draw("works", _creator, kinds=("film",)), _Ask("Who was the director of {0.title}?")),
+    (_draw("works", _creator, kinds=("novel", "opera")),
+     _Ask({"novel": "Who is the author of {0.title}?",
+           "opera": "Who was the composer of {0.title}?"})),
+    (_draw("cities", _country), _Ask("In what country is {0.name}?")),
+    (_draw("countries", _capital), _Ask("What is the capital of {0.name}?")),
+    (_draw("countries", _capital), _Ask("What is {1.name} the capital of?",
+                                        lambda country, capital: _names(country),
+                                        lambda country, capital: [capital.passage])),
 )
 
 _HOTPOTQA = _table(  # two-hop bridge (the bridge entity is named by its relation) and comparison
     "bridge",
-    (
-        _draw("works", _creator, _birth_city, kinds=("film",)),
-        _Ask("In which city was the director of '{0.title}' born?", _last, _hops(2)),
-    ),
-    (
-        _draw("orgs", _founder),
-        _Ask("What year was the founder of {0.name} born?", _year("born", of=1), _hops(2)),
-    ),
-    (
-        _draw("works", _creator, _university, kinds=("novel",)),
-        _Ask(
-            "Which university did the author of '{0.title}' attend?",
-            _last,
-            lambda w, a, u: [w.passage, a.passages[1]],
-        ),
-    ),
-    (
-        _pair(_draw("orgs"), lambda a, b: a.kind == b.kind and a.founded != b.founded),
-        _Ask(
-            "Which was founded first, {0.name} or {1.name}?",
-            lambda a, b: [(a if a.founded < b.founded else b).name],
-            _hops(2),
-            "comparison",
-        ),
-    ),
-    (
-        _pair(_draw("cities"), lambda a, b: a.founded != b.founded),
-        _Ask(
-            "Which city was founded more recently, {0.name} or {1.name}?",
-            lambda a, b: [(a if a.founded > b.founded else b).name],
-            _hops(2),
-            "comparison",
-        ),
-    ),
+    (_draw("works", _creator, _birth_city, kinds=("film",)),
+     _Ask("In which city was the director of '{0.title}' born?", _last, _hops(2))),
+    (_draw("orgs", _founder),
+     _Ask("What year was the founder of {0.name} born?", _year("born", of=1), _hops(2))),
+    (_draw("works", _creator, _university, kinds=("novel",)),
+     _Ask("Which university did the author of '{0.title}' attend?", _last,
+          lambda w, a, u: [w.passage, a.passages[1]])),
+    (_pair(_draw("orgs"), lambda a, b: a.kind == b.kind and a.founded != b.founded),
+     _Ask("Which was founded first, {0.name} or {1.name}?",
+          lambda a, b: [(a if a.founded < b.founded else b).name], _hops(2), "comparison")),
+    (_pair(_draw("cities"), lambda a, b: a.founded != b.founded),
+     _Ask("Which city was founded more recently, {0.name} or {1.name}?",
+          lambda a, b: [(a if a.founded > b.founded else b).name], _hops(2), "comparison")),
 )
 
 _FILMS_BY_DIRECTOR_BIRTH = (
     _pair(_draw("works", _creator, kinds=("film",)), lambda a, da, b, db: da.born != db.born),
-    _Ask(
-        "Which film has the director born first, '{0.title}' or '{2.title}'?",
-        lambda a, da, b, db: [(a if da.born < db.born else b).title],
-        _hops(4),
-        "bridge_comparison",
-    ),
+    _Ask("Which film has the director born first, '{0.title}' or '{2.title}'?",
+         lambda a, da, b, db: [(a if da.born < db.born else b).title], _hops(4),
+         "bridge_comparison"),
 )
 
 _TWOWIKI = _table(  # dated comparison, composition, and bridge comparison, in 2Wiki's phrasing
     "composition",
-    (
-        _two_people,
-        _Ask(
-            "Who was born first, {0.name} or {1.name}?",
-            lambda a, b: [(a if a.born < b.born else b).name],
-            _hops(2),
-            "comparison",
-        ),
-    ),
-    (
-        _two_people,
-        _Ask(
-            "Who was born later, {0.name} or {1.name}?",
-            lambda a, b: [(a if a.born > b.born else b).name],
-            _hops(2),
-            "comparison",
-        ),
-    ),
-    (
-        _pair(_draw("works", kinds=("film",)), lambda a, b: a.year != b.year),
-        _Ask(
-            "Which film came out first, '{0.title}' or '{1.title}'?",
-            lambda a, b: [(a if a.year < b.year else b).title],
-            _hops(2),
-            "comparison",
-        ),
-    ),
-    (
-        _draw("works", _creator, _father, kinds=("film",)),
-        _Ask("Who is the father of the director of film '{0.title}'?", _last, _hops(2)),
-    ),
-    (
-        _draw("people", _father, _father),
-        _Ask("Who is the paternal grandfather of {0.name}?", _last, _hops(2)),
-    ),
-    (
-        _draw("people", _father, _birth_city),
-        _Ask("Where was the father of {0.name} born?", _last, _hops(2)),
-    ),
-    (
-        _draw("works", _creator, kinds=("novel", "opera")),
-        _Ask(
-            {
-                "novel": "When was the author of novel '{0.title}' born?",
-                "opera": "When was the composer of opera '{0.title}' born?",
-            },
-            _year("born", of=1),
-            _hops(2),
-        ),
-    ),
+    (_two_people, _Ask("Who was born first, {0.name} or {1.name}?",
+                       lambda a, b: [(a if a.born < b.born else b).name], _hops(2), "comparison")),
+    (_two_people, _Ask("Who was born later, {0.name} or {1.name}?",
+                       lambda a, b: [(a if a.born > b.born else b).name], _hops(2), "comparison")),
+    (_pair(_draw("works", kinds=("film",)), lambda a, b: a.year != b.year),
+     _Ask("Which film came out first, '{0.title}' or '{1.title}'?",
+          lambda a, b: [(a if a.year < b.year else b).title], _hops(2), "comparison")),
+    (_draw("works", _creator, _father, kinds=("film",)),
+     _Ask("Who is the father of the director of film '{0.title}'?", _last, _hops(2))),
+    (_draw("people", _father, _father),
+     _Ask("Who is the paternal grandfather of {0.name}?", _last, _hops(2))),
+    (_draw("people", _father, _birth_city),
+     _Ask("Where was the father of {0.name} born?", _last, _hops(2))),
+    (_draw("works", _creator, kinds=("novel", "opera")),
+     _Ask({"novel": "When was the author of novel '{0.title}' born?",
+           "opera": "When was the composer of opera '{0.title}' born?"},
+          _year("born", of=1), _hops(2))),
     _FILMS_BY_DIRECTOR_BIRTH,
     _FILMS_BY_DIRECTOR_BIRTH,
 )
 
 _MUSIQUE = _table(  # composition chains of 2, 3 or 4 hops (two cases each), titles unquoted
     "composition",
-    (
-        _draw("cities", _country, _capital),
-        _Ask("What is the capital of the country where {0.name} is located?", _last, _hops(2)),
-    ),
-    (
-        _draw("works", _publisher, kinds=("novel",)),
-        _Ask("When was the publisher of {0.title} founded?", _year("founded", of=1), _hops(2)),
-    ),
-    (
-        _draw("works", _creator, _birth_city, _country, kinds=("film",)),
-        _Ask("In which country was the director of {0.title} born?", _last, _hops(3)),
-    ),
-    (
-        _draw("works", _creator, _university, kinds=("novel",)),
-        _Ask(
-            "When was the university attended by the author of {0.title} founded?",
-            _year("founded", of=2),
-            lambda w, a, u: [w.passage, a.passages[1], u.passage],
-        ),
-    ),
-    (
-        _draw("orgs", _founder, _birth_city, _country, _capital),
-        _Ask(
-            "What is the capital of the country where the founder of {0.name} was born?",
-            _last,
-            _hops(4),
-        ),
-    ),
-    (
-        _draw("works", _creator, _birth_city, _country, kinds=("film",)),
-        _Ask(
-            "What language is spoken in the country where the director of {0.title} was born?",
-            lambda w, d, city, country: [country.language],
-            _hops(4),
-        ),
-    ),
+    (_draw("cities", _country, _capital),
+     _Ask("What is the capital of the country where {0.name} is located?", _last, _hops(2))),
+    (_draw("works", _publisher, kinds=("novel",)),
+     _Ask("When was the publisher of {0.title} founded?", _year("founded", of=1), _hops(2))),
+    (_draw("works", _creator, _birth_city, _country, kinds=("film",)),
+     _Ask("In which country was the director of {0.title} born?", _last, _hops(3))),
+    (_draw("works", _creator, _university, kinds=("novel",)),
+     _Ask("When was the university attended by the author of {0.title} founded?",
+          _year("founded", of=2), lambda w, a, u: [w.passage, a.passages[1], u.passage])),
+    (_draw("orgs", _founder, _birth_city, _country, _capital),
+     _Ask("What is the capital of the country where the founder of {0.name} was born?", _last,
+          _hops(4))),
+    (_draw("works", _creator, _birth_city, _country, kinds=("film",)),
+     _Ask("What language is spoken in the country where the director of {0.title} was born?",
+          lambda w, d, city, country: [country.language], _hops(4))),
 )
 
 _BAMBOOGLE = _table(  # hard two-hop: the bridge entity is never named, only described
     "hard_two_hop",
-    (
-        _draw("people", _birth_city),
-        _Ask(
-            "What river flows through the city where {0.name} was born?",
-            lambda p, city: _river(city),
-            _hops(2),
-        ),
-    ),
-    (
-        _draw("people", _university),
-        _Ask(
-            "In what year was the university that {0.name} attended founded?",
-            _year("founded", of=1),
-            lambda p, u: [p.passages[1], u.passage],
-        ),
-    ),
-    (
-        _draw("orgs", _founder, _father, tries=1),
-        _Ask("Who was the father of the person who founded {0.name}?", _last, _hops(2)),
-    ),
-    (
-        _first_film,
-        _Ask(
-            "Who produced the first film directed by {0.name}?",
-            _last,
-            lambda d, film, producer: [d.passages[1], film.passage],
-        ),
-    ),
+    (_draw("people", _birth_city),
+     _Ask("What river flows through the city where {0.name} was born?",
+          lambda p, city: _river(city), _hops(2))),
+    (_draw("people", _university),
+     _Ask("In what year was the university that {0.name} attended founded?",
+          _year("founded", of=1), lambda p, u: [p.passages[1], u.passage])),
+    (_draw("orgs", _founder, _father, tries=1),
+     _Ask("Who was the father of the person who founded {0.name}?", _last, _hops(2))),
+    (_first_film, _Ask("Who produced the first film directed by {0.name}?", _last,
+                       lambda d, film, producer: [d.passages[1], film.passage])),
 )
 
-_TABLES: dict[str, tuple[tuple[Any, ...], ...]] = {
-    "nq": _NQ,
-    "triviaqa": _TRIVIAQA,
-    "popqa": _POPQA,
-    "hotpotqa": _HOTPOTQA,
-    "2wikimultihopqa": _TWOWIKI,
-    "musique": _MUSIQUE,
-    "bamboogle": _BAMBOOGLE,
-}
+_TABLES: dict[str, tuple[tuple[Any, ...], ...]] = dict(zip(
+    DATASETS, (_NQ, _TRIVIAQA, _POPQA, _HOTPOTQA, _TWOWIKI, _MUSIQUE, _BAMBOOGLE), strict=True))
 
 
 def _generate(world: SynthWiki, rng: random.Random, dataset: str) -> _Draft | None:
