@@ -25,84 +25,44 @@ from envs.terminal import safe_print
 
 def _add_retriever_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True,
-                   help="JSONL(.gz) corpus, rows {id, contents} (the synthetic world's: python -m envs data "
-                        "synth --out data/synth writes data/synth/corpus.jsonl)")
-    p.add_argument(
-        "--index",
-        default="flat",
-        choices=INDEX_KINDS,
-        help="the index to build from the encoded corpus (not with --index-file)",
-    )
-    p.add_argument(
-        "--index-file",
-        default=None,
-        help="a prebuilt faiss index over the corpus (e.g. Search-R1's e5_Flat.index); "
-        "nothing is encoded and the corpus is read lazily",
-    )
-    p.add_argument(
-        "--no-mmap",
-        dest="mmap_index",
-        action="store_false",
-        help="read --index-file into memory instead of memory-mapping it",
-    )
-    p.add_argument(
-        "--lazy",
-        action="store_true",
-        default=None,
-        help="read the corpus lazily by byte offset (plain .jsonl); implied by --index-file",
-    )
-    p.add_argument(
-        "--pooling",
-        default="auto",
-        choices=POOLINGS,
-        help="encoder pooling: auto = Search-R1's mean pooling for e5 models, the model's own "
-        "otherwise",
-    )
-    p.add_argument(
-        "--encoder",
-        default=None,
-        help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)",
-    )
-    p.add_argument(
-        "--device", default="cpu", help="torch device of the encoder, e.g. cuda:0 (default cpu)"
-    )
-    p.add_argument(
-        "--cache-dir", default=None, help="embedding/index cache (default: $MOPD_CACHE/retrieval)"
-    )
+                   help="JSONL(.gz) corpus, rows {id, contents} (the synthetic world's: python -m "
+                        "envs data synth --out data/synth writes data/synth/corpus.jsonl)")
+    p.add_argument("--index", default="flat", choices=INDEX_KINDS,
+                   help="the index to build from the encoded corpus (not with --index-file)")
+    p.add_argument("--index-file", default=None,
+                   help="a prebuilt faiss index over the corpus (e.g. Search-R1's e5_Flat.index); "
+                        "nothing is encoded and the corpus is read lazily")
+    p.add_argument("--no-mmap", dest="mmap_index", action="store_false",
+                   help="read --index-file into memory instead of memory-mapping it")
+    p.add_argument("--lazy", action="store_true", default=None,
+                   help="read the corpus lazily by byte offset (plain .jsonl); implied by "
+                        "--index-file")
+    p.add_argument("--pooling", default="auto", choices=POOLINGS,
+                   help="encoder pooling: auto = Search-R1's mean pooling for e5 models, the "
+                        "model's own otherwise")
+    p.add_argument("--encoder", default=None,
+                   help="sentence-transformers id or path (default: bundled all-MiniLM-L6-v2)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the encoder, e.g. cuda:0 (default cpu)")
+    p.add_argument("--cache-dir", default=None,
+                   help="embedding/index cache (default: $MOPD_CACHE/retrieval)")
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
-    p.add_argument(
-        "--no-progress",
-        dest="progress",
-        action="store_false",
-        help="no line and no bar while the corpus is encoded",
-    )
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no line and no bar while the corpus is encoded")
 
 
 def _build(args: argparse.Namespace) -> DenseRetriever:
     start = time.perf_counter()
-    retriever = DenseRetriever(
-        args.corpus,
-        encoder=args.encoder,
-        index=args.index,
-        cache_dir=args.cache_dir,
-        batch_size=args.batch_size,
-        device=args.device,
-        index_file=args.index_file,
-        mmap_index=args.mmap_index,
-        lazy=args.lazy,
-        pooling=args.pooling,
-        progress=args.progress,
-    )
+    retriever = DenseRetriever(args.corpus, **{key: getattr(args, key) for key in (
+        "encoder", "index", "cache_dir", "batch_size", "device", "index_file", "mmap_index", "lazy",
+        "pooling", "progress")})
     if retriever.index_kind == "file":
-        how = f"read from {args.index_file}"
+        how, where = f"read from {args.index_file}", args.index_file
     else:
         how = "loaded from cache" if retriever.loaded_from_cache else "built"
-    where = args.index_file if retriever.index_kind == "file" else retriever.cache_path
-    print(
-        f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
-        f"{time.perf_counter() - start:.1f} s ({where})",
-        file=sys.stderr,
-    )
+        where = retriever.cache_path
+    print(f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
+          f"{time.perf_counter() - start:.1f} s ({where})", file=sys.stderr)
     return retriever
 
 
@@ -113,18 +73,21 @@ class _NoRetriever:
         raise NotImplementedError
 
 
-_FLAGS = {
-    "max_batch": "--max-batch",
-    "batch_wait_s": "--batch-wait-ms",
-    "default_topk": "--topk",
-    "max_topk": "--max-topk",
-    "max_queries": "--max-queries",
-    "max_waiting_queries": "--max-waiting-queries",
-    "max_body_bytes": "--max-body-bytes",
-    "max_query_chars": "--max-query-chars",
-    "keep_alive_s": "--keep-alive",
-    "request_timeout_s": "--request-timeout",
-}
+_SERVER_OPTIONS = (  # (RetrievalServer setting, flag, type, default, help)
+    ("max_batch", "--max-batch", int, None, "most queries per encoder batch (default 4 on a CPU "
+     "encoder, which keeps small requests fast beside big ones; 64 on a GPU)"),
+    ("batch_wait_s", "--batch-wait-ms", float, 3.0, "how long a batch waits for more requests"),
+    ("max_topk", "--max-topk", int, 100, "largest topk accepted"),
+    ("max_queries", "--max-queries", int, 1024, "most queries per request"),
+    ("max_waiting_queries", "--max-waiting-queries", int, 8192, "most queries waiting for the "
+     "encoder, all requests together (503 with Retry-After above)"),
+    ("max_body_bytes", "--max-body-bytes", int, 1 << 20, "largest request body (413 above)"),
+    ("max_query_chars", "--max-query-chars", int, 4096, "longest query in characters (413 above)"),
+    ("keep_alive_s", "--keep-alive", float, 5.0, "seconds before a silent connection is closed"),
+    ("request_timeout_s", "--request-timeout", float, 300.0,
+     "seconds a request waits for the retriever before a 503"),
+)
+_FLAGS = {setting: flag for setting, flag, *_ in _SERVER_OPTIONS} | {"default_topk": "--topk"}
 
 
 def add_server_args(p: argparse._ActionsContainer) -> None:
@@ -132,39 +95,8 @@ def add_server_args(p: argparse._ActionsContainer) -> None:
     the address and ``--topk``), for ``serve`` and for the server that
     ``python -m benchmarks.retrieval_load`` starts; :func:`server_settings` reads them.
     ``p``: a parser or an argument group."""
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        help="most queries per encoder batch (default 4 on a CPU encoder, which keeps small "
-        "requests fast beside big ones; 64 on a GPU)",
-    )
-    p.add_argument(
-        "--batch-wait-ms", type=float, default=3.0, help="how long a batch waits for more requests"
-    )
-    p.add_argument("--max-topk", type=int, default=100, help="largest topk accepted")
-    p.add_argument("--max-queries", type=int, default=1024, help="most queries per request")
-    p.add_argument(
-        "--max-waiting-queries",
-        type=int,
-        default=8192,
-        help="most queries waiting for the encoder, all requests together (503 with Retry-After above)",
-    )
-    p.add_argument(
-        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
-    )
-    p.add_argument(
-        "--max-query-chars", type=int, default=4096, help="longest query in characters (413 above)"
-    )
-    p.add_argument(
-        "--keep-alive", type=float, default=5.0, help="seconds before a silent connection is closed"
-    )
-    p.add_argument(
-        "--request-timeout",
-        type=float,
-        default=300.0,
-        help="seconds a request waits for the retriever before a 503",
-    )
+    for _, flag, kind, default, help in _SERVER_OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=help)
 
 
 def server_settings(args: argparse.Namespace, device: str = "cpu", **fixed: object) -> dict:
@@ -172,18 +104,11 @@ def server_settings(args: argparse.Namespace, device: str = "cpu", **fixed: obje
     (``device``: the encoder's, which sets the default ``--max-batch``) and ``fixed``
     (``host``, ``port``, ``default_topk``). Checked now, before a corpus is loaded: a value
     the server refuses is a ValueError that names its option."""
-    settings = {
-        **fixed,
-        "max_batch": args.max_batch if args.max_batch is not None else (4 if device == "cpu" else 64),
-        "batch_wait_s": args.batch_wait_ms / 1000,
-        "max_topk": args.max_topk,
-        "max_queries": args.max_queries,
-        "max_waiting_queries": args.max_waiting_queries,
-        "max_body_bytes": args.max_body_bytes,
-        "max_query_chars": args.max_query_chars,
-        "keep_alive_s": args.keep_alive,
-        "request_timeout_s": args.request_timeout,
-    }
+    settings = {**fixed, **{setting: getattr(args, flag[2:].replace("-", "_"))
+                            for setting, flag, *_ in _SERVER_OPTIONS}}
+    if settings["max_batch"] is None:
+        settings["max_batch"] = 4 if device == "cpu" else 64
+    settings["batch_wait_s"] /= 1000  # the flag is in milliseconds
     try:
         RetrievalServer(_NoRetriever(), **settings)
     except ValueError as e:
@@ -196,31 +121,24 @@ def server_settings(args: argparse.Namespace, device: str = "cpu", **fixed: obje
 def main(argv: list[str] | None = None) -> int:
     from envs.__main__ import add_version
 
-    parser = argparse.ArgumentParser(
-        prog="python -m envs.retrieval", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m envs.retrieval",
+                                     description=__doc__.split("\n")[0])
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve a corpus over Search-R1's HTTP protocol")
     _add_retriever_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    serve.add_argument(
-        "--port", type=int, default=8000, help="TCP port to listen on (default 8000; 0: any free one)"
-    )
-    serve.add_argument(
-        "--topk",
-        type=int,
-        default=3,
-        help="topk when a request gives none or 0 (Search-R1's --topk)",
-    )
+    serve.add_argument("--port", type=int, default=8000,
+                       help="TCP port to listen on (default 8000; 0: any free one)")
+    serve.add_argument("--topk", type=int, default=3,
+                       help="topk when a request gives none or 0 (Search-R1's --topk)")
     add_server_args(serve)
 
     search = sub.add_parser("search", help="print the top passages for some queries")
     _add_retriever_args(search)
-    search.add_argument(
-        "--topk", type=int, default=3, help="passages printed per query (default 3)"
-    )
+    search.add_argument("--topk", type=int, default=3,
+                        help="passages printed per query (default 3)")
     search.add_argument("queries", nargs="+", help="one or more queries (quote each one)")
 
     args = parser.parse_args(argv)
@@ -241,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
     if args.command == "search":
-        for query, hits in zip(
-            args.queries, retriever.search(args.queries, top_k=args.topk), strict=True
-        ):
+        hits_of = retriever.search(args.queries, top_k=args.topk)
+        for query, hits in zip(args.queries, hits_of, strict=True):
             safe_print(f"# {query}")  # queries and passages may hold escape sequences
             for p in hits:
                 safe_print(f"{p.score:.4f}  [{p.id}] {p.title}: {p.text[:100]}")
