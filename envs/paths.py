@@ -8,7 +8,8 @@ line by line under a size cap."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +20,23 @@ def cache_dir(*parts: str) -> Path:
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp_path)`` then rename the file over ``path`` (folders made), so readers
+    never see half a file. It is readable by all, as an ordinary file (mkstemp's 0600 would
+    hide a shared corpus's offset table or a shared cache from other users)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def contained(root: str | os.PathLike[str], name: Any, *, source: str | os.PathLike[str] | None = None) -> Path:

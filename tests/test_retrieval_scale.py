@@ -86,14 +86,14 @@ def test_the_offset_table_is_reused_and_rebuilt_when_the_corpus_changes(tmp_path
 
 def test_an_unwritable_corpus_folder_puts_the_table_in_the_cache(tmp_path, monkeypatch):
     path = write_corpus(tmp_path / "c.jsonl")
-    original = corpus_module._write_atomic
+    original = corpus_module.atomic_write
 
-    def refuse_beside(where, table):
+    def refuse_beside(where, write):
         if where.parent == tmp_path:
             raise PermissionError(f"read-only: {where}")
-        original(where, table)
+        original(where, write)
 
-    monkeypatch.setattr(corpus_module, "_write_atomic", refuse_beside)
+    monkeypatch.setattr(corpus_module, "atomic_write", refuse_beside)
     lazy = JsonlCorpus(path, cache_dir=tmp_path / "cache")
     assert lazy.offsets_path.parent == tmp_path / "cache" / "offsets"
     assert [p.id for p in lazy] == [r["id"] for r in ROWS]

@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 
+from envs.paths import atomic_write
 from envs.paths import cache_dir as default_cache_dir
 from envs.retrieval.passage import Passage
 
@@ -156,7 +156,7 @@ def _load_or_build_offsets(
     table[1:] = spans
     for where in locations:
         try:
-            _write_atomic(where, table)
+            atomic_write(where, lambda tmp: save_npy(tmp, table))
         except OSError:
             continue  # not writable here: try the cache folder
         return where, np.load(where, mmap_mode="r")[1:]
@@ -164,17 +164,12 @@ def _load_or_build_offsets(
 
 
 def _read_offsets(where: Path, stamp: tuple[int, int]) -> np.ndarray | None:
-    if not where.is_file():
-        return None
     try:
         table = np.load(where, mmap_mode="r")
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # missing, or not an .npy file
         return None
-    if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or table.dtype != np.int64:
-        return None
-    if tuple(int(v) for v in table[0]) != stamp:
-        return None
-    return table
+    ok = table.ndim == 2 and table.shape[1] == 2 and len(table) >= 1 and table.dtype == np.int64
+    return table if ok and tuple(int(v) for v in table[0]) == stamp else None
 
 
 def _scan_rows(path: Path) -> np.ndarray:
@@ -201,15 +196,6 @@ def _scan_rows(path: Path) -> np.ndarray:
     return spans[keep]
 
 
-def _write_atomic(where: Path, table: np.ndarray) -> None:
-    where.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=f".{where.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, table)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared corpus's table from others
-        os.replace(tmp, where)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def save_npy(path: str, array: np.ndarray) -> None:
+    with open(path, "wb") as f:  # a file object: np.save would append ".npy" to a name
+        np.save(f, array)

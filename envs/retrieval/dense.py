@@ -40,7 +40,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -51,11 +50,12 @@ from typing import Any
 import faiss
 import numpy as np
 
+from envs.paths import atomic_write
 from envs.paths import cache_dir as default_cache_dir
 from envs.protocol import clean_text
 from envs.quiet import quiet_progress
-from envs.retrieval.corpus import JsonlCorpus
-from envs.retrieval.passage import CorpusSource, Passage, load_corpus
+from envs.retrieval.corpus import JsonlCorpus, save_npy
+from envs.retrieval.passage import CorpusSource, Passage, check_search, load_corpus
 
 log = logging.getLogger(__name__)
 
@@ -409,8 +409,7 @@ class DenseRetriever:
                 flush=True,
             )
         emb = self._encode([p.contents for p in self.passages], self.passage_prefix, bar=loud)
-        self.cache_path.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, lambda tmp: _save_npy(tmp, emb))
+        atomic_write(path, lambda tmp: save_npy(tmp, emb))
         meta = {
             "encoder": self.encoder_name,
             "passage_prefix": self.passage_prefix,
@@ -419,7 +418,7 @@ class DenseRetriever:
             "passages": len(self.passages),
             "dim": int(emb.shape[1]),
         }
-        _atomic_write(
+        atomic_write(
             self.cache_path / "meta.json",
             lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)),
         )
@@ -482,7 +481,7 @@ class DenseRetriever:
             )
             index.train(emb)
         index.add(emb)
-        _atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
+        atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
         return index, False
 
     # -- searching --------------------------------------------------------------------------
@@ -490,12 +489,7 @@ class DenseRetriever:
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         """Top-``top_k`` passages for each query, best first, encoding all queries in one
         batch. ``top_k`` above the corpus size returns the whole corpus, ranked."""
-        if isinstance(queries, str):
-            raise TypeError(
-                "search takes a sequence of query strings; wrap a single query in a list"
-            )
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        check_search(queries, top_k)
         if not queries:
             return []
         # queries are untrusted text: what UTF-8 cannot hold (a lone surrogate) must not crash the encoder
@@ -526,22 +520,3 @@ class DenseRetriever:
     def _hit(self, i: int, score: float) -> Passage:
         p = self.passages[i]
         return Passage(p.id, p.title, p.text, score, row=i)
-
-
-def _save_npy(path: str, array: np.ndarray) -> None:
-    with open(path, "wb") as f:  # a file object: np.save would append ".npy" to a name
-        np.save(f, array)
-
-
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename over ``path``, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

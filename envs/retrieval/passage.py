@@ -102,6 +102,14 @@ class Retriever(Protocol):
         ...
 
 
+def check_search(queries: Sequence[str], top_k: int) -> None:
+    """A ``search`` call's arguments: a sequence of queries (TypeError for one bare string)
+    and ``top_k >= 1`` (ValueError)."""
+    if isinstance(queries, str):
+        raise TypeError("search takes a sequence of query strings; wrap a single query in a list")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+
 
 class MemoRetriever:
     """Remembers each (query, top_k) answer of a deterministic retriever, and asks it only

@@ -9,7 +9,7 @@ from typing import Any
 
 from envs.http import post_json
 from envs.protocol import short_repr
-from envs.retrieval.passage import Passage
+from envs.retrieval.passage import Passage, check_search
 
 
 class RetrievalError(RuntimeError):
@@ -63,12 +63,7 @@ class RemoteRetriever:
 
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         """One ranked list of Passages (with scores) per query, best first."""
-        if isinstance(queries, str):
-            raise TypeError(
-                "search takes a sequence of query strings; wrap a single query in a list"
-            )
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        check_search(queries, top_k)
         results: list[list[Passage]] = []
         step = self.max_queries_per_request
         for start in range(0, len(queries), step):
