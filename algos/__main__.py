@@ -12,10 +12,10 @@
 Any TrainConfig field can be set with ``--set name=value`` (tuples: comma separated;
 booleans: true/false/1/0/yes/no; ``env_kwargs``: a JSON object). Bad settings, a missing
 Teacher, ``--resume`` with no run and a retrieval server that does not answer are refused
-before anything loads or builds (``algos.preflight``): one line, exit status 2. So are a
+before anything loads or builds (``algos.commands.preflight``): one line, exit status 2. So are a
 checkpoint or Teacher that does not load whole (``--resume`` first falls back to the newest
 complete checkpoint, saying which it skipped and why) and a second run into an ``--out`` that
-a live run holds (``algos.runlock``).
+a live run holds (``algos.commands.runlock``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from agents.models import ModelFileError
+from algos.commands.preflight import PreflightError
+from algos.commands.presets import PRESETS
+from algos.commands.runlock import RunLockedError
 from algos.config import TrainConfig
 from algos.config import parse_overrides as config_overrides
-from algos.preflight import PreflightError
-from algos.presets import PRESETS
 from algos.roles import STAGES, searcher_signals
-from algos.runlock import RunLockedError
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def stage_configs(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, TrainConfig]:
     """The TrainConfig of every stage this ``train`` command runs, in run order; a bad
     setting raises :class:`PreflightError` with the config's one-line reason."""
-    from algos.pipeline import stage_config
+    from algos.commands.train import stage_config
 
     stages = (args.stage,) if args.stage else ("teacher", "team")
     try:
@@ -71,8 +71,8 @@ def _out(args: argparse.Namespace) -> Path:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from algos.pipeline import run_pipeline
-    from algos.preflight import check_train_run
+    from algos.commands.preflight import check_train_run
+    from algos.commands.train import run_pipeline
 
     overrides = train_overrides(args)
     configs = stage_configs(args, overrides)
@@ -85,9 +85,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sft(argv: list[str]) -> int:
-    from algos.preflight import check_sft
-    from algos.sft_cli import _parser
-    from algos.sft_cli import main as sft_main
+    from algos.commands.preflight import check_sft
+    from algos.commands.sft import _parser
+    from algos.commands.sft import main as sft_main
 
     check_sft(_parser().parse_args(argv))
     return sft_main(argv)
@@ -109,11 +109,11 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "sft":
         return _sft(argv[1:])
     if argv and argv[0] == "plan":
-        from algos.plan import main as plan_main
+        from algos.commands.plan import main as plan_main
 
         return plan_main(argv[1:])
     if argv and argv[0] == "train-leader-sb3":
-        from algos.train_leader_sb3 import main as sb3_main
+        from algos.commands.train_leader_sb3 import main as sb3_main
 
         return sb3_main(argv[1:])
     if argv and argv[0] == "ablate":  # Table 2 lives on the benchmark floor, above the learner

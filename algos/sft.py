@@ -11,7 +11,7 @@ the function the learner scores with. Parameters the model declares frozen in it
 
 >>> losses = sft(model, load_episodes("scripted.jsonl"), epochs=2, lr=1e-3)  # doctest: +SKIP
 
-The command line (``python -m algos sft``) is :mod:`algos.sft_cli`.
+The command line (``python -m algos sft``) is :mod:`algos.commands.sft`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str 
     A saved Teacher must load whole: a tensor missing (transformers would initialise it at
     random), unexpected or mis-shaped, a non-finite weight or an unreadable file raises
     :class:`agents.models.ModelFileError` naming it (:func:`agents.models.check_loaded`)."""
-    from algos.checkpoint import load_model
+    from algos.engine.checkpoint import load_model
 
     model, _ = load_model(base_model if teacher == "base" else teacher, device, dtype)
     return freeze(model)

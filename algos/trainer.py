@@ -36,7 +36,9 @@ from agents.models import local_model_dir
 from agents.registry import make_rollout_policy
 from algos import advantages as A
 from algos.batch import Row, rows_from_episodes, score_rows
-from algos.checkpoint import (
+from algos.config import TrainConfig
+from algos.engine import distributed as D
+from algos.engine.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_model,
@@ -44,12 +46,10 @@ from algos.checkpoint import (
     save_checkpoint,
     usable_checkpoint,
 )
-from algos.config import TrainConfig
-from algos.engine import distributed as D
 from algos.engine.freeze import declared_frozen
+from algos.engine.precision import precision_for
 from algos.engine.update import NonFiniteLoss, Update, WeightOverflow
 from algos.mechanism import outcome_signal
-from algos.precision import precision_for
 from algos.report import truncate_metrics
 from algos.roles import RoleRule, assign_advantages, needs_critic, rule_of, rules_for
 from algos.samples import keep_sample

@@ -76,11 +76,11 @@ def _records(path: Path) -> list[dict]:
 
 def _run(args: argparse.Namespace) -> int:
     from agents.sampling import sampling_of_args
-    from algos.sft_cli import threads_line
+    from algos.commands.sft import threads_line
     from benchmarks.suite import QUICK, check_datasets, check_prompts, check_run, run_suite
 
     if args.threads < 1:
-        from algos.preflight import PreflightError
+        from algos.commands.preflight import PreflightError
 
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
     # a run that cannot work says so in one line before anything else is printed; so does a
@@ -109,7 +109,7 @@ def _env_kwargs(pairs: list[str]) -> dict[str, int]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not value.lstrip("-").isdigit():
-            from algos.preflight import PreflightError
+            from algos.commands.preflight import PreflightError
 
             raise PreflightError(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
         out[name] = int(value)
@@ -187,7 +187,7 @@ def curves_path(metrics: list[Path]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from algos.preflight import PreflightError
+    from algos.commands.preflight import PreflightError
 
     try:
         return _dispatch(argv)

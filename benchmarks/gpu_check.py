@@ -33,7 +33,7 @@ BACKENDS = ("hf", "vllm")
 
 ROOT = Path(__file__).resolve().parents[1]
 OWN = ("agents", "algos", "envs", "benchmarks", "integrations")
-ENTRIES = ("benchmarks.gpu_check", "algos.presets", "algos.trainer", "algos.recipes.tiny", "agents.hf",
+ENTRIES = ("benchmarks.gpu_check", "algos.commands.presets", "algos.trainer", "algos.recipes.tiny", "agents.hf",
            "envs.search_team", "envs.retrieval")
 """The modules the tiny preset's HF run loads (the env factory ``envs.make_env`` and the retriever
 are imported lazily, so they are named here): what they import is what the run needs."""
@@ -241,7 +241,7 @@ def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, Any]:
     steps 2..N (the first pays compilation and warm-up)."""
     import torch
 
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from algos.trainer import Trainer
 
     torch.cuda.reset_peak_memory_stats()
@@ -316,7 +316,7 @@ def headline(results: list[dict[str, Any]]) -> list[str]:
 
 def model_dir() -> str:
     """The tiny preset's base (built on first use, cached after)."""
-    from algos.presets import prepare_model
+    from algos.commands.presets import prepare_model
 
     return prepare_model("tiny", progress=False)
 

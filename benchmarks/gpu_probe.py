@@ -1,8 +1,8 @@
 """The memory plan against a measured peak (issue 42.6): one update of a randomly initialised
 model of a given shape (no download), bfloat16 autocast over float32 weights, activation
 checkpointing, the learner's log-prob path (``agents.logprobs.token_logprobs``) and its AdamW
-(fused on CUDA, ``algos.precision.adamw``; ``--optimizer foreach`` for PyTorch's default), and
-beside each measured peak the plan's prediction for the same shape (``algos.plan``):
+(fused on CUDA, ``algos.engine.precision.adamw``; ``--optimizer foreach`` for PyTorch's default), and
+beside each measured peak the plan's prediction for the same shape (``algos.commands.plan``):
 
     python -m benchmarks.gpu_probe --shape qwen3-4b --tokens 16384          # on a GPU
     python -m benchmarks.gpu_probe --shape tiny --tokens 256 --device cpu   # the wiring, on CPU
@@ -22,7 +22,7 @@ import sys
 import time
 
 SHAPES = {
-    # Qwen/Qwen3-4B-Instruct-2507's config.json (algos.plan.KNOWN_ARCHS)
+    # Qwen/Qwen3-4B-Instruct-2507's config.json (algos.commands.plan.KNOWN_ARCHS)
     "qwen3-4b": dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
                      head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True,
                      max_position_embeddings=40960),
@@ -44,8 +44,8 @@ def _peak_rss() -> int:
 def predicted(shape: dict, tokens: int, device: str, fused: bool) -> dict[str, float]:
     """The plan's bytes for this update (Stage I: no Teacher; nothing generates): GiB held at the
     backward's and the optimizer step's peaks."""
+    from algos.commands.plan import Arch, memory_plan
     from algos.config import TrainConfig
-    from algos.plan import Arch, memory_plan
 
     arch = Arch.from_config({"model_type": "qwen3", **shape})
     cfg = TrainConfig(model="probe", stage="teacher", device=device, dtype="bfloat16", max_tokens_per_batch=tokens,
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from agents.logprobs import token_logprobs
-    from algos.precision import fused_adamw, precision_for
+    from algos.engine.precision import fused_adamw, precision_for
 
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():

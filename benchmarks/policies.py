@@ -16,7 +16,7 @@ def _checkpoint_policy(arg: str, *, seed: int = 0, vocab_size: int | None = None
     """``ckpt:<dir>``: a learner run (its latest checkpoint) or one checkpoint, as HFPolicy
     (unset sampling settings from the checkpoint's generation config, greedy without one)."""
     from agents.hf import hf_policy
-    from algos.checkpoint import resolve_model_path
+    from algos.engine.checkpoint import resolve_model_path
 
     return hf_policy(resolve_model_path(arg), sampling=sampling, seed=seed, **hf_kwargs)
 
@@ -26,7 +26,7 @@ TRAIN_HINT = "`python -m algos train --preset micro` writes runs/micro/teacher a
 
 def _check_checkpoint(arg: str) -> None:
     """``ckpt:<dir>`` must hold a checkpoint (a learner run's latest, or one saved model)."""
-    from algos.checkpoint import resolve_model_path
+    from algos.engine.checkpoint import resolve_model_path
 
     if not arg:
         raise ValueError(f"ckpt: needs a learner run directory, e.g. ckpt:runs/micro/team ({TRAIN_HINT})")

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def resolve_model(name: str) -> str:
     """The directory of ``tiny`` (built if needed), of an already built ``micro`` base (the
     newest; never built here: that takes minutes), or ``name`` itself (a directory)."""
-    from algos.presets import prepare_model
+    from algos.commands.presets import prepare_model
 
     if name in ("tiny", "micro"):
         try:
@@ -67,7 +67,7 @@ def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: 
 
     from agents.models import load_causal_lm
     from agents.ray_rollout import RayRolloutPool, require_ray
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from envs.retrieval.lexical import WordOverlapRetriever
 
     env_shape = preset_config("tiny", stage="teacher").env_shape()
@@ -109,7 +109,7 @@ def _ddp_worker(model_dir: str, out: str, steps: int) -> int:
     torch.set_num_threads(1)
     from agents.hf import HFPolicy
     from agents.ray_rollout import collect_groups
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from algos.trainer import Trainer
 
     cfg = preset_config("tiny", stage="teacher", teacher=None, model=model_dir, out_dir=str(Path(out) / "run"),

@@ -20,7 +20,7 @@ from agents.collect import collect
 from agents.registry import POLICY_KINDS, check_policy, make_policy
 from agents.sampling import Sampling, team_settings
 from agents.viewer.records import tokenizer_record
-from algos.preflight import PreflightError, check_retriever
+from algos.commands.preflight import PreflightError, check_retriever
 from benchmarks.metrics import summarize
 from envs import protocol as P
 from envs.data import DATASETS, load_qa
@@ -65,7 +65,7 @@ def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None
     exists: a policy spec that names nothing here (``agents.registry.check_policy``: a
     ``ckpt:`` run without a checkpoint, an offline ``hf:`` hub id, ...), a data folder,
     corpus or retrieval server that is not there (a URL must answer one query within a few
-    seconds). Raises :class:`algos.preflight.PreflightError` with one line."""
+    seconds). Raises :class:`algos.commands.preflight.PreflightError` with one line."""
     try:
         check_policy(policy)
     except ValueError as err:  # a kind's check names its spec first; name the option before it
@@ -89,7 +89,7 @@ def check_datasets(data: str, datasets: Sequence[str], split: str) -> None:
     """Read every row of every dataset file a run will play, before the first episode: an
     unknown dataset name or a malformed row anywhere (``golden_answers`` not a list of
     strings, no ``question``, bad JSON, a line nested too deep, bytes that are not UTF-8)
-    raises :class:`algos.preflight.PreflightError`, one line naming the file and line
+    raises :class:`algos.commands.preflight.PreflightError`, one line naming the file and line
     (``envs.data.load_qa``'s message). A missing dataset or split passes: the run skips it."""
     import warnings
 

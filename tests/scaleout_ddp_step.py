@@ -23,8 +23,8 @@ torch.set_num_threads(1)
 def main() -> int:
     from agents.hf import HFPolicy
     from agents.ray_rollout import collect_groups
+    from algos.commands.presets import preset_config
     from algos.engine.distributed import from_env
-    from algos.presets import preset_config
     from algos.trainer import Trainer
     from envs.retrieval.lexical import WordOverlapRetriever
 

@@ -80,7 +80,7 @@ def test_with_no_complete_checkpoint_resume_is_refused_in_one_line_naming_the_fi
 
 
 def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs, torch_one_thread):
-    from algos.checkpoint import load_model
+    from algos.engine.checkpoint import load_model
 
     path = _trainer(tmp_path, tiny_dirs, steps=1).save()
     _rewrite(path / "model.safetensors", lambda t: t.pop(MLP))
@@ -92,7 +92,7 @@ def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs,
 
 
 def test_a_checkpoint_holding_a_nan_is_refused_at_load(tmp_path, tiny_dirs, torch_one_thread):
-    from algos.checkpoint import load_model
+    from algos.engine.checkpoint import load_model
 
     path = _trainer(tmp_path, tiny_dirs, steps=1).save()
 
@@ -119,7 +119,7 @@ def test_a_teacher_missing_a_tensor_is_refused(tmp_path, tiny_dirs, torch_one_th
 
 
 def test_tied_weights_saved_once_count_as_present(tmp_path, torch_one_thread):
-    from algos.checkpoint import load_model, verify_weights
+    from algos.engine.checkpoint import load_model, verify_weights
 
     model = tiny_causal_lm(64, hidden_size=16, num_layers=1, num_heads=2, tie_word_embeddings=True)
     model.save_pretrained(tmp_path)
@@ -136,7 +136,7 @@ def test_tied_weights_saved_once_count_as_present(tmp_path, torch_one_thread):
 
 HOLDER = """
 import sys
-from algos.runlock import run_lock
+from algos.commands.runlock import run_lock
 with run_lock(sys.argv[1], command="the first run"):
     print("held", flush=True)
     sys.stdin.read()
@@ -144,8 +144,8 @@ with run_lock(sys.argv[1], command="the first run"):
 
 
 def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_path, capsys, monkeypatch):
-    from algos import pipeline
     from algos.__main__ import main
+    from algos.commands import train as pipeline
 
     ran = []  # the run itself (base build, training) is not this test's business
     monkeypatch.setattr(pipeline, "_run_pipeline", lambda *args: ran.append(args) or {})
@@ -165,7 +165,7 @@ def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_
 
 
 def test_the_lock_is_refused_inside_one_process_and_released_after(tmp_path):
-    from algos.runlock import RunLockedError, run_lock
+    from algos.commands.runlock import RunLockedError, run_lock
 
     with run_lock(tmp_path, command="first") as record:
         assert record["pid"] == os.getpid()
@@ -181,7 +181,7 @@ def test_the_lock_is_refused_inside_one_process_and_released_after(tmp_path):
 
 
 def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_note(tmp_path):
-    from algos.runlock import run_lock
+    from algos.commands.runlock import run_lock
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid is free now (reaped)
@@ -196,8 +196,8 @@ def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_note(tmp_path):
 
 
 def test_the_pipeline_holds_the_lock_of_its_out(tmp_path, tiny_dirs, monkeypatch):
-    from algos import pipeline
-    from algos.runlock import RunLockedError
+    from algos.commands import train as pipeline
+    from algos.commands.runlock import RunLockedError
 
     seen = []
 

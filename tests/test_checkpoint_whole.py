@@ -26,7 +26,7 @@ def two_checkpoints(tmp_path, tiny_dirs, torch_one_thread):
 
 
 def _usable(run):
-    from algos.checkpoint import usable_checkpoint
+    from algos.engine.checkpoint import usable_checkpoint
 
     notes = []
     return usable_checkpoint(run, log=notes.append), notes
@@ -62,7 +62,7 @@ def test_a_config_naming_another_shape_falls_back(two_checkpoints, change, file,
 def test_fewer_layers_in_the_config_than_in_the_weights_falls_back(tmp_path, tokenizer, torch_one_thread):
     """A two-layer model's checkpoint whose config says one layer: the second layer's tensors
     are not in the model the config builds."""
-    from algos.checkpoint import save_checkpoint, verify_checkpoint
+    from algos.engine.checkpoint import save_checkpoint, verify_checkpoint
 
     model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=2, num_heads=2)
     path = save_checkpoint(tmp_path, 1, model, tokenizer, torch.optim.SGD(model.parameters(), lr=0.1), {}, {})
@@ -125,7 +125,7 @@ def _reshard(path):
 
 
 def test_every_shard_is_verified_the_second_one_too(two_checkpoints, torch_one_thread):
-    from algos.checkpoint import verify_checkpoint
+    from algos.engine.checkpoint import verify_checkpoint
 
     older, newest = two_checkpoints
     shards = _reshard(newest)
@@ -152,7 +152,7 @@ def test_a_shard_index_placing_a_tensor_in_the_wrong_shard_falls_back(two_checkp
 
 
 def _save(out, steps, tokenizer, keep):
-    from algos.checkpoint import save_checkpoint
+    from algos.engine.checkpoint import save_checkpoint
 
     model = tiny_causal_lm(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -162,7 +162,7 @@ def _save(out, steps, tokenizer, keep):
 @pytest.mark.parametrize("keep, kept", [(1, ["step_000004"]), (2, ["step_000003", "step_000004"]),
                                         (3, ["step_000002", "step_000003", "step_000004"])])
 def test_exactly_the_newest_keep_checkpoints_are_kept(tmp_path, tokenizer, torch_one_thread, keep, kept):
-    from algos.checkpoint import latest_checkpoint
+    from algos.engine.checkpoint import latest_checkpoint
 
     saved = _save(tmp_path, [1, 2, 3, 4], tokenizer, keep)
     root = tmp_path / "checkpoints"
@@ -172,7 +172,7 @@ def test_exactly_the_newest_keep_checkpoints_are_kept(tmp_path, tokenizer, torch
 
 def test_retention_counts_steps_not_names(tmp_path, tokenizer, torch_one_thread):
     """step_1000000 is newer than step_999999 (its name sorts before it)."""
-    from algos.checkpoint import latest_checkpoint
+    from algos.engine.checkpoint import latest_checkpoint
 
     _save(tmp_path, [999_998, 999_999, 1_000_000], tokenizer, keep=2)
     root = tmp_path / "checkpoints"
@@ -182,7 +182,7 @@ def test_retention_counts_steps_not_names(tmp_path, tokenizer, torch_one_thread)
 
 
 def test_latest_without_a_pointer_is_the_newest_complete_checkpoint(tmp_path, tokenizer, torch_one_thread):
-    from algos.checkpoint import latest_checkpoint, resolve_model_path
+    from algos.engine.checkpoint import latest_checkpoint, resolve_model_path
 
     saved = _save(tmp_path, [2, 4, 6], tokenizer, keep=3)
     root = tmp_path / "checkpoints"

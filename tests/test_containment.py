@@ -61,7 +61,7 @@ def _fake_checkpoint(path):
 
 @pytest.mark.parametrize("pointer", ["../../victim/checkpoints/step_000009", "ABSOLUTE"])
 def test_a_latest_pointer_out_of_the_run_is_refused_naming_it(tmp_path, pointer):
-    from algos.checkpoint import latest_checkpoint, resolve_model_path
+    from algos.engine.checkpoint import latest_checkpoint, resolve_model_path
 
     victim = _fake_checkpoint(tmp_path / "victim" / "checkpoints" / "step_000009")
     (victim / "config.json").write_text("{}")
@@ -76,7 +76,7 @@ def test_a_latest_pointer_out_of_the_run_is_refused_naming_it(tmp_path, pointer)
 
 
 def test_a_latest_pointer_that_is_a_link_out_is_refused(tmp_path):
-    from algos.checkpoint import latest_checkpoint
+    from algos.engine.checkpoint import latest_checkpoint
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("step_000001")
@@ -88,7 +88,7 @@ def test_a_latest_pointer_that_is_a_link_out_is_refused(tmp_path):
 
 
 def test_a_step_folder_that_links_out_is_never_chosen(tmp_path):
-    from algos.checkpoint import latest_checkpoint, usable_checkpoint
+    from algos.engine.checkpoint import latest_checkpoint, usable_checkpoint
 
     victim = _fake_checkpoint(tmp_path / "victim")
     run = tmp_path / "run"
@@ -100,7 +100,7 @@ def test_a_step_folder_that_links_out_is_never_chosen(tmp_path):
 
 
 def test_a_shard_index_naming_a_file_outside_is_refused(tmp_path):
-    from algos.checkpoint import verify_weights
+    from algos.engine.checkpoint import verify_weights
 
     (tmp_path / "secret.safetensors").write_bytes(b"x")
     model = tmp_path / "model"
@@ -115,7 +115,7 @@ def test_a_shard_index_naming_a_file_outside_is_refused(tmp_path):
 
 
 def test_a_planted_lock_symlink_is_refused_and_its_target_left_alone(tmp_path):
-    from algos.runlock import RunLockedError, run_lock
+    from algos.commands.runlock import RunLockedError, run_lock
 
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
@@ -136,7 +136,7 @@ def test_a_planted_lock_symlink_is_refused_and_its_target_left_alone(tmp_path):
 
 
 def test_a_lock_hard_linked_to_another_file_is_refused(tmp_path):
-    from algos.runlock import RunLockedError, run_lock
+    from algos.commands.runlock import RunLockedError, run_lock
 
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
@@ -151,7 +151,7 @@ def test_a_lock_hard_linked_to_another_file_is_refused(tmp_path):
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_lock_path_that_is_not_a_plain_file_is_refused_in_one_line(tmp_path, kind):
-    from algos.runlock import RunLockedError, run_lock
+    from algos.commands.runlock import RunLockedError, run_lock
 
     if kind == "folder":
         (tmp_path / "run.lock").mkdir()
@@ -164,8 +164,8 @@ def test_a_lock_path_that_is_not_a_plain_file_is_refused_in_one_line(tmp_path, k
 
 
 def test_the_train_command_refuses_a_folder_lock_in_one_line(tmp_path, capsys, monkeypatch):
-    from algos import pipeline
     from algos.__main__ import main
+    from algos.commands import train as pipeline
 
     ran = []
     monkeypatch.setattr(pipeline, "_run_pipeline", lambda *args: ran.append(args) or {})
@@ -179,7 +179,7 @@ def test_the_train_command_refuses_a_folder_lock_in_one_line(tmp_path, capsys, m
 
 def test_the_lock_record_is_rewritten_whole(tmp_path):
     """Item 7: a stale record longer than the new one leaves no byte behind it."""
-    from algos.runlock import run_lock
+    from algos.commands.runlock import run_lock
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -298,7 +298,7 @@ def _parsers(main, argv: list[str], monkeypatch) -> list[argparse.ArgumentParser
 
 
 @pytest.mark.parametrize("module", ["envs.__main__", "envs.retrieval.__main__", "agents.__main__", "algos.__main__",
-                                    "algos.sft_cli", "algos.train_leader_sb3", "benchmarks.__main__",
+                                    "algos.commands.sft", "algos.commands.train_leader_sb3", "benchmarks.__main__",
                                     "benchmarks.retrieval_load", "benchmarks.scaleout_perf", "benchmarks.gpu_check"])
 def test_every_option_has_help_text(module, monkeypatch):
     from importlib import import_module
@@ -457,7 +457,7 @@ def test_checkpoints_and_model_loads_print_no_transformers_progress_bars(tmp_pat
     from transformers.utils import logging as hf_logging
 
     from agents.models import load_causal_lm, tiny_causal_lm
-    from algos.checkpoint import save_checkpoint
+    from algos.engine.checkpoint import save_checkpoint
     from envs.search_team import default_tokenizer
 
     tok = default_tokenizer()

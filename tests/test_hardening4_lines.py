@@ -172,7 +172,7 @@ def test_the_openai_policy_checks_its_settings_too():
 def test_the_compute_context_sets_autocasts_cache_as_asked():
     import torch
 
-    from algos.precision import precision_for
+    from algos.engine.precision import precision_for
 
     mixed = precision_for("cpu", "bfloat16")
     outside = torch.is_autocast_cache_enabled()

@@ -2,7 +2,7 @@
 benchmarks/: no import circles (imports inside functions count too; those under
 ``if TYPE_CHECKING:`` never run and do not), dependencies flow one way (benchmarks -> algos
 -> agents -> envs), and inside algos/ the floors by folder: the engine below the method, the
-recipes above the learner."""
+recipes above it, imported only by the commands."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ ENGINE = "algos.engine"
 """How one update runs: of algos it imports only itself and :data:`ENGINE_MAY_IMPORT`."""
 ENGINE_MAY_IMPORT = ("algos.losses", "algos.batch")
 """The method's numerics, the one floor below which the engine sits."""
-COMMANDS = ("algos.commands", "algos.presets")
-"""What the command line runs (``algos/commands/``; ``algos.presets``, the preset registry,
-until it moves there): the only modules outside ``algos/recipes/`` that import a recipe."""
+RECIPES = "algos.recipes"
+COMMANDS = "algos.commands"
+"""What the command line runs: the only floor outside :data:`RECIPES` that imports a recipe."""
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -213,20 +213,34 @@ def learner(graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+def recipe_importers(graph: dict[str, set[str]]) -> list[str]:
+    """The arrows into a recipe from outside the recipes and the commands."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                  if _in(dep, RECIPES) and not _in(name, RECIPES) and not _in(name, COMMANDS))
+
+
+def engine_escapes(graph: dict[str, set[str]]) -> list[str]:
+    """The arrows from the engine to algos modules other than its own and the numerics."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() if _in(name, ENGINE) for dep in deps
+                  if dep.startswith("algos.") and not _in(dep, ENGINE) and dep not in ENGINE_MAY_IMPORT)
+
+
+def test_the_floor_rules_see_a_planted_violation():
+    planted = {"algos.trainer": {"algos.recipes.micro"}, "algos.commands.train": {"algos.recipes.micro"},
+               "algos.recipes.micro": {"algos.recipes"}, "algos.engine.update": {"algos.losses", "algos.roles"}}
+    assert recipe_importers(planted) == ["algos.trainer -> algos.recipes.micro"]
+    assert engine_escapes(planted) == ["algos.engine.update -> algos.roles"]
+
+
 def test_only_the_commands_import_a_recipe(graph):
-    outside = sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
-                     if _in(dep, "algos.recipes") and not _in(name, "algos.recipes")
-                     and not any(_in(name, c) for c in COMMANDS))
-    assert outside == []
-    assert "algos.presets" in graph  # (the registry that reaches into the recipes; moves to commands/)
+    assert any(_in(dep, RECIPES) for name, deps in graph.items() if _in(name, COMMANDS) for dep in deps)
+    assert recipe_importers(graph) == []
 
 
 def test_the_engine_imports_only_the_numerics_and_names_no_recipe(graph):
     engine = sorted(name for name in graph if _in(name, ENGINE))
     assert len(engine) >= 3, engine
-    upward = sorted(f"{name} -> {dep}" for name in engine for dep in graph[name]
-                    if dep.startswith("algos.") and not _in(dep, ENGINE) and dep not in ENGINE_MAY_IMPORT)
-    assert upward == []
+    assert engine_escapes(graph) == []
     modules = project_modules()
     for name in engine:
         assert "micro" not in _code_of(modules[name]).lower(), name
@@ -237,7 +251,7 @@ def test_the_learner_imports_no_recipe_and_names_none(graph):
     found = learner(graph)
     assert {"algos.trainer", "algos.engine.update", "algos.losses", "algos.roles"} <= found
     for name in sorted(found):
-        recipe = sorted(d for d in graph[name] if _in(d, "algos.recipes"))
+        recipe = sorted(d for d in graph[name] if _in(d, RECIPES))
         assert recipe == [], f"{name} imports {recipe}"
         assert "micro" not in _code_of(modules[name]).lower(), name
 
@@ -251,3 +265,17 @@ def test_importing_the_learner_loads_no_recipe():
             "print(sorted(m for m in sys.modules if m.startswith('algos.recipes')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_old_module_name_imports_the_moved_module_itself():
+    """``algos.MOVED``: a name users import (``algos.pipeline``, ``algos.checkpoint``, ...) is
+    the module under its new name, the same object, with no file left of the old name."""
+    import importlib
+
+    from algos import MOVED
+
+    modules = project_modules()
+    for old, new in MOVED.items():
+        assert old not in modules and new in modules, old
+        module = importlib.import_module(old)
+        assert module is importlib.import_module(new) and module.__spec__.name == new, old

@@ -55,7 +55,7 @@ def synth_retriever():
 
 @pytest.fixture(scope="module")
 def splits():
-    from algos.train_leader_sb3 import synthetic_questions
+    from algos.commands.train_leader_sb3 import synthetic_questions
 
     return synthetic_questions("train", 4), synthetic_questions("dev", 3)  # 28 train, 21 held out
 
@@ -207,7 +207,7 @@ def test_a_callable_decomposer_gives_the_subtasks(tokenizer):
 def trained(tmp_path_factory, tokenizer, synth_retriever, splits):
     """A seeded, small PPO run over scripted Searchers and Answerers (one candidate: the
     scripted Answerers all write the same one)."""
-    from algos.train_leader_sb3 import train_leader_sb3
+    from algos.commands.train_leader_sb3 import train_leader_sb3
 
     train, held_out = splits
     out = tmp_path_factory.mktemp("sb3_leader")
@@ -219,7 +219,7 @@ def trained(tmp_path_factory, tokenizer, synth_retriever, splits):
 
 def test_ppo_leader_beats_a_random_leader_on_held_out_questions(trained, tokenizer, synth_retriever, splits):
     from agents.sb3_leader import SB3LeaderPolicy
-    from algos.train_leader_sb3 import make_leader_env
+    from algos.commands.train_leader_sb3 import make_leader_env
 
     out, meta = trained
     _, held_out = splits
@@ -251,7 +251,7 @@ def test_ppo_leader_beats_a_random_leader_on_held_out_questions(trained, tokeniz
 def test_sb3_leader_plays_benchmark_episodes_as_in_its_env(trained, tokenizer, synth_retriever, splits):
     """``sb3:<path>`` through benchmarks' build_policy gives the episodes the macro env gives."""
     from agents.sb3_leader import SB3LeaderPolicy
-    from algos.train_leader_sb3 import make_leader_env
+    from algos.commands.train_leader_sb3 import make_leader_env
     from benchmarks.suite import build_policy
 
     out, _ = trained
@@ -297,7 +297,7 @@ def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, c
 
 def test_cli_refuses_an_out_folder_another_live_run_holds(tmp_path, capsys):
     from algos.__main__ import main
-    from algos.runlock import run_lock
+    from algos.commands.runlock import run_lock
 
     with run_lock(tmp_path, command="the first Leader run"):
         rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path)])
@@ -429,7 +429,7 @@ def test_an_sb3_zip_leader_is_refused_and_never_unpickled(tmp_path, tiny_ppo):
 
 def test_resave_rewrites_an_sb3_zip_leader_from_its_weights_only(tmp_path, tiny_ppo):
     from agents.sb3_leader import SB3LeaderPolicy
-    from algos.train_leader_sb3 import main
+    from algos.commands.train_leader_sb3 import main
 
     model = tiny_ppo
     marker = tmp_path / "marker"
@@ -444,7 +444,7 @@ def test_resave_rewrites_an_sb3_zip_leader_from_its_weights_only(tmp_path, tiny_
 @pytest.mark.parametrize("spec", ["python:os:system", "python:agents.scripted:ScriptedPolicy", "hf:./elsewhere"])
 def test_a_leader_naming_a_decomposer_outside_the_table_is_refused(tmp_path, saved_ppo, spec):
     from agents.sb3_leader import SB3LeaderPolicy
-    from algos.train_leader_sb3 import train_leader_sb3
+    from algos.commands.train_leader_sb3 import train_leader_sb3
 
     folder = copy_of(saved_ppo[1], tmp_path)
     meta = json.loads((folder / "leader.json").read_text())

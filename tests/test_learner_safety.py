@@ -16,7 +16,7 @@ from agents.hf import HFPolicy
 from agents.models import tiny_causal_lm
 from algos.advantages import AdvantageContext
 from algos.batch import rows_from_episodes, score_rows
-from algos.checkpoint import latest_checkpoint, load_checkpoint
+from algos.engine.checkpoint import latest_checkpoint, load_checkpoint
 from algos.report import truncate_metrics
 from algos.roles import assign_advantages
 from algos.trainer import NonFiniteLoss

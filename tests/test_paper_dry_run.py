@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_paper_preset_has_the_paper_structure():
     """What the dry run keeps of ``paper``: checkpointing, lr, group size, generation batch, the
     team shape (TrainConfig's defaults), and a Qwen3 decoder with grouped-query attention."""
+    from algos.commands.presets import PRESETS, preset_config
     from algos.config import TrainConfig
-    from algos.presets import PRESETS, preset_config
     from algos.recipes.paper_cpu.build import fresh_paper_cpu_model
 
     paper, dry = PRESETS["paper"], preset_config("paper_cpu", stage="teacher", teacher=None)

@@ -9,8 +9,7 @@ import types
 import pytest
 import torch
 
-from algos.config import TrainConfig
-from algos.plan import (
+from algos.commands.plan import (
     GIB,
     GRAD_BUCKET_BYTES,
     HEADROOM_GIB,
@@ -21,8 +20,9 @@ from algos.plan import (
     main,
     memory_plan,
 )
-from algos.preflight import PreflightError, check_disk, check_memory
-from algos.presets import preset_config
+from algos.commands.preflight import PreflightError, check_disk, check_memory
+from algos.commands.presets import preset_config
+from algos.config import TrainConfig
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16, "vocab_size": 32,
@@ -196,10 +196,10 @@ def test_the_parameter_count_is_the_models_own():
     assert qwen.kv_bytes_per_token(2) == 147_456  # 2 * 36 * 8 * 128 * 2
     assert qwen.hf_kv_bytes_per_token(2) == 221_184  # 36 * 8 * 128 * (4 + 2): 1.5 x
     import agents.logprobs
-    import algos.distributed
+    import algos.engine.distributed
 
     assert LOGIT_CHUNK_ELEMENTS == agents.logprobs.LOGIT_CHUNK_ELEMENTS
-    assert GRAD_BUCKET_BYTES == algos.distributed.GRAD_BUCKET_BYTES
+    assert GRAD_BUCKET_BYTES == algos.engine.distributed.GRAD_BUCKET_BYTES
 
 
 def _gib(plan, phase):
@@ -296,7 +296,7 @@ def test_bad_plan_numbers_are_refused_in_one_line(argv, named, capsys):
 
 
 def test_a_negative_line_never_fits(tiny_dir):
-    from algos.plan import Line, Plan
+    from algos.commands.plan import Line, Plan
 
     with pytest.raises(ValueError, match="negative"):
         Plan(title="t", lines=[Line("resident", "x", -1)], gpu_memory_gib=1)

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from agents import logprobs
-from algos.plan import Arch
+from algos.commands.plan import Arch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = dict(hidden_size=192, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, head_dim=40,
@@ -155,8 +155,8 @@ def test_a_chunks_backward_is_the_plans_backward_phase():
     """With checkpointing (the paper preset's setting), bfloat16 autocast over float32 weights and
     the chunked output layer: the peak over the resident model, moments and the previous
     gradients being freed is the plan's gradients + activations + the output layer's gradient."""
+    from algos.commands.plan import memory_plan
     from algos.config import TrainConfig
-    from algos.plan import memory_plan
 
     tokens = 1024
     got = _probe("default", tokens=tokens)

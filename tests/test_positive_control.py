@@ -11,9 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from benchmarks.ablate import run_ablation
 
 from algos.recipes.micro import control
-from benchmarks.ablate import run_ablation
 from benchmarks.table2 import write_table2
 
 QUESTIONS = [("nq", "n1"), ("nq", "n2"), ("hotpotqa", "h1"), ("hotpotqa", "h2")]
@@ -57,7 +57,7 @@ def planted(tmp_path, monkeypatch):
     for path in bases.values():
         path.mkdir()
         (path / "config.json").write_text("{}")
-    monkeypatch.setattr("algos.presets.prepare_model", lambda model, seed=0, **_: str(bases[seed]))
+    monkeypatch.setattr("algos.commands.presets.prepare_model", lambda model, seed=0, **_: str(bases[seed]))
 
     def build_teacher(base, *, seed, progress=True, **overrides):
         teacher = tmp_path / f"teacher{seed}"

@@ -11,7 +11,7 @@ import algos.engine.update as update_module
 from agents.logprobs import token_logprobs
 from agents.models import tiny_causal_lm
 from algos.config import TrainConfig
-from algos.precision import precision_for
+from algos.engine.precision import precision_for
 from algos.trainer import Trainer
 
 ONE_STEP = dict(steps=1, questions_per_step=1, group_size=2, learning_rate=1e-6, max_turn_tokens=8,

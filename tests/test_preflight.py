@@ -11,22 +11,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from algos.__main__ import main, parse_overrides
+from algos.commands.preflight import PreflightError, check_retriever
 from algos.config import BOOLEANS
-from algos.preflight import PreflightError, check_retriever
 
 
 @pytest.fixture
 def nothing_builds(monkeypatch):
     """Starting the training pipeline or the SFT (the only ways to a model load or a micro
     base build) fails the test."""
-    import algos.pipeline
-    import algos.sft_cli
+    import algos.commands.sft
+    import algos.commands.train
 
     def fail(*args, **kwargs):
         pytest.fail("the run started although its settings are bad")
 
-    monkeypatch.setattr(algos.pipeline, "run_pipeline", fail)
-    monkeypatch.setattr(algos.sft_cli, "main", fail)
+    monkeypatch.setattr(algos.commands.train, "run_pipeline", fail)
+    monkeypatch.setattr(algos.commands.sft, "main", fail)
 
 
 def closed_port() -> int:
@@ -131,10 +131,10 @@ def test_retriever_probe_passes_a_live_server_and_times_out_on_a_silent_one(sile
 
 
 def test_good_settings_reach_the_pipeline_with_every_stage(tmp_path, monkeypatch):
-    import algos.pipeline
+    import algos.commands.train
 
     calls = []
-    monkeypatch.setattr(algos.pipeline, "run_pipeline", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.setattr(algos.commands.train, "run_pipeline", lambda *a, **kw: calls.append((a, kw)))
     checkpoint = tmp_path / "run" / "teacher" / "checkpoints" / "step_000002"
     checkpoint.mkdir(parents=True)
     (checkpoint / "trainer_state.pt").write_bytes(b"")
@@ -210,12 +210,12 @@ def test_a_missing_extra_is_refused_with_its_install_before_anything_builds(sett
 def test_an_installed_extra_lets_the_run_start(setting, present, tmp_path, monkeypatch):
     import importlib.util
 
-    import algos.pipeline
+    import algos.commands.train
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",  # reported present, whether or not it is here
                         lambda name, *args, **kwargs: object() if name == present else real(name, *args, **kwargs))
     calls = []
-    monkeypatch.setattr(algos.pipeline, "run_pipeline", lambda *a, **kw: calls.append(a))
+    monkeypatch.setattr(algos.commands.train, "run_pipeline", lambda *a, **kw: calls.append(a))
     assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--set", setting]) == 0
     assert len(calls) == 1

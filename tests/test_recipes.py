@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from algos.presets import PRESETS, RECIPES, prepare_model, preset_config
+from algos.commands.presets import PRESETS, RECIPES, prepare_model, preset_config
 from algos.recipes.micro import settings
 
 
@@ -52,7 +52,7 @@ def test_reading_the_registry_imports_no_recipe_code():
     import subprocess
     import sys
 
-    code = ("import sys, algos.presets; "
+    code = ("import sys, algos.commands.presets; "
             "print(sorted(m for m in sys.modules if m.startswith('algos.recipes')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                          capture_output=True, text=True, check=True)
@@ -70,7 +70,7 @@ def test_only_a_recipes_model_name_is_prepared(hooks):
 
 def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_a_path(
         hooks, monkeypatch, tmp_path):
-    import algos.pipeline
+    import algos.commands.train
 
     calls, base = hooks
     seen = []
@@ -79,20 +79,20 @@ def test_the_pipeline_prepares_the_model_after_validation_and_hands_the_trainer_
         seen.append(cfg)
         raise Stop
 
-    monkeypatch.setattr(algos.pipeline, "Trainer", trainer)
+    monkeypatch.setattr(algos.commands.train, "Trainer", trainer)
     with pytest.raises(ValueError, match="steps"):  # refused before anything is built
-        algos.pipeline.run_pipeline("micro", tmp_path / "bad", ("teacher",), {"steps": 0},
+        algos.commands.train.run_pipeline("micro", tmp_path / "bad", ("teacher",), {"steps": 0},
                                     progress=False)
     assert calls == []
     with pytest.raises(Stop):
-        algos.pipeline.run_pipeline("micro", tmp_path / "run", ("teacher",), progress=False)
+        algos.commands.train.run_pipeline("micro", tmp_path / "run", ("teacher",), progress=False)
     assert calls == [((), {"seed": 0, "progress": False, "build": True})]
     assert seen[0].model == str(base) and seen[0].stage == "teacher"
     assert seen[0].max_waves == settings.ENV["max_waves"]
 
 
 def test_sft_preset_goes_to_the_recipes_build_with_the_options(hooks, tmp_path, capsys):
-    from algos.sft_cli import main
+    from algos.commands.sft import main
 
     calls, base = hooks
     out = tmp_path / "out"
@@ -188,8 +188,8 @@ def test_the_micro_tokenizers_copied_env_phrases_are_what_the_protocol_writes():
 def test_a_runs_env_shape_is_its_fields_named_as_team_settings():
     """TrainConfig.env_shape passes every field named as a TeamConfig field (no list of its
     own to keep in step), then env_kwargs; each recipe's ENV sets only team settings."""
+    from algos.commands.presets import RECIPES
     from algos.config import TrainConfig
-    from algos.presets import RECIPES
     from envs.team import TeamConfig
 
     assert TrainConfig(stage="teacher").env_shape() == {"max_turn_tokens": 256, "max_context_tokens": 4096, "max_waves": 3,

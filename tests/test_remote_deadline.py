@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from algos.preflight import PreflightError, check_retriever
+from algos.commands.preflight import PreflightError, check_retriever
 from envs.retrieval import RemoteRetriever, RetrievalError
 
 TRICKLE_FOR_S = 12.0  # the old per-read timeout waited this long, then failed on the hang-up

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import algos.pipeline
+import algos.commands.train
 import algos.recipes.micro.build as build
 from algos.reproducible import (
     DEFAULT_THREADS,
@@ -190,10 +190,10 @@ def test_the_pipeline_runs_on_its_thread_count_and_its_lines_name_the_base(monke
         def close(self):
             pass
 
-    monkeypatch.setattr(algos.pipeline, "Trainer", FakeTrainer)
+    monkeypatch.setattr(algos.commands.train, "Trainer", FakeTrainer)
     lines = []
     before = torch.get_num_threads()
-    summary = algos.pipeline.run_pipeline(
+    summary = algos.commands.train.run_pipeline(
         "micro", tmp_path / "run", ("teacher",), {"model": str(base)}, progress=False,
         log=lines.append, threads=2)
     assert seen == [2] and torch.get_num_threads() == before
@@ -206,7 +206,7 @@ def test_the_pipeline_runs_on_its_thread_count_and_its_lines_name_the_base(monke
     assert lines[1].startswith("[teacher] after 1 steps: validation avg@1 = 0.500 (base 0.000")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["threads"] == 2
 
-    algos.pipeline.run_pipeline("micro", tmp_path / "run1", ("teacher",), {"model": str(base)},
+    algos.commands.train.run_pipeline("micro", tmp_path / "run1", ("teacher",), {"model": str(base)},
                                 progress=False, log=lines.append)  # the default: one thread
     assert seen[-1] == 1
     assert [line for line in lines if "base model" in line][-1].endswith(f"(base weights {weight_hash(base)} built from seed 0 on 2 threads; "
@@ -217,7 +217,7 @@ def test_the_command_line_passes_threads_and_refuses_nonsense(monkeypatch, tmp_p
     from algos.__main__ import main
 
     calls = []
-    monkeypatch.setattr(algos.pipeline, "run_pipeline", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(algos.commands.train, "run_pipeline", lambda *a, **kw: calls.append(kw))
     assert main(["train", "--out", str(tmp_path / "a"), "--threads", "2"]) == 0
     assert main(["train", "--out", str(tmp_path / "b")]) == 0
     assert [kw["threads"] for kw in calls] == [2, None]  # None: the pipeline's default, 1

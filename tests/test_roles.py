@@ -169,11 +169,11 @@ def test_a_signal_that_reads_what_it_does_not_declare_is_refused_before_any_mode
     """A term that reads Teacher log-probs (or the Prompted Critic) without its rule's
     ``needs_teacher`` (``needs_critic``) is refused when added, and when a config names it:
     the probe runs the term, no model."""
-    import algos.checkpoint
+    import algos.engine.checkpoint
     from algos.__main__ import main as algos_main
     from algos.config import TrainConfig
 
-    monkeypatch.setattr(algos.checkpoint, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    monkeypatch.setattr(algos.engine.checkpoint, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
     monkeypatch.setattr(roles, "RULES", roles.RULES)
 
     def peeks_at_the_teacher(rows, ctx):

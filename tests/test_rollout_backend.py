@@ -136,7 +136,7 @@ def test_close_frees_the_engine_and_the_models_so_another_trainer_can_build(tmp_
 
 def test_the_pipeline_closes_each_stages_trainer_before_building_the_next(tmp_path, monkeypatch):
     """B3: Stage I's Trainer (its engine, models, optimizer) is closed before Stage II's is built."""
-    import algos.pipeline as P
+    import algos.commands.train as P
 
     events, live = [], []
 

@@ -108,7 +108,7 @@ def test_the_tiny_presets_first_step_has_mixed_rewards_and_a_gradient(tiny_base,
     (a random or under-trained tiny model writes only invalid turns: every advantage 0)."""
     import torch
 
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from algos.trainer import Trainer
 
     cfg = preset_config("tiny", stage="teacher", model=str(tiny_base), out_dir=str(tmp_path), sample_every=0)
@@ -244,7 +244,7 @@ def _resumes_in_one_process(tiny_base, run, weights):
     """A checkpoint written by 2 ranks continues in one process at step 1 with its weights."""
     import torch
 
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from algos.trainer import Trainer
     from envs.retrieval.lexical import WordOverlapRetriever
 
@@ -345,7 +345,7 @@ def test_fsdp_true_in_the_trainer_equals_one_process_and_resumes_in_one(tiny_bas
 
 
 def test_fsdp_true_outside_torchrun_is_refused_in_one_line(tiny_base, tmp_path, monkeypatch):
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
     from algos.trainer import Trainer
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -429,7 +429,7 @@ def test_the_retriever_actor_takes_the_index_kind_and_speaks_json(tmp_path, monk
 def test_resuming_a_finished_run_reads_its_validations_instead_of_repeating_them(tiny_base, tmp_path, monkeypatch):
     """``--resume`` on a run that already reached its last step trains nothing and validates
     nothing: the summary comes from the logged validations, the same as the first time."""
-    from algos.pipeline import run_pipeline
+    from algos.commands.train import run_pipeline
     from algos.trainer import Trainer
     from envs.retrieval.lexical import WordOverlapRetriever
 

@@ -12,8 +12,8 @@ import torch
 
 from agents.models import tiny_causal_lm
 from algos.batch import Row
+from algos.commands.sft import main
 from algos.sft import batches, collate, sft, sft_loss, sft_rows
-from algos.sft_cli import main
 from envs.episode import Episode, Segment, save_episodes
 
 V = 48
@@ -215,7 +215,7 @@ def test_command_line_trains_and_saves(tmp_path):
 
 
 def test_the_command_lines_micro_model_is_wired_like_the_presets_base():
-    from algos.sft_cli import starting_model
+    from algos.commands.sft import starting_model
 
     model, tokenizer = starting_model("micro")
     assert model.config.vocab_size == len(tokenizer)

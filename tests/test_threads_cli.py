@@ -20,7 +20,7 @@ class _Saver:
 
 
 def test_sft_runs_on_the_given_threads_and_records_them(tmp_path, monkeypatch, capsys):
-    import algos.sft_cli as cli
+    import algos.commands.sft as cli
 
     seen = {}
 
@@ -44,7 +44,7 @@ def test_sft_runs_on_the_given_threads_and_records_them(tmp_path, monkeypatch, c
 
 
 def test_sft_preset_build_sees_the_threads(monkeypatch):
-    import algos.sft_cli as cli
+    import algos.commands.sft as cli
 
     seen = {}
 
@@ -58,7 +58,7 @@ def test_sft_preset_build_sees_the_threads(monkeypatch):
 
 
 def test_sft_refuses_zero_threads():
-    import algos.sft_cli as cli
+    import algos.commands.sft as cli
 
     with pytest.raises(SystemExit):
         cli.main(["--preset", "tiny", "--threads", "0"])

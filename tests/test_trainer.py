@@ -218,7 +218,7 @@ def test_validation_writes_per_question_records_that_benchmarks_compare_reads(tm
 
 
 def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_dirs):
-    from algos.pipeline import run_pipeline
+    from algos.commands.train import run_pipeline
 
     overrides = {**TINY, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
     lines = []
@@ -237,7 +237,7 @@ def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_d
 
 
 def test_resuming_a_stage_that_stopped_before_its_first_checkpoint_says_so(tmp_path, tiny_dirs):
-    from algos.pipeline import run_pipeline
+    from algos.commands.train import run_pipeline
 
     stage = tmp_path / "teacher"
     stage.mkdir()

@@ -211,7 +211,7 @@ def test_boolean_logits_to_keep_matches_the_chunked_path_on_this_transformers(to
 
 
 def _tiny_config(tmp_path, stage="teacher", **over):
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
 
     engine = {k: v for k, v in ENGINE.items() if k != "max_model_len"}  # the run's own, from its env shape
     return preset_config("tiny", stage=stage, out_dir=str(tmp_path / stage), rollout_backend="vllm",

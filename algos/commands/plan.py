@@ -9,7 +9,7 @@ weights; ``b`` bytes of the compute dtype; T = ``max_tokens_per_batch``; S = the
 FSDP, else 1; h, q, kv, I = hidden, heads x head_dim, KV heads x head_dim, MLP width; V the
 vocabulary; L layers):
 
-- resident all along: learner parameters ``4P/S`` (float32, ``algos.precision``), AdamW's two
+- resident all along: learner parameters ``4P/S`` (float32, ``algos.engine.precision``), AdamW's two
   moments ``8P/S``, the Teacher ``bP`` (Stage II), the Prompted Critic's base ``bP`` (a role
   rule that ``needs_critic``, ``algos.roles``), under FSDP the gathered replica ``4P``;
 - rollouts: with vLLM, the engine's reservation, ``vllm_gpu_memory_utilization`` x the card
@@ -40,7 +40,7 @@ vocabulary; L layers):
   ``4VH`` waits in autograd's buffer for the embedding's;
 - optimizer step: gradients ``4P/S`` and AdamW's temporary: ``4P/S`` with PyTorch's
   ``foreach`` (``sqrt(exp_avg_sq)`` for every parameter at once), none fused (the trainer's
-  choice on CUDA, ``algos.precision.fused_adamw``); with DDP the gradient all-reduce's bucket.
+  choice on CUDA, ``algos.engine.precision.fused_adamw``); with DDP the gradient all-reduce's bucket.
 
 The peak is the resident memory plus the largest phase (the engine sleeps, HF's KV cache is
 freed, before the update). It must fit in the GPU's memory less :data:`HEADROOM_GIB`.
@@ -70,7 +70,7 @@ LOGIT_CHUNK_ELEMENTS = 1 << 22
 output layer), repeated so that the plan imports no model code."""
 
 GRAD_BUCKET_BYTES = 1 << 28
-"""``algos.distributed.GRAD_BUCKET_BYTES``: the gradient all-reduce's one bucket copy (DDP)."""
+"""``algos.engine.distributed.GRAD_BUCKET_BYTES``: the gradient all-reduce's one bucket copy (DDP)."""
 
 PHASES = ("rollouts", "validation", "backward", "optimizer step")
 """The phases a GPU goes through in a step; a :class:`Line` is ``resident`` or held in some."""
@@ -246,8 +246,8 @@ def arch_of(model: str, *, build: bool = True) -> Arch:
     """The architecture of ``model``: its ``config.json`` when it is a local folder or run (a
     recipe's name: its built base, or an untrained one, made when ``build``), else
     :data:`KNOWN_ARCHS`. ValueError (one line) when none is found or its config is not sane."""
-    from algos.checkpoint import resolve_model_path
-    from algos.presets import RECIPES, prepare_model
+    from algos.commands.presets import RECIPES, prepare_model
+    from algos.engine.checkpoint import resolve_model_path
 
     try:
         path = Path(resolve_model_path(prepare_model(model, build=False)))
@@ -384,8 +384,8 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
 
     ``teacher_run_on_disk``: Stage II's Teacher is a Stage-I run whose kept checkpoints share
     the disk (default: ``cfg.teacher`` is neither None nor ``base``). ``fused``: AdamW fused
-    (default: the trainer's choice for ``cfg.device``, ``algos.precision.fused_adamw``)."""
-    from algos.precision import fused_adamw
+    (default: the trainer's choice for ``cfg.device``, ``algos.engine.precision.fused_adamw``)."""
+    from algos.engine.precision import fused_adamw
     from algos.roles import needs_critic, rules_for
 
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 1 << 20:
@@ -399,7 +399,7 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
     fused = fused_adamw(cfg.device) if fused is None else fused
     p = arch.params
     b = _BYTES[cfg.dtype]
-    mixed = b != 4  # float32 weights, lower compute dtype (algos.precision)
+    mixed = b != 4  # float32 weights, lower compute dtype (algos.engine.precision)
     r = 4  # the residual stream follows the float32 weights
     shards = gpus if cfg.fsdp else 1
     per = f" / {shards} GPUs" if shards > 1 else ""
@@ -493,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from algos.commands.presets import PRESETS, preset_config
     from algos.config import parse_overrides
-    from algos.presets import PRESETS, preset_config
 
     parser = argparse.ArgumentParser(prog="python -m algos plan", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from algos.checkpoint import latest_checkpoint, resolve_model_path
 from algos.config import TrainConfig
+from algos.engine.checkpoint import latest_checkpoint, resolve_model_path
 
 RETRIEVER_TIMEOUT_S = 3.0
 """How long the retriever probe waits for an answer: a live server answers one query in
@@ -97,7 +97,7 @@ def check_extras(cfg: TrainConfig) -> None:
 
 
 def check_memory(cfg: TrainConfig) -> None:
-    """On CUDA, the run's memory plan (``algos.plan``, the same as ``python -m algos plan``)
+    """On CUDA, the run's memory plan (``algos.commands.plan``, the same as ``python -m algos plan``)
     must fit the GPU this process sees, on torchrun's ``WORLD_SIZE`` GPUs: refused with the
     plan's one line before anything is built. Skipped off CUDA, without a visible GPU, and
     for a model whose architecture is unknown here (a hub id not in ``KNOWN_ARCHS``); a model
@@ -110,7 +110,7 @@ def check_memory(cfg: TrainConfig) -> None:
 
     if not torch.cuda.is_available():
         return
-    from algos.plan import UnknownArch, arch_of, memory_plan
+    from algos.commands.plan import UnknownArch, arch_of, memory_plan
 
     try:
         arch = arch_of(cfg.model)
@@ -142,12 +142,12 @@ def _free_disk(path: Path) -> int:
 
 def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool,
                free: Any = _free_disk) -> None:
-    """The checkpoints the stages write (``algos.plan``: the float32 model and AdamW's moments,
+    """The checkpoints the stages write (``algos.commands.plan``: the float32 model and AdamW's moments,
     ``keep_checkpoints`` of each stage kept, the last stage's one more while it is written)
     must fit the disk under ``--out``; a resumed run needs room for one more. Refused in one
     line before anything is built. Skipped for a model whose shape is not known without
     building it (a recipe's base not built yet: megabytes)."""
-    from algos.plan import UnknownArch, arch_of
+    from algos.commands.plan import UnknownArch, arch_of
 
     need = 0
     stages = list(configs.values())
@@ -178,7 +178,7 @@ def check_env_shape(cfg: TrainConfig) -> None:
     whole turn (``envs.team.check_room``): ``max_context_tokens=128`` with
     ``max_turn_tokens=64`` would otherwise fail at the first validation, after the build.
     Skipped when the tokenizer is not on this machine yet (a hub id)."""
-    from algos.presets import model_tokenizer
+    from algos.commands.presets import model_tokenizer
     from envs.chat import chat_format
     from envs.team import TeamConfig, check_room
 
@@ -249,7 +249,7 @@ def check_retriever(spec: str, *, timeout: float = RETRIEVER_TIMEOUT_S) -> None:
 def check_sft(args: Any) -> None:
     """Refuse ``python -m algos sft`` settings that would fail or train nonsense (a
     non-finite or negative learning rate, zero epochs, ...) before the SFT loads a model
-    or builds the micro base. ``args``: the namespace of ``algos.sft_cli``'s parser."""
+    or builds the micro base. ``args``: the namespace of ``algos.commands.sft``'s parser."""
     def bad(option: str, value: Any, why: str) -> PreflightError:
         return PreflightError(f"--{option.replace('_', '-')}={value!r}: {why}")
 

@@ -45,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smollm2": dict(model="smollm2", steps=200, questions_per_step=16, group_size=5, learning_rate=1e-6,
                     max_turn_tokens=256, max_context_tokens=4096),
     # The paper's setting (Qwen3-4B-Instruct-2507, one retriever, top-3), for GPUs: bfloat16
-    # compute over float32 weights and AdamW state (algos.precision): one H200 fits; 80 GiB
+    # compute over float32 weights and AdamW state (algos.engine.precision): one H200 fits; 80 GiB
     # cards need fsdp=true (`python -m algos plan --preset paper --gpus 8 --gpu-memory 80` says
     # 79.9 GiB without it, 61.8 with): 16k-token chunks with activation checkpointing, 8
     # sequences of 8,704 tokens' KV cache.
@@ -72,7 +72,7 @@ def prepare_model(model: str, *, seed: int = 0, progress: bool = True, build: bo
     directory of that recipe's base for ``seed`` (a run's ``TrainConfig.build_seed``: its
     ``base_seed``, else its own seed), built the first time (minutes) and reused after; any
     other name or path is returned as is. Called by the command line and
-    :func:`algos.pipeline.run_pipeline` after the settings are validated and before a Trainer
+    :func:`algos.commands.train.run_pipeline` after the settings are validated and before a Trainer
     loads anything."""
     recipe = RECIPES.get(model)
     return model if recipe is None else str(recipe.prepare_model(seed=seed, progress=progress, build=build))
@@ -82,7 +82,7 @@ def model_tokenizer(model: str) -> Any | None:
     """The tokenizer ``model`` will train with, found without loading or building the
     model: a recipe's (``tokenizer()``), a local model folder's or run's (its latest
     checkpoint's), SmolLM2's for ``smollm2``; None for a hub id (nothing local to read)."""
-    from algos.checkpoint import resolve_model_path
+    from algos.engine.checkpoint import resolve_model_path
     from envs.tokenizer import SMOLLM2_ALIASES, load_tokenizer
 
     if model in RECIPES:

@@ -15,7 +15,7 @@ plain file (a hard link to another file included), is refused in one line
 or empties, a file outside its folder. The record is rewritten whole (truncated, then written).
 
 Under ``torchrun`` the lock is per run, not per rank: rank 0 alone takes it (the others
-share rank 0's folder and would refuse each other); see :func:`algos.pipeline.run_pipeline`.
+share rank 0's folder and would refuse each other); see :func:`algos.commands.train.run_pipeline`.
 """
 
 from __future__ import annotations

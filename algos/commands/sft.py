@@ -6,7 +6,7 @@ or a preset's base model build.
     python -m algos sft ... --threads 2               # torch/faiss threads (default 1)
 
 The command line, not the learner, knows the recipes: ``--preset`` and a recipe's model name
-given to ``--model`` go to the recipe's hooks (``algos.presets.RECIPES``).
+given to ``--model`` go to the recipe's hooks (``algos.commands.presets.RECIPES``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from algos.presets import RECIPES
+from algos.commands.presets import RECIPES
+from algos.commands.runlock import run_lock
 from algos.reproducible import DEFAULT_THREADS, run_threads
-from algos.runlock import run_lock
 from algos.sft import sft
 from envs.episode import load_episodes
 from envs.quiet import quiet_progress
@@ -31,7 +31,7 @@ def starting_model(name: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` that fine-tuning starts from: a recipe's model name (``micro``)
     is a fresh, untrained model of that recipe with its tokenizer (the micro one is wired
     like the preset's base); anything else is loaded by :func:`agents.models.load_causal_lm`.
-    (:func:`algos.checkpoint.load_model` is the trainer's: a name, a path or a run directory.)"""
+    (:func:`algos.engine.checkpoint.load_model` is the trainer's: a name, a path or a run directory.)"""
     if name in RECIPES:
         return RECIPES[name].fresh_model()
     from agents.models import load_causal_lm
@@ -141,7 +141,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--episodes {args.episodes} does not exist")
     episodes = load_episodes(args.episodes)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
-    with run_lock(out):  # one run per --out: a second is refused naming the first (algos.runlock)
+    with run_lock(out):  # one run per --out: a second is refused naming the first (algos.commands.runlock)
         return _fine_tune(args, given, episodes, out, progress)
 
 

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from algos.checkpoint import latest_checkpoint
+from algos.commands.presets import prepare_model, preset_config
+from algos.commands.runlock import run_lock
 from algos.config import TrainConfig
+from algos.engine.checkpoint import latest_checkpoint
 from algos.engine.distributed import this_process
-from algos.presets import prepare_model, preset_config
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
-from algos.runlock import run_lock
 from algos.trainer import Trainer, validation_path
 
 
@@ -38,7 +38,7 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                  log=print, retriever: Any = None, threads: int | None = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
     A preset's own model name (``micro``) is prepared (its base built or reused,
-    :func:`algos.presets.prepare_model`) once the stage's settings are validated, and the
+    :func:`algos.commands.presets.prepare_model`) once the stage's settings are validated, and the
     Trainer gets its directory. ``retriever``: an object with ``search`` used instead of the
     config's (tests).
 
@@ -54,8 +54,8 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     ``summary.json`` and the curves; each stage ends at a barrier, so Stage II finds the
     Teacher that rank 0 saved. The other ranks return a summary without the comparison.
 
-    ``out_dir`` is locked for the whole run (:func:`algos.runlock.run_lock`, held by rank 0):
-    a second run into it raises :class:`algos.runlock.RunLockedError` naming the first."""
+    ``out_dir`` is locked for the whole run (:func:`algos.commands.runlock.run_lock`, held by rank 0):
+    a second run into it raises :class:`algos.commands.runlock.RunLockedError` naming the first."""
     import torch.distributed as torch_dist
 
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here

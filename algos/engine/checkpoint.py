@@ -422,9 +422,9 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[
     """(model, tokenizer) of ``name``: a model directory, a run directory (its latest
     checkpoint, :func:`resolve_model_path`), ``smollm2`` or a hub id. The one way a run loads
     a model (the policy's starting point, the Teacher, the Prompted Critic's base), so the
-    trainer and the Teacher load alike. A preset's own model name (``algos.presets.RECIPES``)
+    trainer and the Teacher load alike. A preset's own model name (``algos.commands.presets.RECIPES``)
     is turned into a directory by the command line before the Trainer starts
-    (``algos.presets.prepare_model``)."""
+    (``algos.commands.presets.prepare_model``)."""
     from agents.models import load_causal_lm
 
     return load_causal_lm(resolve_model_path(name), dtype=dtype, device=device)

@@ -325,7 +325,7 @@ def from_env(device: str = "cpu", timeout_s: float | None = None) -> Dist | None
 def fully_shard_model(model: Any, mp_policy: Any = None) -> Any:
     """FSDP2: shard each decoder layer, then the whole model, over the default process group
     (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place).
-    ``mp_policy``: a ``MixedPrecisionPolicy`` (``algos.precision.Precision.fsdp_policy``;
+    ``mp_policy``: a ``MixedPrecisionPolicy`` (``algos.engine.precision.Precision.fsdp_policy``;
     None: compute in the parameters' dtype).
 
     Runs on CPU with gloo (torch 2.13; ``tests/scaleout_fsdp_step.py`` checks a step against
@@ -457,7 +457,7 @@ def local_tensor(t: Any) -> torch.Tensor:
 
 
 class FullOptimizer:
-    """An FSDP2 ``optimizer`` as ``algos.checkpoint`` sees it: one process's state dict layout,
+    """An FSDP2 ``optimizer`` as ``algos.engine.checkpoint`` sees it: one process's state dict layout,
     ``gathered`` (:func:`full_optimizer_state`, by every rank) before a save; a loaded one is
     scattered back onto the shards."""
 

@@ -115,7 +115,7 @@ def fused_adamw(device: str) -> bool:
     at once (``torch/optim/adam.py``, ``_multi_tensor_adam``): a fourth float32 copy of the
     weights, 15 GiB at 4B parameters, at the one moment gradients and moments are all held.
     The fused kernel keeps no such temporary. Elsewhere the default stays (on CPU: one
-    parameter at a time), so CPU runs keep their numbers. ``algos.plan`` reads the same answer."""
+    parameter at a time), so CPU runs keep their numbers. ``algos.commands.plan`` reads the same answer."""
     return str(device).startswith("cuda")
 
 

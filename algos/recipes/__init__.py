@@ -3,9 +3,9 @@ know (how its base model is built, what of it stays frozen, its tokenizer, its s
 
 Each recipe package declares one :class:`Recipe` (``algos.recipes.<name>.RECIPE``). The learner
 (``algos.trainer``, ``algos.sft``, ``algos.batch``, ...) imports nothing from here; only the
-preset registry (``algos.presets.PRESETS``, ``RECIPES``) and the command line do. A recipe
+preset registry (``algos.commands.presets.PRESETS``, ``RECIPES``) and the command line do. A recipe
 tells the learner what it needs through the model itself: a path to load, and the parameters
-its saved config declares frozen (``algos.freeze``).
+its saved config declares frozen (``algos.engine.freeze``).
 """
 
 from __future__ import annotations

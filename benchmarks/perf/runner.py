@@ -36,8 +36,8 @@ def measured_model(name: str) -> tuple[Any, Any]:
 
         return load_causal_lm("smollm2")
     if name == "micro":  # the micro recipe's base: built once, then loaded by path
-        from algos.checkpoint import load_model
-        from algos.presets import prepare_model
+        from algos.commands.presets import prepare_model
+        from algos.engine.checkpoint import load_model
 
         return load_model(prepare_model("micro"))
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")

@@ -10,7 +10,7 @@
 - ``seeds``: the spread over seeds (a base per seed, both stages, pooled summaries).
 
 :data:`RECIPE` (and :data:`SEARCH_RECIPE`, its base searching; :data:`FACTS_RECIPE`, its base
-also answering from memory) is the recipe as the preset registry (``algos.presets.RECIPES``) and the
+also answering from memory) is the recipe as the preset registry (``algos.commands.presets.RECIPES``) and the
 command line see it. Notes and measurements: ``README.md`` in this folder.
 """
 

@@ -79,7 +79,7 @@ SOURCES = ("agents.reading", "agents.scripted", "agents.collect", "agents.models
            "envs.observation", "envs.turns", "envs.data.synthwiki", "envs.data.synthwiki.names",
            "envs.data.synthwiki.world", "envs.data.synthwiki.render",
            "envs.data.synthwiki.questions", "envs.retrieval.dense", "algos.sft",
-           "algos.freeze", "algos.batch", "algos.recipes.micro.episodes",
+           "algos.engine.freeze", "algos.batch", "algos.recipes.micro.episodes",
            "algos.recipes.micro.circuit", "algos.recipes.micro.model",
            "algos.recipes.micro.tokenizer", "algos.recipes.micro.build")
 """The modules whose code decides the base's weights (the scripted team's play, the env's
@@ -331,7 +331,7 @@ def _declare_frozen_circuit(path: Path) -> None:
     keeps the circuit frozen as it did then. The weights are not touched."""
     from types import SimpleNamespace
 
-    from algos.freeze import FROZEN_KEY
+    from algos.engine.freeze import FROZEN_KEY
     from algos.recipes.micro.circuit import frozen_entries
 
     config_path = path / "config.json"

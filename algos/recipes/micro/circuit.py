@@ -65,7 +65,7 @@ from typing import Any
 
 import torch
 
-from algos.freeze import declare_frozen
+from algos.engine.freeze import declare_frozen
 
 ROPE_THETA = 200.0 ** 16
 """RoPE base at which frequency pair 0 turns 1 rad per position, pair 1 0.005 rad (one turn
@@ -96,7 +96,7 @@ def wire_induction_heads(
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
     ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``
     and what must stay frozen (:func:`frozen_entries`) in ``model.config.mopd_frozen``, both
-    saved with the model, so SFT and RL (``algos.freeze``) keep the circuit as it is.
+    saved with the model, so SFT and RL (``algos.engine.freeze``) keep the circuit as it is.
 
     The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back and writes that token into
     its own block of S (``head_dim`` residual dimensions each). Heads ``induction_heads`` of
@@ -198,7 +198,7 @@ def wire_induction_heads(
 
 
 def frozen_entries(config: Any) -> list[str]:
-    """What of a wired model stays frozen, as ``algos.freeze`` entries, from the layout in
+    """What of a wired model stays frozen, as ``algos.engine.freeze`` entries, from the layout in
     ``config.induction``: all of layer 0 (so it adds the looked-back tokens and nothing
     else), the embeddings' S dimensions, layer 1's input norm, and the queries, keys and
     values of the induction heads. Every other weight trains as usual, including how

@@ -163,7 +163,7 @@ def build_skipping_base(seed: int, *, skip_search: float = 0.7, progress: bool =
 def control_config(seed: int, **overrides: Any) -> Any:
     """The Stage-II config the ablation gives ``seed`` (its validation's questions, sampler
     seeds and env shape are what :func:`validate_team` uses), with ``overrides``."""
-    from algos.presets import preset_config
+    from algos.commands.presets import preset_config
 
     return preset_config(CONTROL_PRESET, **{"stage": "team", "teacher": "base", "seed": seed, "base_seed": seed,
                                             **overrides})
@@ -223,7 +223,7 @@ def check_teacher(seed: int, base: str | Path, teacher: str | Path, *, splits: S
     dataset (the control preset's validation; ``dev`` to choose on, ``test`` the gate): the
     base, the Teacher, and the base's team with the Teacher's Searchers; the Searchers' skip
     probability of both models (first Searcher turns on 20 dev questions per dataset)."""
-    from algos.checkpoint import load_model
+    from algos.engine.checkpoint import load_model
     from algos.recipes.micro.measure import searcher_skip_probability
     from envs.retrieval.factory import default_retriever
 
@@ -259,8 +259,8 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
     probabilities (``algos.mechanism.SKIP_FILE``) and ``run.json`` with :data:`PLANTED`. A
     seed that has its ``run.json`` is read back, not redone (rerun to resume). Returns the
     checks by seed."""
+    from algos.commands.presets import prepare_model
     from algos.mechanism import SKIP_FILE
-    from algos.presets import prepare_model
     from algos.reproducible import environment, weight_hash
     from algos.trainer import validation_path
 
@@ -337,7 +337,7 @@ def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 
     from agents.collect import collect
     from agents.hf import HFPolicy
     from agents.models import load_causal_lm
-    from algos.checkpoint import resolve_model_path
+    from algos.engine.checkpoint import resolve_model_path
     from algos.recipes.micro.episodes import micro_env_fn, questions
     from envs import protocol as P
     from envs.retrieval.factory import default_retriever
@@ -377,7 +377,7 @@ def run_searcher_kl(out: str | Path, *, progress: bool = True) -> dict[str, Any]
     its final checkpoint, into the run's :data:`KL_FILE` (a run that has it is read, not
     measured; a run without a checkpoint is left out). The starting model's figure is the
     same for every variant of a seed (same model, questions and seed) and is measured once."""
-    from algos.checkpoint import latest_checkpoint
+    from algos.engine.checkpoint import latest_checkpoint
     from envs.retrieval.factory import default_retriever
 
     out = Path(out)
@@ -461,12 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plant":
             if args.out is None:
                 parser.error("plant needs --out (the ablation's directory)")
-            from algos.runlock import run_lock
+            from algos.commands.runlock import run_lock
 
             with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
                 plant(args.out, seeds, progress=not args.no_progress, **overrides)
             return 0
-        from algos.presets import prepare_model
+        from algos.commands.presets import prepare_model
 
         for seed in seeds:
             if args.design == "skipping":

@@ -134,7 +134,7 @@ def mark_from_memory(out: str | Path) -> list[list[str]]:
     ``[dataset, id]`` pairs. Other sets in the file are kept."""
     from transformers import AutoTokenizer
 
-    from algos.checkpoint import resolve_model_path
+    from algos.engine.checkpoint import resolve_model_path
     from algos.recipes.micro.episodes import questions
 
     out = Path(out)
@@ -173,7 +173,7 @@ def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever:
     "final_step"}``) and returned by run name; a run that has the file is read, not measured,
     and one without a checkpoint (restored from a table's archives) is left out.
     ``retriever``: what the probed contexts' searches use (default: the micro env's)."""
-    from algos.checkpoint import latest_checkpoint, load_model
+    from algos.engine.checkpoint import latest_checkpoint, load_model
     from algos.recipes.micro.measure import searcher_skip_probability
     from envs.retrieval.factory import default_retriever
 

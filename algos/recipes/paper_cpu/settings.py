@@ -1,7 +1,7 @@
 """The paper_cpu preset's settings, defined once. Plain data: the build and the preset
 registry read it from here.
 
-What it keeps of the ``paper`` preset (``algos.presets``): a Qwen3 decoder (grouped-query
+What it keeps of the ``paper`` preset (``algos.commands.presets``): a Qwen3 decoder (grouped-query
 attention, per-head q/k RMSNorm, tied embeddings, as Qwen3-4B-Instruct-2507), activation
 checkpointing, the paper's team shape (3 waves of up to 3 Searchers with 4 turns each, 5
 candidates, top-3 passages), its learning rate, group size and generation batch; and what
