@@ -12,7 +12,7 @@ Phases: ``leader`` -> ``search`` (a wave) -> ``leader`` -> ... -> ``answer`` -> 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -198,7 +198,6 @@ class TurnMachine:
         """Each live Searcher's passages, one list per delivered search."""
         self.queries: dict[str, list[str]] = {}
         """Each live Searcher's search queries so far."""
-        """The same queries exactly as the Searcher wrote them between its tags."""
         self.messages: dict[str, list[tuple[str, str]]] = {}
         """Each live agent's context as chat messages ``(role, content)``, recorded beside
         its token ids as they are appended: ``system`` and ``user`` contents are the env's
@@ -273,10 +272,7 @@ class TurnMachine:
         self.passages[agent].append(list(passages))
         seg = self.live[agent]
         turns_left = self.config.max_searcher_turns - seg.turns
-        if turns_left <= 0:
-            self._finish_searcher(agent, seg, "", valid=False)
-            return
-        if self._observe(seg, P.render_passages(passages, turns_left)):
+        if turns_left > 0 and self._observe(seg, P.render_passages(passages, turns_left)):
             self._await(agent)
         else:
             self._finish_searcher(agent, seg, "", valid=False)
@@ -343,9 +339,7 @@ class TurnMachine:
             seg.finished_validly = True
             self._start_answerers(list(parsed.selection))
             return TurnResult("select")
-        if seg.turns >= cfg.leader_turns or not self._observe(seg, self._corrective(P.LEADER, parsed.reason)):
-            self._start_answerers(list(range(1, len(self.episode.reports) + 1)))
-        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+        return self._invalid(seg, cfg.leader_turns, parsed.reason, self._answer_every_report)
 
     def _searcher_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
         parsed = P.parse_searcher(text)
@@ -359,10 +353,8 @@ class TurnMachine:
         if parsed.kind == "summary":
             self._finish_searcher(agent, seg, parsed.text, valid=True)
             return TurnResult("summary")
-        if seg.turns >= self.config.max_searcher_turns or not self._observe(
-                seg, self._corrective(P.SEARCHER, parsed.reason)):
-            self._finish_searcher(agent, seg, "", valid=False)
-        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+        return self._invalid(seg, self.config.max_searcher_turns, parsed.reason,
+                             lambda: self._finish_searcher(agent, seg, "", valid=False))
 
     def _answerer_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
         parsed = P.parse_answerer(text)
@@ -370,10 +362,17 @@ class TurnMachine:
             seg.output, seg.finished_validly = parsed.text, True
             self._retire(agent)
             return TurnResult("answer")
-        if seg.turns >= self.config.max_answerer_turns or not self._observe(
-                seg, self._corrective(P.ANSWERER, parsed.reason)):
-            self._retire(agent)
-        return TurnResult("invalid", invalid=True, reason=parsed.reason)
+        return self._invalid(seg, self.config.max_answerer_turns, parsed.reason,
+                             lambda: self._retire(agent))
+
+    def _invalid(self, seg: Segment, turns: int, reason: str,
+                 end: Callable[[], None]) -> TurnResult:
+        """An invalid turn: the role is told why (its format reminder), or ``end()``s once its
+        ``turns`` are used or its context has no room for the message."""
+        corrective = P.render_corrective(seg.role, reason, self.config.prompts)
+        if seg.turns >= turns or not self._observe(seg, corrective):
+            end()
+        return TurnResult("invalid", invalid=True, reason=reason)
 
     # ------------------------------------------------------------------ transitions
 
@@ -406,7 +405,7 @@ class TurnMachine:
             self.reports_shown += self._wave_reports
             self._await("leader_0")
         else:
-            self._start_answerers(list(range(1, len(ep.reports) + 1)))
+            self._answer_every_report()
 
     def _start_answerers(self, selection: list[int]) -> None:
         ep = self.episode
@@ -418,6 +417,10 @@ class TurnMachine:
             agent = f"answerer_{j}"
             self._start(agent, -1, self.question.question, user)
             self.awaiting.append(agent)
+
+    def _answer_every_report(self) -> None:
+        """The Leader's budget or context ran out: the Answerers read every report."""
+        self._start_answerers(list(range(1, len(self.episode.reports) + 1)))
 
     def _retire(self, agent: str) -> None:
         if agent in self.awaiting:  # a Searcher retired on its search results is pending
@@ -495,9 +498,6 @@ class TurnMachine:
         seg.append(ids, generated=False)
         self.messages[seg.agent].append(("user", text))
         return True
-
-    def _corrective(self, role: str, reason: str) -> str:
-        return P.render_corrective(role, reason, self.config.prompts)
 
     def _await(self, agent: str) -> None:
         """Put ``agent`` back among the awaiting, keeping the cycle order."""
