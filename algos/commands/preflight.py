@@ -32,13 +32,6 @@ class PreflightError(SystemExit):
     A ``SystemExit``, so that a script which does not catch it stops with that line and
     no traceback; ``python -m algos`` catches it, prints it and exits with status 2."""
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
 
 def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
                     retriever_timeout: float = RETRIEVER_TIMEOUT_S) -> None:

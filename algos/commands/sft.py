@@ -123,15 +123,10 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         ("epochs", args.epochs), ("lr", args.lr), ("batch_tokens", args.batch_tokens),
         ("context_weight", args.context_weight)) if value is not None}
     if args.preset is not None:
-        if args.skip_search is not None:
-            given["skip_search"] = args.skip_search
-        if args.facts is not None:
-            given["facts"] = args.facts
+        given.update((key, getattr(args, key)) for key in ("skip_search", "facts", "known_worlds", "skip_known",
+                                                            "recall_practice") if getattr(args, key) is not None)
         if args.recall:
             given["recall"] = True
-        for key in ("known_worlds", "skip_known", "recall_practice"):
-            if getattr(args, key) is not None:
-                given[key] = getattr(args, key)
         # (not locked here: the build saves atomically into a new folder and refuses a non-empty one)
         print(RECIPES[args.preset].build_base(args.out, seed=args.seed, progress=progress, **given))
         return 0

@@ -25,12 +25,8 @@ from algos.trainer import Trainer, validation_path
 
 
 def stage_config(preset: str, stage: str, out_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
-    extra: dict[str, Any] = {"stage": stage, "out_dir": str(out_dir / stage)}
-    if stage == "team":
-        extra.setdefault("teacher", str(out_dir / "teacher"))
-    else:
-        extra["teacher"] = None
-    return preset_config(preset, **{**extra, **overrides})
+    teacher = str(out_dir / "teacher") if stage == "team" else None  # Stage II: Stage I's, unless overridden
+    return preset_config(preset, **{"stage": stage, "out_dir": str(out_dir / stage), "teacher": teacher, **overrides})
 
 
 def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("teacher", "team"),
@@ -95,7 +91,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
             dist = this_process(cfg.device)  # (one process: rank 0 of 1, every collective trivial)
             main = dist.is_main
             if not main:  # rank 0 speaks for the job
-                progress, log = False, _silent
+                progress, log = False, lambda *args, **kwargs: None
             # the settings are valid: now a preset's own model (micro's base) may be built, by
             # rank 0 alone (two ranks building one cache folder would race); the others take its path
             # (its seed: base_seed when set, so runs of several seeds can share one base)
@@ -151,10 +147,6 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log(f"summary (every figure above, the bases, the paired tests): {out / 'summary.json'}")
     return summary
-
-
-def _silent(*args: Any, **kwargs: Any) -> None:
-    """The log of a rank other than 0."""
 
 
 def base_line(base: dict[str, Any], seed: int, threads: int) -> str:
