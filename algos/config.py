@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.registry import ROLLOUT_BACKENDS
-from agents.sampling import check_temperature
+from agents.sampling import Sampling
 from algos.losses import AGGREGATIONS
 from algos.roles import STAGES, check_declared_needs, needs_teacher, rules_for, searcher_signals
 
@@ -236,15 +236,13 @@ class TrainConfig:
         for name in ("beta", "kl_coef", "weight_decay"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
-        for name in ("temperature", "val_temperature"):  # 0 is greedy; a tiny one overflows the logits
-            try:
-                check_temperature(getattr(self, name))
+        for name, key in (("temperature", "temperature"), ("val_temperature", "temperature"), ("top_p", "top_p")):
+            try:  # Sampling's ranges: 0 is greedy, a tiny temperature overflows the logits
+                Sampling(**{key: getattr(self, name)})
             except ValueError as err:
-                raise bad(name, str(err).removeprefix("temperature ")) from None
+                raise bad(name, str(err).removeprefix(f"{key} ")) from None
         if not self.max_grad_norm > 0:  # clip_grad_norm_ with a negative bound flips the gradient
             raise bad("max_grad_norm", "must be > 0")
-        if not 0 < self.top_p <= 1:
-            raise bad("top_p", "must be in (0, 1]")
         if not 0 <= self.critic_em_weight <= 1:
             raise bad("critic_em_weight", "must be in [0, 1]")
         for name in ("val_per_dataset", "max_context_tokens", "max_waves", "max_searchers",
@@ -286,6 +284,17 @@ class TrainConfig:
     def build_seed(self) -> int:
         """The seed of the recipe base this run starts from: ``base_seed``, else ``seed``."""
         return self.seed if self.base_seed is None else self.base_seed
+
+    @property
+    def sampling(self) -> Sampling:
+        """What the rollouts sample with; the old, new and Teacher log-probs are taken at its
+        temperature too (one holder: the Trainer reads every one of them from here)."""
+        return Sampling(self.temperature, self.top_p, self.max_turn_tokens)
+
+    @property
+    def val_sampling(self) -> Sampling:
+        """What validation samples with: :attr:`sampling` at ``val_temperature``."""
+        return Sampling(self.val_temperature, self.top_p, self.max_turn_tokens)
 
     @property
     def workflow(self) -> str:

@@ -130,7 +130,7 @@ def keep_sample(kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[R
     if rows is None:
         rows = validation_rows(picked, model, teacher, max_row_tokens=cfg.max_row_tokens,
                                max_tokens=cfg.max_tokens_per_batch, pad_id=pad_id,
-                               temperature=cfg.temperature, kl_coef=cfg.kl_coef, rules=rules or {})
+                               temperature=cfg.sampling.temperature, kl_coef=cfg.kl_coef, rules=rules or {})
     return write_sample(sample_path(out, step, kind), picked, rows, kind=kind, step=step, stage=cfg.stage,
                         searcher_signal=cfg.searcher_signal if cfg.stage == "team" else "",
                         tokenizer=sample_tokenizer_record(tokenizer))

@@ -34,6 +34,7 @@ from agents.collect import collect
 from agents.hf import HFPolicy
 from agents.models import local_model_dir
 from agents.registry import make_rollout_policy
+from agents.sampling import Sampling
 from algos import advantages as A
 from algos.batch import Row, rows_from_episodes, score_rows
 from algos.config import TrainConfig
@@ -176,16 +177,15 @@ class Trainer:
         """The trainer's own generation backend (``rollout_backend``; with Ray workers the
         trainer's is HF: the workers generate)."""
         cfg = self.config
-        sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
-                        seed=cfg.seed, batch_size=cfg.generation_batch_size)
+        settings = dict(sampling=cfg.sampling, seed=cfg.seed, batch_size=cfg.generation_batch_size)
         if cfg.rollout_backend == "vllm" and not cfg.rollout_workers:
             # the engine reads model files itself: a directory, not an alias such as smollm2; it
             # computes in the learner's dtype and holds only as long a sequence as the env makes
             engine = {"dtype": cfg.dtype, "max_model_len": cfg.max_context_tokens + cfg.max_turn_tokens,
                       "gpu_memory_utilization": cfg.vllm_gpu_memory_utilization, **cfg.vllm_kwargs}
             return make_rollout_policy("vllm", local_model_dir(self.model_path), self.tokenizer,
-                                       **sampling, **engine)
-        return make_rollout_policy("hf", self.full_model, self.tokenizer, **sampling)
+                                       **settings, **engine)
+        return make_rollout_policy("hf", self.full_model, self.tokenizer, **settings)
 
     def _push_weights(self) -> None:
         """The updated weights into the engines that generate with their own copy: the Ray
@@ -208,9 +208,7 @@ class Trainer:
                               env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
                               backend=cfg.rollout_backend, address=cfg.ray_address,
                               retriever_index=cfg.retriever_index,
-                              policy_kwargs=dict(temperature=cfg.temperature, top_p=cfg.top_p,
-                                                 max_new_tokens=cfg.max_turn_tokens,
-                                                 batch_size=cfg.generation_batch_size))
+                              policy_kwargs=dict(sampling=cfg.sampling, batch_size=cfg.generation_batch_size))
 
     def close(self) -> None:
         """Free what this Trainer holds before another is built (the pipeline's next stage):
@@ -310,11 +308,11 @@ class Trainer:
         mine = self.dist.shard(rows)  # scoring split across the ranks by tokens
         with self.precision.compute():  # the dtype the update's forward computes in
             for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
-                                                  pad_id=self.pad_id, temperature=cfg.temperature)):
+                                                  pad_id=self.pad_id, temperature=cfg.sampling.temperature)):
                 row.old_logp = logp
             # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
             if self.teacher is not None:
-                score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.temperature,
+                score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.sampling.temperature,
                                    max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
         # every rank gets every row's scores: the advantages are the one-process ones everywhere
         self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
@@ -372,7 +370,7 @@ class Trainer:
             raise FileNotFoundError(f"{path}: a run with pass_rate_filter resumes from step {self.step} "
                                     "but the questions it kept before step 1 are not there")
         if not path.exists() and self.is_main:
-            groups = self._sample_apart(self.train_questions, cfg.pass_rate_filter, cfg.temperature,
+            groups = self._sample_apart(self.train_questions, cfg.pass_rate_filter, cfg.sampling,
                                         seeds=(cfg.seed + 999_983, cfg.seed + 999_979), label="pass-rate filter")
             right = [int(sum(ep.team_em for ep in g)) for g in groups]
             kept = [{"dataset": q.dataset, "id": q.id, "right": r}
@@ -406,7 +404,7 @@ class Trainer:
         questions = list(self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
             return float("nan")
-        groups = self._sample_apart(questions, cfg.val_runs, cfg.val_temperature, seeds=(cfg.seed + 7, cfg.seed + 99_991),
+        groups = self._sample_apart(questions, cfg.val_runs, cfg.val_sampling, seeds=(cfg.seed + 7, cfg.seed + 99_991),
                                     label=f"validate step {self.step}")
         records = [question_record(g) for g in groups]
         path = validation_path(self.out, self.step)
@@ -416,15 +414,15 @@ class Trainer:
             self.keep_sample("validation", groups)
         return float(np.mean([ep.final_em for g in groups for ep in g]))
 
-    def _sample_apart(self, questions: Sequence[Any], runs: int, temperature: float, *, seeds: tuple[int, int],
+    def _sample_apart(self, questions: Sequence[Any], runs: int, sampling: Sampling, *, seeds: tuple[int, int],
                       label: str) -> list[list[Episode]]:
         """``runs`` workflows per question by the current weights with a sampler of their own,
         in this process (validation, the pass-rate filter): seeded by ``seeds`` (the sampler's,
         the envs'), so the rollouts' sampler is never advanced and the same weights give the
         same episodes every time."""
         cfg = self.config
-        sampler = HFPolicy(self.full_model, self.tokenizer, temperature=temperature, top_p=cfg.top_p,
-                           max_new_tokens=cfg.max_turn_tokens, seed=seeds[0], batch_size=cfg.generation_batch_size)
+        sampler = HFPolicy(self.full_model, self.tokenizer, sampling=sampling, seed=seeds[0],
+                           batch_size=cfg.generation_batch_size)
         self.full_model.eval()
         with self.precision.compute():
             groups = collect(self.env_fn(questions), sampler, questions, runs, seed=seeds[1],

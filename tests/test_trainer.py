@@ -10,6 +10,8 @@ from conftest import WORLD, KeywordRetriever
 from test_env_flow import GOOD
 
 from agents.logprobs import token_logprobs
+from agents.hf import HFPolicy
+from agents.sampling import Sampling
 from agents.models import tiny_causal_lm
 from algos.advantages import AdvantageContext
 from algos.batch import pad_rows, rows_from_episodes, score_rows
@@ -200,6 +202,24 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
     monkeypatch.setattr(algos.engine.update, "token_logprobs", recording)
     _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
     assert seen and set(seen) == {0.7}
+
+
+def test_one_sampling_reaches_the_rollouts_their_records_and_validation(tmp_path, tiny_dirs, monkeypatch):
+    """``TrainConfig.sampling`` is the one holder: the rollout policy samples with it, every
+    episode records it, and validation's sampler differs from it only in ``val_temperature``."""
+    import algos.trainer
+
+    trainer = _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7, top_p=0.9, val_temperature=0.0)
+    cfg = trainer.config
+    assert cfg.sampling == Sampling(0.7, 0.9, 8) and cfg.val_sampling == Sampling(0.0, 0.9, 8)
+    assert trainer.backend.policy.sampling == cfg.sampling
+    groups = trainer.collect_rollouts()
+    assert {str(ep.sampling[role]) for g in groups for ep in g for role in ("leader", "searcher", "answerer")} == {
+        str({"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8})}
+    built = []
+    monkeypatch.setattr(algos.trainer, "HFPolicy", lambda *a, **kw: built.append(kw["sampling"]) or HFPolicy(*a, **kw))
+    trainer.validate()
+    assert built == [cfg.val_sampling]
 
 
 def test_validation_writes_per_question_records_that_benchmarks_compare_reads(tmp_path, tiny_dirs, capsys):
