@@ -50,7 +50,7 @@ class Update:
     """``Update(...).step(rows, step) -> stats``: one update of ``model`` by ``optimizer``.
 
     ``settings``: anything with the attributes ``minibatches``, ``max_tokens_per_batch``,
-    ``max_grad_norm``, ``clip_eps``, ``kl_coef``, ``aggregation``, ``temperature`` and
+    ``max_grad_norm``, ``clip_eps``, ``kl_coef``, ``aggregation``, ``sampling`` (its temperature) and
     ``freeze_embeddings`` (a ``TrainConfig``), read at each step. ``rng`` orders the
     minibatches; ``pad_id`` pads rows."""
 
@@ -169,7 +169,7 @@ class Update:
         # (N,) with graph; FSDP2 gathers parameters in the root module's forward, which the
         # chunked output layer (decoder, then head) bypasses: the model's own forward there
         with self.precision.compute(cache=False):  # (the backward runs outside: autocast recorded each op's dtype)
-            flat = token_logprobs(self.model, ids, att, tgt, s.temperature, chunk_elements=self.layout.chunk_elements)
+            flat = token_logprobs(self.model, ids, att, tgt, s.sampling.temperature, chunk_elements=self.layout.chunk_elements)
 
         def per_row(pieces: Sequence[Any]) -> torch.Tensor:  # B pieces of (n_b,) -> (B, N_max)
             return torch.nn.utils.rnn.pad_sequence(
