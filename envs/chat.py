@@ -119,12 +119,9 @@ class ChatFormat:
         return self._markup(f"System: {system}\n\n") + self.encode(f"User: {plain_quote(user)}\n\nAssistant:")
 
     def closing(self, turn: Sequence[int]) -> list[int]:
-        """What closes an assistant turn that the agent itself did not close."""
-        if turn and turn[-1] == self.end_id:
-            return []
-        if self.chatml:
-            return [self.end_id]
-        return [] if self.end_id is None else [self.end_id]
+        """What closes an assistant turn that the agent itself did not close (nothing without
+        an end token: a plain layout whose tokenizer has no EOS)."""
+        return [] if self.end_id is None or (turn and turn[-1] == self.end_id) else [self.end_id]
 
     def observation(self, text: str) -> list[int]:
         """A user message written by the env, ending in the assistant's header again."""

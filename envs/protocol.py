@@ -186,13 +186,7 @@ def role_of(agent: str) -> str:
 # --------------------------------------------------------------------------- parsing
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
-
-
-def _tag_re(tag: str) -> re.Pattern[str]:
-    return re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL)
-
-
-_TAG_RES = {tag: _tag_re(tag) for tag in TAGS}
+_TAG_RES = {tag: re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL) for tag in TAGS}
 
 
 def strip_think(text: str) -> str:

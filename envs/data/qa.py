@@ -162,9 +162,6 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-_offline = hub_offline
-
-
 def _hub_file(name: str, split: str) -> Path:
     """Download (or find in the cache) ``<name>/<split>.jsonl`` of the FlashRAG hub dataset."""
     from huggingface_hub import hf_hub_download
@@ -177,7 +174,7 @@ def _hub_file(name: str, split: str) -> Path:
         'root=DIR (or root="synthetic" to use it in memory).'
     )
     # Checked here rather than left to huggingface_hub, which reads HF_HUB_OFFLINE once at import.
-    offline = _offline()
+    offline = hub_offline()
     try:
         return Path(
             hf_hub_download(HUB_REPO, filename, repo_type="dataset", local_files_only=offline)

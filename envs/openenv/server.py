@@ -24,6 +24,7 @@ the AEC env: they play as an invalid (empty) turn and the note says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -31,7 +32,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from openenv.core.env_server.http_server import HTTPEnvServer
@@ -86,12 +87,15 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         """Seconds since this session's last request ended (0 while one is in progress)."""
         return 0.0 if self._busy else time.monotonic() - self._last_request
 
-    def _begin(self) -> None:
+    @contextlib.contextmanager
+    def _request(self) -> Iterator[None]:
+        """A request in progress: the session is not idle until it ends."""
         self._busy += 1
-
-    def _end(self) -> None:
-        self._busy -= 1
-        self._last_request = time.monotonic()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self._last_request = time.monotonic()
 
     def close(self, reason: str = "the session was closed") -> None:
         """Drop the episode and the envs (the tokenizer copy goes with them); every later
@@ -116,8 +120,7 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         "dataset"}`` or a plain question (None: drawn from the env's questions with
         ``seed``); ``workflow``: hierarchical or cascade (None: the server's). A bad option
         changes nothing and is answered with ``last_turn.invalid``."""
-        self._begin()
-        try:
+        with self._request():
             if self._closed:
                 return self._observe(_refused("", self._closed))
             reason = _reset_refusal(seed, episode_id, workflow, options)
@@ -134,18 +137,13 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
             self._state = SearchTeamState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                           workflow=self.env.config.workflow)
             return self._observe({}, metadata=dict(self.identity))
-        finally:
-            self._end()
 
     def step(self, action: SearchTeamAction, timeout_s: float | None = None,
              **kwargs: Any) -> SearchTeamObservation:
         """Play ``action.agent``'s whole turn (default: the agent the last observation
         named). Refusals play nothing: see the module docstring."""
-        self._begin()
-        try:
+        with self._request():
             return self._step(action)
-        finally:
-            self._end()
 
     def _step(self, action: SearchTeamAction) -> SearchTeamObservation:
         if self._closed:

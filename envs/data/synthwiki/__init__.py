@@ -122,19 +122,14 @@ def build_world(
     on ``seed``, the world, and the split sizes. Raises ``ValueError`` when the world is
     too small for the questions asked of it.
     """
-    for key, value in dict(train=train, dev=dev, test=test).items():
-        if value < 0:
-            raise ValueError(f"{key} must be >= 0, got {value}")
-    smallest = dict(countries=1, cities=1, people=50, orgs=len(ORG_KINDS), works=8)
-    for key, value in dict(
-        countries=countries, cities=cities, people=people, orgs=orgs, works=works
-    ).items():
-        if value < smallest[key]:
-            raise ValueError(f"{key} must be >= {smallest[key]}, got {value}")
+    for key, value, least in (("train", train, 0), ("dev", dev, 0), ("test", test, 0),
+                              ("countries", countries, 1), ("cities", cities, 1),
+                              ("people", people, 50), ("orgs", orgs, len(ORG_KINDS)),
+                              ("works", works, 8)):
+        if value < least:
+            raise ValueError(f"{key} must be >= {least}, got {value}")
     if cities < countries:
-        raise ValueError(
-            f"need at least one city per country: cities={cities} < countries={countries}"
-        )
+        raise ValueError(f"need at least one city per country: cities={cities} < countries={countries}")
     rng = random.Random(f"synthwiki:{seed}:world")
     world = make_entities(
         seed, rng, countries=countries, cities=cities, people=people, orgs=orgs, works=works

@@ -106,15 +106,15 @@ class Names:
         self.used: set[str] = set()
 
     def take(self, make: Callable[[], str]) -> str:
+        """The first of up to 1,000 names ``make()`` draws that :meth:`try_take` gets."""
         for _ in range(1000):
             name = make()
-            key = name.lower()
-            if key not in self.used and not any(part in _REAL_NAMES for part in key.split()):
-                self.used.add(key)
+            if self.try_take(name):
                 return name
         raise RuntimeError("name space exhausted; enlarge the syllable inventory")
 
     def try_take(self, name: str) -> bool:
+        """Reserve ``name``; False when it is taken or holds a real place's name."""
         key = name.lower()
         if key in self.used or any(part in _REAL_NAMES for part in key.split()):
             return False
@@ -145,18 +145,9 @@ def work_title(rng: random.Random) -> str:
     """A film, novel, opera or album title: ``The Orvel Garden``, ``Long Harbour over Rafli``."""
     pattern = rng.randrange(6)
     noun, adj, word = rng.choice(TITLE_NOUNS), rng.choice(TITLE_ADJECTIVES), made_up_word(rng)
-    if pattern == 0:
-        return f"The {word} {noun}"
-    if pattern == 1:
-        return f"{noun} of {word}"
-    if pattern == 2:
-        return f"The {adj} {noun} of {word}"
-    if pattern == 3:
-        return f"{adj} {noun} over {word}"
-    if pattern == 4:
-        return f"{word}"
-    article = with_article(noun).split()[0]
-    return f"{article.capitalize()} {noun} for {word}"
+    article = with_article(noun).split()[0].capitalize()
+    return (f"The {word} {noun}", f"{noun} of {word}", f"The {adj} {noun} of {word}",
+            f"{adj} {noun} over {word}", word, f"{article} {noun} for {word}")[pattern]
 
 
 def title_look_alike(rng: random.Random, title: str) -> str:
