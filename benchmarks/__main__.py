@@ -246,7 +246,7 @@ def _dispatch(argv: list[str] | None) -> int:
     v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
     v.add_argument("--out", default=None,
                    help="the PNG to write (default: curves.png beside the runs, e.g. runs/micro/curves.png)")
-    from benchmarks.ablate import add_arguments
+    from benchmarks.table2.cli import add_arguments
 
     a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md",
                        description="Table 2 in miniature. Per seed: a Stage-I Teacher, then Stage II from the "
@@ -281,7 +281,7 @@ def _dispatch(argv: list[str] | None) -> int:
 
         return render_command()
     if args.command in ("ablate", "table2"):
-        from benchmarks.table2 import ablate_command, table_command
+        from benchmarks.table2.cli import ablate_command, table_command
 
         return (ablate_command if args.command == "ablate" else table_command)(args)
     return {"run": _run, "compare": _compare, "curves": _curves}[args.command](args)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.table2 import markdown
+from benchmarks.table2.render import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

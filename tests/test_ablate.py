@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ablate import STARTED_FILE, VARIANTS, plan_runs, run_ablation, run_state
 from benchmarks.metrics import paired_macro_difference
-from benchmarks.table2 import build_table, markdown, validation_searches, write_table2
-from benchmarks.table2_archive import METRICS_FILE, RECORDS_FILE, read_records, write_gzip_jsonl
-from benchmarks.table2_stats import comparisons_from_records, is_two_choice, pooled_over_seeds
+from benchmarks.table2.ablate import run_ablation
+from benchmarks.table2.archive import METRICS_FILE, RECORDS_FILE, read_records, write_gzip_jsonl
+from benchmarks.table2.render import markdown, validation_searches, write_table2
+from benchmarks.table2.runs import STARTED_FILE, VARIANTS, plan_runs, run_state
+from benchmarks.table2.stats import comparisons_from_records, is_two_choice, pooled_over_seeds
+from benchmarks.table2.table import build_table
 
 # ---------------------------------------------------------------------- the variants' configs
 
@@ -197,7 +199,7 @@ def test_the_table_holds_the_hand_computed_figures(fake_ablation):
 
 def test_a_marked_question_set_is_tabled_apart_and_restored_with_the_runs(fake_ablation, tmp_path_factory):
     from algos.mechanism import QUESTION_SUBSETS_FILE
-    from benchmarks.table2_archive import publish_table, restore_runs
+    from benchmarks.table2.archive import publish_table, restore_runs
 
     marked = {"from_memory": {"about": "a team knows", "questions": [["nq", "n2"], ["hotpotqa", "h1"],
                                                                       ["hotpotqa", "h2"]]}}
@@ -481,7 +483,7 @@ def test_bad_base_seeds_are_refused(tmp_path, kwargs, message):
 
 
 def test_the_step0_validation_is_shared_by_the_variants_of_a_seed_and_never_across_seeds(tmp_path):
-    from benchmarks.ablate import STEP0_FREE, step0_key
+    from benchmarks.table2.runs import STEP0_FREE, step0_key
 
     runs = {r.name: r for r in plan_runs("micro", tmp_path, [0, 3], overrides={"steps": 5}, base_seeds=3)}
     for seed in (0, 3):
@@ -545,7 +547,7 @@ def test_a_seed_is_not_continued_on_a_base_rebuilt_to_other_weights(tmp_path, mo
 def test_the_table_names_the_base_each_seed_s_runs_recorded_over_the_plan_s():
     """A plan rewritten on another machine names the base as rebuilt there; the runs' own
     records say what they trained from. Runs of one seed from two bases are refused."""
-    from benchmarks.table2 import _bases_trained_from
+    from benchmarks.table2.table import _bases_trained_from
 
     planned = {"seed0": {"base_seed": 0, "weight_hash": "rebuilt", "threads": 1}, "seed1": {"base_seed": 1}}
     records = [{"seed": 0, "base_seed": 0, "base_weight_hash": "amd", "config": {"model": "/m/0"}},
@@ -647,7 +649,7 @@ def test_the_table_shows_each_teachers_lead_over_its_base_with_an_interval_over_
 
 def test_the_header_names_the_bases_of_the_seeds_in_the_table_only(fake_ablation):
     """A table of the seeds finished so far names their bases, not every base the plan holds."""
-    from benchmarks.table2 import markdown
+    from benchmarks.table2.render import markdown
 
     table = write_table2(fake_ablation, n_resamples=200)
     table["bases"] = {"seed0": {"weight_hash": "a"}, "seed1": {"weight_hash": "b"}, "seed2": {"weight_hash": "c"}}
@@ -656,7 +658,7 @@ def test_the_header_names_the_bases_of_the_seeds_in_the_table_only(fake_ablation
 
 def test_a_table_without_base_seeds_lists_no_bases():
     """Tables made before --base-seeds (docs/table2_micro/table2.json) render as before."""
-    from benchmarks.table2 import base_sharing
+    from benchmarks.table2.render import base_sharing
 
     assert base_sharing({"seeds": [0, 1], "bases": {"seed0": {"weight_hash": "a"}, "seed1": {"weight_hash": "b"}}}) == ""
     own = base_sharing({"seeds": [0, 1], "bases": {"seed0": {"weight_hash": "a", "base_seed": 0},
@@ -667,7 +669,8 @@ def test_a_table_without_base_seeds_lists_no_bases():
 def test_the_table_names_the_machine_of_each_seed():
     """Runs from two machines (an ablation continued on a new one) are grouped by CPU, whole
     seeds named as seeds; versions are listed once when every run had the same."""
-    from benchmarks.table2 import _environment, machines
+    from benchmarks.table2.render import machines
+    from benchmarks.table2.table import _environment
 
     amd = {"cpu_model": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_capability": "AVX512",
            "versions": {"torch": "2.13.0+cpu"}}
@@ -692,7 +695,7 @@ def test_the_command_line_takes_base_seeds(tmp_path):
     import argparse
 
     from benchmarks.__main__ import main
-    from benchmarks.ablate import add_arguments
+    from benchmarks.table2.cli import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -769,7 +772,8 @@ def test_a_reused_step0_validation_is_byte_for_byte_what_the_run_computes(tmp_pa
 
     from algos.config import TrainConfig
     from algos.trainer import Trainer
-    from benchmarks.ablate import adopt_step0, step0_key, train_run
+    from benchmarks.table2.ablate import adopt_step0, train_run
+    from benchmarks.table2.runs import step0_key
 
     retriever = KeywordRetriever(WORLD)
 
@@ -848,7 +852,7 @@ def test_a_taken_pass_rate_filter_trains_as_the_computed_one(tmp_path, tiny_dirs
 
     import algos.trainer
     from algos.config import TrainConfig
-    from benchmarks.ablate import train_run
+    from benchmarks.table2.ablate import train_run
 
     real_collect = algos.trainer.collect
 
@@ -896,7 +900,7 @@ def test_a_second_ablation_into_a_directory_in_use_is_refused(tmp_path, monkeypa
 
 
 def fake_base_build(model, *, seed, progress):
-    """A worker's base build (``benchmarks.ablate._build_base_in_child``) that proves what ran
+    """A worker's base build (``benchmarks.table2.ablate._build_base_in_child``) that proves what ran
     beside it: it leaves its mark, then waits (at most 60 s) for the other base's mark, or,
     for the seed in ``FAKE_LATE_BASE``, for a run's metrics under ``FAKE_RUNS``."""
     import torch
@@ -949,7 +953,7 @@ def test_a_variant_waits_for_the_step_0_another_variant_is_computing(tmp_path, m
     only once the first's step 0 is done and takes it, instead of computing it again."""
     monkeypatch.setattr("algos.presets.prepare_model", lambda model, **_: model)
     monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
-    monkeypatch.setattr("benchmarks.ablate.STEP0_POLL_S", 0.2)
+    monkeypatch.setattr("benchmarks.table2.ablate.STEP0_POLL_S", 0.2)
     run_ablation("micro", tmp_path / "runs", [0], ["opd", "outcome"], {"steps": 2}, jobs=2, progress=False,
                  log=lambda _: None, train=staged_fake_train)
     events = (tmp_path / "events").read_text().splitlines()
@@ -998,7 +1002,7 @@ def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(
                                                                                   monkeypatch):
     """What a new machine does with committed archives: restore, then the same ablation trains
     only what is missing, and the table of the restored runs is the table they were written in."""
-    from benchmarks.table2_archive import PUBLISHED_CURVES, RUNS_FILE, publish_table, restore_runs
+    from benchmarks.table2.archive import PUBLISHED_CURVES, RUNS_FILE, publish_table, restore_runs
 
     table = write_table2(fake_ablation, n_resamples=300)
     assert table["run_records"] == RUNS_FILE
@@ -1031,7 +1035,7 @@ def test_a_table_s_archives_restore_its_runs_and_the_ablation_goes_on_from_them(
 
 
 def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_ablation, tmp_path_factory):
-    from benchmarks.table2_archive import restore_runs
+    from benchmarks.table2.archive import restore_runs
 
     (fake_ablation / "seed1" / "outcome" / "run.json").unlink()  # seed 1's outcome did not finish
     write_table2(fake_ablation, n_resamples=100)
@@ -1054,7 +1058,7 @@ def test_a_seed_restored_without_all_its_variants_trains_its_teacher_again(fake_
 
 
 def test_restoring_from_a_table_without_its_archives_names_what_is_missing(fake_ablation, tmp_path):
-    from benchmarks.table2_archive import RUNS_FILE, restore_runs
+    from benchmarks.table2.archive import RUNS_FILE, restore_runs
 
     write_table2(fake_ablation, n_resamples=100)
     (fake_ablation / RUNS_FILE).unlink()
@@ -1084,3 +1088,38 @@ def test_the_table2_command_restores_then_tables(fake_ablation, tmp_path_factory
     assert json.loads((docs / "table2.json").read_text())["curves_png"] == "table2_curves.png"
     with pytest.raises(SystemExit, match="error: .*missing.json: not a table2.json"):
         main(["table2", "--restore", str(out / "missing.json"), str(out)])
+
+
+@pytest.mark.parametrize(("old", "names"), [
+    ("benchmarks.table2", "build_table markdown validation_searches write_table2 validation_records base_sharing "
+                          "machines _environment _bases_trained_from multiplicity ablate_command table_command"),
+    ("benchmarks.ablate", "STARTED_FILE VARIANTS STEP0_FREE STEP0_POLL_S plan_runs run_state step0_key run_ablation "
+                          "adopt_step0 train_run add_arguments"),
+    ("benchmarks.table2_stats", "comparisons_from_records is_two_choice pooled_over_seeds multiplicity"),
+    ("benchmarks.table2_archive", "METRICS_FILE RECORDS_FILE RUNS_FILE MAX_LINE_BYTES PUBLISHED_CURVES read_records "
+                                  "write_gzip_jsonl publish_table restore_runs"),
+])
+def test_the_modules_that_became_the_package_keep_their_names(old, names):
+    """What tests, docs and recipes imported from the four modules that became benchmarks/table2/
+    still imports from their names, each the very object of the module that holds it now."""
+    import importlib
+
+    from benchmarks.table2 import MODULES
+
+    module = importlib.import_module(old)
+    for name in names.split():
+        home = next(m for m in MODULES if name in vars(importlib.import_module(f"benchmarks.table2.{m}")))
+        assert getattr(module, name) is getattr(importlib.import_module(f"benchmarks.table2.{home}"), name), name
+    assert not hasattr(module, "nothing_here")
+
+
+def test_the_parser_loads_no_table_module():
+    """``python -m benchmarks`` builds its parser from benchmarks.table2.cli, and the old name
+    benchmarks.ablate resolves lazily: neither loads the table (numpy, algos.mechanism) or torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, benchmarks.ablate; from benchmarks.table2.cli import add_arguments; "
+            "print(sorted(m for m in sys.modules if m.startswith('benchmarks.table2.') or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['benchmarks.table2.cli', 'benchmarks.table2.runs']"

@@ -13,8 +13,7 @@ import json
 import pytest
 from test_ablate import fake_ablation  # noqa: F401 (a fixture)
 
-from benchmarks.table2 import write_table2
-from benchmarks.table2_archive import (
+from benchmarks.table2.archive import (
     MAX_LINE_BYTES,
     RECORDS_FILE,
     RUNS_FILE,
@@ -22,6 +21,7 @@ from benchmarks.table2_archive import (
     restore_runs,
     write_gzip_jsonl,
 )
+from benchmarks.table2.render import write_table2
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_the_command_prints_escape_codes_quoted_in_one_line(table, tmp_path, cap
 def test_a_run_record_naming_files_outside_the_ablation_is_refused(tmp_path, record):
     """A ``run.json`` planted in an ablation folder (not only a restored one) names its
     validation records inside its own run folder, or the table refuses it in one line."""
-    from benchmarks.table2 import validation_records
+    from benchmarks.table2.table import validation_records
 
     (tmp_path / "seed0" / "opd").mkdir(parents=True)
     with pytest.raises(ValueError, match="refusing the name .* must stay inside"):

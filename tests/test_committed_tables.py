@@ -13,7 +13,7 @@ import pytest
 from algos.recipes.micro.seeds import stage_figures
 from benchmarks.docs_tables import BLOCKS, block, render_docs, rendered
 from benchmarks.seed_stats import seed_interval
-from benchmarks.table2_stats import comparisons_from_records, multiplicity
+from benchmarks.table2.stats import comparisons_from_records, multiplicity
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = json.loads((ROOT / "docs" / "micro_seeds.json").read_text())
@@ -60,7 +60,7 @@ def test_the_question_paired_intervals_come_from_the_committed_records_when_ther
 @pytest.mark.parametrize("source", TABLES)
 def test_the_committed_multiplicity_is_that_of_the_committed_comparisons(source):
     """Every committed table counts its comparisons with opd and carries their raw and
-    Holm-adjusted p-values over seeds, as :func:`benchmarks.table2_stats.multiplicity` computes them
+    Holm-adjusted p-values over seeds, as :func:`benchmarks.table2.stats.multiplicity` computes them
     from the table's own per-seed differences."""
     table = json.loads((ROOT / source).read_text())
     committed = table.pop("multiplicity")

@@ -11,10 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from benchmarks.ablate import run_ablation
 
 from algos.recipes.micro import control
-from benchmarks.table2 import write_table2
+from benchmarks.table2.ablate import run_ablation
+from benchmarks.table2.render import write_table2
 
 QUESTIONS = [("nq", "n1"), ("nq", "n2"), ("hotpotqa", "h1"), ("hotpotqa", "h2")]
 TRAINED: list[str] = []

@@ -1,23 +1,19 @@
-"""The paper's Table 2: the Searcher-signal ablation's runs and its table, one job a module.
+"""The paper's Table 2, one job a module: :mod:`.runs` plans the ablation's runs, :mod:`.ablate`
+trains them, :mod:`.table` reads the finished ones into the table, :mod:`.stats` compares the
+variants, :mod:`.render` writes ``table2.md`` and the curves, :mod:`.archive` the per-question
+archives (restore, publish), :mod:`.cli` the commands ``ablate`` and ``table2``.
 
-- :mod:`.table`: the table read from an ablation's finished runs (``table2.json``);
-- :mod:`.stats`: its comparisons with ``opd`` and their multiplicity;
-- :mod:`.archive`: the archives of its per-question records (restore, publish);
-- :mod:`.ablate`: the ablation's runs, scheduled and trained (``python -m benchmarks ablate``).
-
-The modules this package replaced keep their names (``benchmarks/__init__.py``): a name any
-of them offered is found here, in the module that holds it now (:func:`__getattr__`).
-"""
+The names of the modules it replaced (``benchmarks.table2``, and ``benchmarks.ablate``,
+``.table2_stats``, ``.table2_archive`` by ``benchmarks/__init__.py``) are found here, each in
+the module that holds it now, imported on first use (importing one module loads no other)."""
 
 from importlib import import_module
 from typing import Any
 
-MODULES = ("table", "stats", "archive", "ablate")
+MODULES = ("table", "render", "cli", "runs", "stats", "archive", "ablate")
 
 
 def __getattr__(name: str) -> Any:
-    """``name`` from the first of :data:`MODULES` that holds it, each imported on first use
-    (so importing one module of the package loads no other)."""
     for module in () if name.startswith("__") else MODULES:
         if name in (found := vars(import_module(f"{__name__}.{module}"))):
             return found[name]

@@ -16,12 +16,16 @@ import gzip
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
-from benchmarks.table2.ablate import RUN_FILE, TEACHER, run_name
+from benchmarks.table2.runs import RUN_FILE, TEACHER, run_name
+from envs.data.items import loads
+from envs.paths import contained, read_capped, read_lines
+from envs.terminal import terminal_safe
 
 RECORDS_FILE = "table2_records.jsonl.gz"
 METRICS_FILE = "table2_metrics.jsonl.gz"
@@ -47,11 +51,6 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     line under :data:`MAX_LINE_BYTES` a line and :data:`MAX_ARCHIVE_BYTES` in all. ValueError
     (one line naming the file and line) for a line too long, one that is not a JSON object, or
     gzip data cut or damaged."""
-    import zlib
-
-    from envs.data.items import loads
-    from envs.paths import read_lines
-
     rows, lineno = [], 0
     try:
         with gzip.open(path, "rb") as f:
@@ -101,7 +100,6 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     ablation refuses other settings as it would for its own runs. Raises ValueError naming
     the file that is missing or not an archive of this table."""
     from algos.trainer import validation_path
-    from envs.paths import contained
 
     table_json, out = Path(table_json), Path(out)
     table = _read_table(table_json)
@@ -113,7 +111,7 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
         raise ValueError(f"{table_json.parent}: cannot read the archives "
                          f"{_quote([p.name for p in paths])} ({err.strerror or type(err).__name__})") from None
     planned = _checked(table_json, "planned_variants", table.get("planned_variants") or table.get("variants"),
-                       _is_names)
+                       lambda v: isinstance(v, list) and bool(v) and all(map(_is_name, v)))
     seeds = _checked(table_json, "seeds", table.get("seeds"), lambda v: isinstance(v, list) and all(map(_is_int, v)))
     for key, value in table.items():
         if key in ("overrides", "bases", "question_subsets") and value is not None:
@@ -177,9 +175,6 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
 def _read_table(table_json: Path) -> dict[str, Any]:
     """A ``table2.json`` read under :data:`MAX_TABLE_BYTES`, a JSON object naming its three
     archives; ValueError in one line naming it otherwise."""
-    from envs.data.items import loads
-    from envs.paths import read_capped
-
     try:
         if not table_json.is_file():
             raise OSError("not a file")
@@ -198,16 +193,12 @@ def _read_table(table_json: Path) -> dict[str, Any]:
 
 
 def _first_line(err: BaseException) -> str:
-    from envs.terminal import terminal_safe
-
     return terminal_safe(str(err).strip().split("\n")[0][:200], one_line=True)
 
 
 def _quote(value: Any) -> str:
     """``value`` as a message may show it: ``repr``, cut, and terminal-safe (escape codes written
     out, never sent)."""
-    from envs.terminal import terminal_safe
-
     return terminal_safe(f"{value!r:.120}", one_line=True)
 
 
@@ -229,13 +220,7 @@ def _is_bool(value: Any) -> bool:
 def _is_name(value: Any) -> bool:
     """A run or variant name: a non-empty string a terminal shows as it is (no control
     character, no escape code: the restored names are printed)."""
-    from envs.terminal import terminal_safe
-
     return isinstance(value, str) and 0 < len(value) <= 200 and terminal_safe(value, one_line=True) == value
-
-
-def _is_names(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(map(_is_name, value))
 
 
 def _is_run_record(value: Any) -> bool:
@@ -258,8 +243,6 @@ def publish_table(out: str | Path, dest: str | Path) -> list[Path]:
     :func:`restore_runs` takes the runs back from there, and ``python -m benchmarks table2
     --render-docs`` renders the pages' tables from it. Raises ValueError naming a file that
     is missing."""
-    from envs.paths import contained
-
     out, dest = Path(out), Path(dest)
     try:
         table = _read_table(out / "table2.json")

@@ -1,7 +1,26 @@
-"""The comparisons a Table 2 makes and their statistics (:mod:`benchmarks.table2` builds
-and renders the table): each variant minus ``opd`` with the question-paired bootstrap and the
+"""The comparisons a Table 2 makes and their statistics (:mod:`benchmarks.table2.table` builds
+the table): each variant minus ``opd`` with the question-paired bootstrap and the
 interval over seeds, the two-choice questions set apart, and how many comparisons the table
-makes with their p-values raw and Holm-adjusted, seeds or bases as the unit."""
+makes with their p-values raw and Holm-adjusted, seeds or bases as the unit.
+
+A comparison (``vs_opd``) holds the point estimate (the difference of the two variants'
+mean macro avg@k), each shared seed's difference, and two intervals, each labelled with
+what it covers:
+
+- ``questions_paired`` (:data:`algos.report.QUESTIONS_PAIRED`): ``benchmarks compare``'s
+  bootstrap (:func:`benchmarks.metrics.paired_macro_difference`), questions paired by
+  (dataset, id) and resampled within each dataset, a question's value its correctness
+  averaged over the seeds both variants finished (a question is resampled with all its seeds
+  at once). The runs are held fixed: would these runs differ on new questions?
+- ``over_seeds`` (:data:`algos.report.OVER_SEEDS`): the per-seed differences as the
+  sample, a Student-t interval and the exact sign test over seeds
+  (:func:`benchmarks.seed_stats.seed_interval`): does the training recipe differ?
+
+Two-choice questions (:func:`is_two_choice`: the synthetic HotpotQA ``comparison`` and
+2Wiki ``comparison``/``bridge_comparison`` styles, whose answer is one of two names in the
+question) can be right by guessing; ``without_two_choice`` repeats the figures and the
+comparison on the other questions.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +31,10 @@ from typing import Any
 from algos.report import QUESTIONS_PAIRED
 from benchmarks.metrics import avg_at_k, by_dataset, macro, paired_macro_difference
 from benchmarks.seed_stats import holm, seed_interval, t_test_p
-from benchmarks.table2.ablate import TEACHER
 from benchmarks.table2.archive import read_records
+from benchmarks.table2.runs import TEACHER
 from envs.data.synthwiki import COMPARISON_STYLES
+from envs.rewards import normalize_answer
 
 REFERENCE = "opd"
 """The variant every other one is compared with."""
@@ -39,8 +59,6 @@ def is_two_choice(record: Mapping[str, Any]) -> bool:
     """Whether a question offers its answer as one of two choices: by its ``style`` when the
     record has one (:data:`envs.data.synthwiki.COMPARISON_STYLES`), else when a gold answer is written in the
     question (SQuAD-normalised), which is what makes a comparison question guessable."""
-    from envs.rewards import normalize_answer
-
     if record.get("style") is not None:
         return record["style"] in COMPARISON_STYLES
     question = f" {normalize_answer(str(record.get('question', '')))} "
@@ -60,18 +78,11 @@ def comparison(a: Mapping[int, Sequence[Mapping[str, Any]]], b: Mapping[int, Seq
                                    pooled_over_seeds({s: b[s] for s in shared}),
                                    n_resamples=n_resamples, seed=seed)
     per_seed = {str(s): macro_avg(a[s]) - macro_avg(b[s]) for s in shared}
-    return comparison_entry(boot, per_seed, shared, n_resamples=n_resamples, seed=seed)
-
-
-def comparison_entry(boot: Mapping[str, Any], per_seed: Mapping[str, float], seeds: Sequence[int], *,
-                     n_resamples: int, seed: int, confidence: float = 0.95) -> dict[str, Any]:
-    """A comparison as ``table2.json`` keeps it, from the bootstrap's result (``difference``,
-    ``low``, ``high``, ``questions``) and the per-seed differences."""
-    return {"difference": boot["difference"], "seeds": list(seeds), "per_seed": dict(per_seed),
-            "questions_paired": {"covers": QUESTIONS_PAIRED, "confidence": confidence, "low": boot["low"],
+    return {"difference": boot["difference"], "seeds": shared, "per_seed": per_seed,
+            "questions_paired": {"covers": QUESTIONS_PAIRED, "confidence": 0.95, "low": boot["low"],
                                  "high": boot["high"], "questions": boot["questions"],
                                  "n_resamples": n_resamples, "seed": seed},
-            "over_seeds": seed_interval(per_seed, confidence=confidence)}
+            "over_seeds": seed_interval(per_seed, confidence=0.95)}
 
 
 def comparisons(final: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], *, n_resamples: int = 10000,

@@ -47,7 +47,7 @@ PLANTED = "planted"
 """The key of a planted Teacher's ``run.json`` that says how it was made."""
 
 RUN_FILE, TEACHER = "run.json", "teacher"
-"""What ``benchmarks.ablate`` calls a finished run's record and a seed's Teacher run (its
+"""What ``benchmarks.table2.runs`` calls a finished run's record and a seed's Teacher run (its
 ``RUN_FILE`` and ``TEACHER``; the learner's floor does not import the benchmarks')."""
 
 CHECK_FILE = "teacher_check.json"
@@ -319,7 +319,7 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
 
 KL_FILE = "searcher_kl.json"
 """A run's Searchers' KL to the seed's Teacher on held-out rollouts (:func:`run_searcher_kl`),
-of its starting and final model; ``benchmarks.table2`` reads it beside the skip probability."""
+of its starting and final model; ``benchmarks.table2.table`` reads it beside the skip probability."""
 
 
 def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 20, temperature: float = 0.7,

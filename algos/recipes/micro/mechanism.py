@@ -189,7 +189,7 @@ def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever:
         config = json.loads(record.read_text(encoding="utf-8"))["config"]
         workflow = "cascade" if config["stage"] == "teacher" else "hierarchical"
         final = latest_checkpoint(run)
-        if final is None:  # restored from a table's archives (benchmarks.table2_archive.restore_runs) unmeasured
+        if final is None:  # restored from a table's archives (benchmarks.table2.archive.restore_runs) unmeasured
             if progress:
                 print(f"{run.relative_to(out)}: no checkpoint to measure (a restored run): left out", flush=True)
             continue
