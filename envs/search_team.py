@@ -335,9 +335,8 @@ class raw_env(AECEnv):
 
     def play_turns(self, turns: Sequence[tuple[str, Any]]) -> list[TurnResult]:
         """Apply whole turns ``(agent, action)`` of awaiting agents, then answer their
-        searches in one retriever call: ``apply_turns`` on this env alone. The batch is
-        checked whole first (every agent awaiting, none twice, every action of an accepted
-        form): ValueError naming the bad turn, and the env is left as it was."""
+        searches in one retriever call: :func:`envs.turns.apply_turns` on this env alone
+        (a bad turn is a ValueError naming it, and the env is left as it was)."""
         return apply_turns([(self, agent, action) for agent, action in turns])
 
     def turn_refusal(self, agent: str, action: Any, *, any_action: bool = False) -> str:

@@ -2,12 +2,9 @@
 
 :func:`apply_turns` is the only way a turn is played, whoever drives the env: the AEC
 ``step()`` (one turn), ``raw_env.play_turns`` (one env, many agents), the batched
-collector and the single-role Gymnasium views (many envs at once). A batch is checked
-whole before any turn of it is played (every agent awaiting, none twice, every action of
-an accepted form), so it applies entirely or not at all. Each turn is cut, recorded and
-parsed by the env (``raw_env.begin_turn``); every search the batch asked for is answered
-with one retriever call per retriever (retried, then recorded as failed); then each env
-settles (scores a finished episode, selects its next agent, refreshes its agents' ``infos``).
+collector and the single-role Gymnasium views (many envs at once). Each turn is cut,
+recorded and parsed by the env (``raw_env.begin_turn``); each env settles at the end
+(``raw_env.settle``: scores a finished episode, selects its next agent, refreshes ``infos``).
 """
 
 from __future__ import annotations

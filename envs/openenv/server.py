@@ -39,6 +39,7 @@ from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from envs.__main__ import package_version
 from envs.openenv.models import (
     SearchTeamAction,
     SearchTeamObservation,
@@ -185,7 +186,7 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
     def get_metadata(self) -> EnvironmentMetadata:
         ident = self.identity
         return EnvironmentMetadata(
-            name=ENV_NAME, version=_version(),
+            name=ENV_NAME, version=package_version(),
             description=("SearchTeam (mopd): a Leader, Searchers and Answerers answer a question "
                          "with a retriever. One step = one whole turn of the agent the observation "
                          "names; the final observation carries per-agent rewards and the episode "
@@ -342,16 +343,6 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
-@functools.cache
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mopd")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class _RouteEnvironment(SearchTeamEnvironment):
     """The one env that plain HTTP routes share: lent to one request at a time, and its
     episode dropped when the request ends (OpenEnv closes a route's env after each request),
@@ -475,7 +466,7 @@ def make_app(env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 8,
     kwargs.update(tokenizer=kwargs.get("tokenizer") or default_tokenizer(), retriever=route.env.retriever)
     factory = _Factory(SearchTeamEnvironment, **kwargs)
     factory.route = route
-    app = FastAPI(title=f"OpenEnv: {ENV_NAME} (mopd)", version=_version())
+    app = FastAPI(title=f"OpenEnv: {ENV_NAME} (mopd)", version=package_version())
     server = _Server(factory, SearchTeamAction, SearchTeamObservation, max_sessions, env_name=ENV_NAME,
                      state_cls=SearchTeamState, idle_timeout_s=idle_timeout_s)
     server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
