@@ -210,9 +210,8 @@ def _row(line: bytes, path: Path, lineno: int) -> Any:
 def _render(content: Any) -> bytes:
     """The bytes FastAPI writes for ``content`` returned from an endpoint: its
     ``JSONResponse`` rendering (tests/test_searchr1_compat.py holds the two equal)."""
-    return json.dumps(
-        content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-    ).encode("utf-8")
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
+                      separators=(",", ":")).encode("utf-8")
 
 
 def _error_body(message: str) -> bytes:
@@ -267,8 +266,7 @@ class _IdleTimeoutH11(H11Protocol):
     def _arm_head_timer(self) -> None:
         if self.timeout_keep_alive_task is None and not self.transport.is_closing():
             self.timeout_keep_alive_task = self.loop.call_later(
-                max(0.0, self._head_deadline - self.loop.time()), self.timeout_keep_alive_handler
-            )
+                max(0.0, self._head_deadline - self.loop.time()), self.timeout_keep_alive_handler)
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -328,14 +326,12 @@ class RetrievalServer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"bad server limit: {name}={value!r} (must be a positive integer)")
         if max_waiting_queries < max_queries:
-            raise ValueError(
-                f"bad server limit: max_waiting_queries={max_waiting_queries} (must be at least "
-                f"max_queries={max_queries}, or a request of max_queries could never be served)"
-            )
+            raise ValueError(f"bad server limit: max_waiting_queries={max_waiting_queries} (must "
+                             f"be at least max_queries={max_queries}, or a request of max_queries "
+                             "could never be served)")
         if not 1 <= default_topk <= max_topk:
-            raise ValueError(
-                f"bad server limit: default_topk={default_topk} (must be in [1, {max_topk}])"
-            )
+            raise ValueError(f"bad server limit: default_topk={default_topk} (must be in "
+                             f"[1, {max_topk}])")
         times = dict(batch_wait_s=batch_wait_s, keep_alive_s=keep_alive_s,
                      request_timeout_s=request_timeout_s)
         for name, value in times.items():
@@ -369,9 +365,8 @@ class RetrievalServer:
         """Bind, serve and batch in background threads; return the bound port."""
         if self._uvicorn is not None:
             raise RuntimeError(f"the retrieval server is already running on port {self.port}")
-        family, kind, proto, _, address = socket.getaddrinfo(
-            self.host, self.port, type=socket.SOCK_STREAM
-        )[0]
+        family, kind, proto, _, address = socket.getaddrinfo(self.host, self.port,
+                                                             type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -381,20 +376,14 @@ class RetrievalServer:
             raise
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app,
-            http=_IdleTimeoutH11,
-            lifespan="on",
-            log_level="warning",
-            access_log=False,
+            self.app, http=_IdleTimeoutH11, lifespan="on", log_level="warning", access_log=False,
             timeout_keep_alive=self.keep_alive_s,  # type: ignore[arg-type]  # a float works
             timeout_graceful_shutdown=5,
-            backlog=2048,  # the kernel queue; concurrent rollouts open many connections at once
-        )
+            backlog=2048)  # the kernel queue; concurrent rollouts open many connections at once
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="retrieval-search")
         self._uvicorn = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._uvicorn.run, kwargs={"sockets": [sock]}, name="retrieval-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [sock]},
+                                        name="retrieval-http", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._uvicorn.started:
@@ -455,13 +444,8 @@ class RetrievalServer:
                     await batcher
                 self._close_queue()
 
-        app = FastAPI(
-            title="mopd retrieval server",
-            lifespan=lifespan,
-            docs_url=None,
-            redoc_url=None,
-            openapi_url=None,
-        )
+        app = FastAPI(title="mopd retrieval server", lifespan=lifespan, docs_url=None,
+                      redoc_url=None, openapi_url=None)
 
         @app.post("/retrieve")
         async def retrieve(request: Request) -> Response:
@@ -477,21 +461,16 @@ class RetrievalServer:
                 return _error(503, _SHUTTING_DOWN)
             if self._fair.queued + len(job.queries) > self.max_waiting_queries:
                 self._count(rejected=1)
-                return _error(
-                    503,
-                    f"the server is busy: {self._fair.queued} queries waiting, at most "
-                    f"{self.max_waiting_queries}; retry later",
-                    headers={"Retry-After": "1"},
-                )
+                return _error(503, f"the server is busy: {self._fair.queued} queries waiting, at "
+                                   f"most {self.max_waiting_queries}; retry later",
+                              headers={"Retry-After": "1"})
             self._count(requests=1)
             job.future = asyncio.get_running_loop().create_future()
             self._enqueue(job)
             gone = asyncio.ensure_future(_disconnected(request))
             try:
-                done, _ = await asyncio.wait(
-                    {job.future, gone}, timeout=self.request_timeout_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                done, _ = await asyncio.wait({job.future, gone}, timeout=self.request_timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
             finally:
                 gone.cancel()
             if job.future in done:
@@ -532,9 +511,8 @@ class RetrievalServer:
             if not length.isdigit():
                 raise _HttpError(400, f"bad Content-Length: {short_repr(length)}")
             if int(length) > self.max_body_bytes:
-                raise _HttpError(
-                    413, f"body too large: {length} bytes, at most {self.max_body_bytes}"
-                )
+                raise _HttpError(413, f"body too large: {length} bytes, at most "
+                                      f"{self.max_body_bytes}")
         chunks, size = [], 0
         stream = request.stream().__aiter__()
         loop = asyncio.get_running_loop()
@@ -564,25 +542,20 @@ class RetrievalServer:
         try:
             if "query" in req and "queries" not in req:
                 single = SingleQueryRequest.model_validate(req)
-                parsed = QueryRequest(
-                    queries=[single.query],
-                    topk=single.topk or single.top_k,
-                    return_scores=single.return_scores,
-                )
+                parsed = QueryRequest(queries=[single.query], topk=single.topk or single.top_k,
+                                      return_scores=single.return_scores)
             else:
                 parsed = QueryRequest.model_validate(req)
         except ValidationError as e:
             raise _HttpError(400, _validation_message(e)) from None
         queries = parsed.queries
         if len(queries) > self.max_queries:
-            raise _HttpError(
-                413, f"too many queries: {len(queries)} in one request, at most {self.max_queries}"
-            )
+            raise _HttpError(413, f"too many queries: {len(queries)} in one request, at most "
+                                  f"{self.max_queries}")
         for i, q in enumerate(queries):
             if len(q) > self.max_query_chars:
-                raise _HttpError(
-                    413, f"query {i} too long: {len(q)} characters, at most {self.max_query_chars}"
-                )
+                raise _HttpError(413, f"query {i} too long: {len(q)} characters, at most "
+                                      f"{self.max_query_chars}")
         topk = parsed.topk or self.default_topk  # Search-R1: `if not request.topk` -> default
         if not 1 <= topk <= self.max_topk:
             raise _HttpError(400, f"'topk' must be in [1, {self.max_topk}], got {topk}")
@@ -693,9 +666,8 @@ class RetrievalServer:
         return doc if doc is not None else {"id": p.id, "contents": p.contents}
 
 
-def _documents_for(
-    retriever: Retriever, documents: CorpusDocuments | Iterable[Mapping[str, Any]] | None
-) -> CorpusDocuments | None:
+def _documents_for(retriever: Retriever, documents: CorpusDocuments | Iterable[Mapping[str, Any]]
+                   | None) -> CorpusDocuments | None:
     if isinstance(documents, CorpusDocuments):
         return documents
     if documents is not None:
@@ -734,11 +706,9 @@ def _fail(job: Job, e: Exception) -> None:
     job.reply = (500, _error_body(f"retrieval failed: {type(e).__name__}: {e}"))
 
 
-def _error(
-    status: int, message: str, close: bool = False, headers: Mapping[str, str] | None = None
-) -> Response:
+def _error(status: int, message: str, close: bool = False,
+           headers: Mapping[str, str] | None = None) -> Response:
     # Close after a refused body: its unread bytes must not be parsed as the next request.
     headers = {**(headers or {}), **({"connection": "close"} if close else {})} or None
-    return Response(
-        _error_body(message), status_code=status, media_type="application/json", headers=headers
-    )
+    return Response(_error_body(message), status_code=status, media_type="application/json",
+                    headers=headers)
