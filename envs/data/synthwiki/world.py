@@ -104,11 +104,12 @@ class Work:
     passage: str = ""
 
 
-_CREATOR_OCCUPATION = {
-    "film": "film director",
-    "novel": "novelist",
-    "opera": "composer",
-    "album": "singer",
+# kind: (share of the works, the creator's occupation, earliest creator birth year, earliest work)
+_WORK_KINDS = {
+    "film": (0.43, "film director", 1865, 1900),
+    "novel": (0.29, "novelist", 1750, 1780),
+    "opera": (0.11, "composer", 1750, 1780),
+    "album": (0.17, "singer", 1895, 1925),
 }
 _OTHER_OCCUPATIONS = tuple(
     "painter architect physicist chemist sculptor mathematician engineer botanist poet"
@@ -126,8 +127,6 @@ ORG_KINDS = (
 )
 ORG_DESCRIPTION = {kind: desc for kind, desc, _, _ in ORG_KINDS}
 _WORK_ORG_KIND = {"film": "studio", "novel": "publisher", "album": "label"}
-_EARLIEST_WORK = {"film": 1900, "novel": 1780, "opera": 1780, "album": 1925}
-_EARLIEST_CREATOR_BIRTH = {"film": 1865, "novel": 1750, "opera": 1750, "album": 1895}
 
 @dataclass
 class SynthWiki:
@@ -308,8 +307,8 @@ def _make_orgs(world: SynthWiki, rng: random.Random, names: Names, n_orgs: int) 
 
 
 def _make_works(world: SynthWiki, rng: random.Random, names: Names, n_works: int) -> None:
-    people, shares = world.people, {"film": 0.43, "novel": 0.29, "opera": 0.11, "album": 0.17}
-    counts = {kind: max(1, round(n_works * share)) for kind, share in shares.items()}
+    people = world.people
+    counts = {kind: max(1, round(n_works * share)) for kind, (share, *_) in _WORK_KINDS.items()}
     counts["film"] += n_works - sum(counts.values())
     unassigned = list(range(len(people)))
     rng.shuffle(unassigned)
@@ -321,12 +320,8 @@ def _make_works(world: SynthWiki, rng: random.Random, names: Names, n_works: int
             unassigned.remove(i)
         return hired
 
-    creators = {
-        kind: hire(
-            _CREATOR_OCCUPATION[kind], math.ceil(counts[kind] / 2.5), _EARLIEST_CREATOR_BIRTH[kind]
-        )
-        for kind in counts
-    }
+    creators = {kind: hire(occupation, math.ceil(counts[kind] / 2.5), born)
+                for kind, (_, occupation, born, _) in _WORK_KINDS.items()}
     producers = hire("film producer", max(1, counts["film"] // 5), 1850)
     for i in unassigned:
         people[i].occupation = rng.choice(_OTHER_OCCUPATIONS)
@@ -348,7 +343,7 @@ def _make_works(world: SynthWiki, rng: random.Random, names: Names, n_works: int
                 owners.append(owner)
         for creator in owners:
             born = people[creator].born
-            year = min(max(born + rng.randint(24, 60), _EARLIEST_WORK[kind], born + 18), 2023)
+            year = min(max(born + rng.randint(24, 60), _WORK_KINDS[kind][3], born + 18), 2023)
             if titles and rng.random() < 0.12:
                 candidate = title_look_alike(rng, rng.choice(titles))
                 title = candidate if names.try_take(candidate) else names.take(lambda: work_title(rng))
