@@ -129,11 +129,11 @@ def build_world(
         if value < least:
             raise ValueError(f"{key} must be >= {least}, got {value}")
     if cities < countries:
-        raise ValueError(f"need at least one city per country: cities={cities} < countries={countries}")
+        raise ValueError(f"need at least one city per country: cities={cities} < "
+                         f"countries={countries}")
     rng = random.Random(f"synthwiki:{seed}:world")
-    world = make_entities(
-        seed, rng, countries=countries, cities=cities, people=people, orgs=orgs, works=works
-    )
+    world = make_entities(seed, rng, countries=countries, cities=cities, people=people, orgs=orgs,
+                          works=works)
     render(world, rng)
     sizes = {"test": test, "dev": dev, "train": train}
     for dataset in DATASETS:

@@ -15,9 +15,8 @@ _ONSETS = tuple("b d f g h k l m n p r s t v z br dr gr kr st tr th sk vr bl fl"
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "i", "a", "ai", "ei")
 _CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "k", "rn", "ld")
 _GIVEN_ENDINGS = ("", "", "n", "l", "r", "s", "ne", "ra", "th", "na", "lo")
-_SURNAME_SUFFIXES = tuple(
-    "vik sen ard ell ow ane esk orn ith ander ton mere ovar ust elin aro".split()
-)
+_SURNAME_SUFFIXES = tuple("vik sen ard ell ow ane esk orn ith ander ton mere ovar ust elin aro"
+                          .split())
 _PLACE_SUFFIXES = ("a", "ora", "ene", "heim", "by", "mar", "ost", "ava", "ir", "ith", "enz")
 _COUNTRY_SUFFIXES = ("ia", "and", "ora", "esh", "avia", "onne", "istra", "mark")
 _LANGUAGE_SUFFIXES = ("ish", "ian", "ese", "ic")
@@ -48,14 +47,11 @@ _REAL_NAMES = frozenset(
 """.split()
 )
 
-TITLE_NOUNS = tuple(
-    "Garden Harbour Letters Winter Crown Lantern Orchard Bridge Tower Mirror River Voyage"
-    " Summer Island Lamp Feather Bell Meadow Station Window Anchor Compass".split()
-)
-TITLE_ADJECTIVES = tuple(
-    "Silver Quiet Last Golden Hidden Broken Distant Amber Second Burning Northern Paper"
-    " Crimson Long".split()
-)
+TITLE_NOUNS = tuple("Garden Harbour Letters Winter Crown Lantern Orchard Bridge Tower Mirror River"
+                    " Voyage Summer Island Lamp Feather Bell Meadow Station Window Anchor Compass"
+                    .split())
+TITLE_ADJECTIVES = tuple("Silver Quiet Last Golden Hidden Broken Distant Amber Second Burning"
+                         " Northern Paper Crimson Long".split())
 
 
 def _syllable(rng: random.Random, coda: bool = True) -> str:
@@ -69,12 +65,8 @@ def made_up_word(rng: random.Random) -> str:
 
 def given_name(rng: random.Random) -> str:
     """A first name: ``Sekana``, ``Maileir``."""
-    return (
-        _syllable(rng, coda=False)
-        + rng.choice(_ONSETS)
-        + rng.choice(_VOWELS)
-        + rng.choice(_GIVEN_ENDINGS)
-    ).capitalize()
+    return (_syllable(rng, coda=False) + rng.choice(_ONSETS) + rng.choice(_VOWELS)
+            + rng.choice(_GIVEN_ENDINGS)).capitalize()
 
 
 def _fuse(base: str, suffix: str) -> str:
@@ -167,12 +159,8 @@ def title_look_alike(rng: random.Random, title: str) -> str:
 def org_name(rng: random.Random, kind: str, surname: str, city: str) -> str:
     """Named after the founder, the seat or nothing real: ``Tolvik Press``, ``Kessa Philharmonic``."""
     choices = {
-        "university": (
-            f"University of {city}",
-            f"{city} Polytechnic",
-            f"{surname} College",
-            f"{made_up_word(rng)} University",
-        ),
+        "university": (f"University of {city}", f"{city} Polytechnic", f"{surname} College",
+                       f"{made_up_word(rng)} University"),
         "publisher": (f"{surname} Press", f"{surname} and Sons", f"{made_up_word(rng)} Books"),
         "label": (f"{made_up_word(rng)} Records",),
         "studio": (f"{made_up_word(rng)} Pictures", f"{surname} Studios"),

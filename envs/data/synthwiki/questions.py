@@ -65,13 +65,8 @@ _country = _via("country", "countries")
 _capital = _via("capital", "cities")
 
 
-def _draw(
-    pool: str,
-    *steps: Callable[[SynthWiki, Any], Any],
-    kinds: tuple[str, ...] = (),
-    keep: Callable[[Any], bool] = lambda entity: True,
-    tries: int = 20,
-) -> Draw:
+def _draw(pool: str, *steps: Callable[[SynthWiki, Any], Any], kinds: tuple[str, ...] = (),
+          keep: Callable[[Any], bool] = lambda entity: True, tries: int = 20) -> Draw:
     """A random entity of ``world.<pool>`` followed by the entities ``steps`` lead to, each
     step from the entity before it (``_draw("works", _creator, _birth_city)``: a work, its
     creator, the creator's birth city). An entity whose kind is not in ``kinds`` (when
@@ -130,9 +125,8 @@ def _first_film(world: SynthWiki, rng: random.Random) -> tuple[Person, Work, Per
         return None
     director = drawn[0]
     first = world.works[director.works[0]]
-    if first.producer is None or (
-        len(director.works) > 1 and world.works[director.works[1]].year == first.year
-    ):
+    if first.producer is None or (len(director.works) > 1
+                                  and world.works[director.works[1]].year == first.year):
         return None
     return director, first, world.people[first.producer]
 
@@ -206,10 +200,8 @@ def _aliases(world: SynthWiki, names: list[str], supporting: list[str]) -> list[
 
 def _table(style: str, *cases: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
     """The cases, each ask without a style of its own taking ``style``."""
-    return tuple(
-        (draw, *(ask if ask.style else ask._replace(style=style) for ask in asks))
-        for draw, *asks in cases
-    )
+    return tuple((draw, *(ask if ask.style else ask._replace(style=style) for ask in asks))
+                 for draw, *asks in cases)
 
 
 def _year(attribute: str, of: int = 0) -> Callable[..., list[str]]:
@@ -386,9 +378,8 @@ def _gives_away(draft: _Draft) -> bool:
     return any(answer.lower() in question for answer in draft.answers)
 
 
-def draw_questions(
-    world: SynthWiki, dataset: str, sizes: dict[str, int]
-) -> dict[str, list[QAItem]]:
+def draw_questions(world: SynthWiki, dataset: str,
+                   sizes: dict[str, int]) -> dict[str, list[QAItem]]:
     """Draw distinct questions for one dataset: test first, then dev, then train."""
     rng = random.Random(f"synthwiki:{world.seed}:{dataset}")
     needed = sum(sizes.values())
@@ -399,10 +390,9 @@ def draw_questions(
         if draft is None or draft.question in drafts or _gives_away(draft):
             misses += 1
             if misses > 5000:
-                raise ValueError(
-                    f"the world has too few distinct {dataset} questions: found {len(drafts)}, "
-                    f"asked for {needed} ({sizes}); build a larger world or ask for fewer"
-                )
+                raise ValueError(f"the world has too few distinct {dataset} questions: found "
+                                 f"{len(drafts)}, asked for {needed} ({sizes}); build a larger "
+                                 "world or ask for fewer")
             continue
         misses = 0
         drafts[draft.question] = draft
@@ -410,14 +400,8 @@ def draw_questions(
     out: dict[str, list[QAItem]] = {}
     for split in ("test", "dev", "train"):
         chunk, ordered = ordered[: sizes[split]], ordered[sizes[split] :]
-        out[split] = [
-            QAItem(
-                id=f"{split}_{i}",
-                question=d.question,
-                golden_answers=d.answers,
-                dataset=dataset,
-                metadata={"style": d.style, "hops": len(d.supporting), "supporting": d.supporting},
-            )
-            for i, d in enumerate(chunk)
-        ]
+        out[split] = [QAItem(id=f"{split}_{i}", question=d.question, golden_answers=d.answers,
+                             dataset=dataset, metadata={"style": d.style, "hops": len(d.supporting),
+                                                        "supporting": d.supporting})
+                      for i, d in enumerate(chunk)]
     return {split: out[split] for split in SPLITS}

@@ -23,21 +23,16 @@ def render(world: SynthWiki, rng: random.Random) -> None:
 
     for country in world.countries:
         capital = cities[country.capital].name
-        country.passage = add(
-            country.name,
-            [
-                f"{country.name}, officially the {country.official_name}, is a country whose capital is {capital}.",
-                f"Its official language is {country.language}.",
-                f"{country.name} became independent in {country.independence}.",
-            ],
-        )
+        country.passage = add(country.name, [
+            f"{country.name}, officially the {country.official_name}, is a country whose capital "
+            f"is {capital}.",
+            f"Its official language is {country.language}.",
+            f"{country.name} became independent in {country.independence}."])
     for c, city in enumerate(cities):
         country = world.countries[city.country]
         also = f", officially the {city.official_name}," if city.official_name else ""
-        sentences = [
-            f"{city.name}{also} is a city in {country.name}, founded in {city.founded}.",
-            f"It lies on the {city.river}.",
-        ]
+        sentences = [f"{city.name}{also} is a city in {country.name}, founded in {city.founded}.",
+                     f"It lies on the {city.river}."]
         if country.capital == c:
             sentences.append(f"It is the capital of {country.name}.")
         city.passage = add(city.name, sentences)
@@ -61,17 +56,14 @@ def render(world: SynthWiki, rng: random.Random) -> None:
             more.append(_works_sentence([works[w] for w in person.works], "P"))
         if person.produced:
             listed = [f"{works[w].title} ({works[w].year})" for w in person.produced]
-            more.append(
-                f"S produced the {'film' if len(listed) == 1 else 'films'} {_join(listed)}."
-            )
+            more.append(f"S produced the {'film' if len(listed) == 1 else 'films'} "
+                        f"{_join(listed)}.")
         if person.founded:
             more.append(f"S founded {_join([_the(orgs[o].name) for o in person.founded])}.")
         if len(more) == 1:
             more.append(f"S retired in {person.active[1]}.")
-        more = [
-            _subject(m, *((person.name, f"{person.name}'s") if i == 0 else (he, his.capitalize())))
-            for i, m in enumerate(more)
-        ]
+        more = [_subject(m, *((person.name, f"{person.name}'s") if i == 0
+                              else (he, his.capitalize()))) for i, m in enumerate(more)]
         # Two to four sentences each: the career span goes where a passage needs one more.
         if len(sentences) == 1 or not more:
             sentences.append(f"{he} was active from {person.active[0]} to {person.active[1]}.")
@@ -80,43 +72,32 @@ def render(world: SynthWiki, rng: random.Random) -> None:
             person.passages.append(add(person.name, more))
     for org in orgs:
         subject = _the(org.name)
-        sentences = [
-            f"{subject[0].upper()}{subject[1:]} is {with_article(ORG_DESCRIPTION[org.kind])} founded in "
-            f"{org.founded} by {people[org.founder].name}.",
-            f"It is based in {cities[org.city].name}.",
-        ]
+        sentences = [f"{subject[0].upper()}{subject[1:]} is "
+                     f"{with_article(ORG_DESCRIPTION[org.kind])} founded in {org.founded} by "
+                     f"{people[org.founder].name}.",
+                     f"It is based in {cities[org.city].name}."]
         org.passage = add(org.name, sentences)
     for work in works:
         creator = people[work.creator].name
         if work.kind == "film":
-            by = (
-                f" and produced by {people[work.producer].name}"
-                if work.producer is not None
-                else ""
-            )
-            sentences = [
-                f"{work.title} is a {work.year} film directed by {creator}{by}.",
-                f"It was shot in {cities[work.city].name}.",
-            ]
+            by = (f" and produced by {people[work.producer].name}" if work.producer is not None
+                  else "")
+            sentences = [f"{work.title} is a {work.year} film directed by {creator}{by}.",
+                         f"It was shot in {cities[work.city].name}."]
             if work.org is not None:
                 sentences.append(f"The film was released by {orgs[work.org].name}.")
         elif work.kind == "novel":
             by = f" by {orgs[work.org].name}" if work.org is not None else ""
-            sentences = [
-                f"{work.title} is a novel by {creator}, published in {work.year}{by}.",
-                f"The story is set in {cities[work.city].name}.",
-            ]
+            sentences = [f"{work.title} is a novel by {creator}, published in {work.year}{by}.",
+                         f"The story is set in {cities[work.city].name}."]
         elif work.kind == "opera":
-            sentences = [
-                f"{work.title} is an opera by the composer {creator}.",
-                f"It premiered in {cities[work.city].name} in {work.year}.",
-            ]
+            sentences = [f"{work.title} is an opera by the composer {creator}.",
+                         f"It premiered in {cities[work.city].name} in {work.year}."]
         else:
             on = f", released on {orgs[work.org].name}" if work.org is not None else ""
-            sentences = [
-                f"{work.title} is a {work.year} album by the singer {creator}{on}.",
-                f"It was recorded over {rng.choice(('one summer', 'two years', 'six weeks', 'a winter'))}.",
-            ]
+            over = rng.choice(("one summer", "two years", "six weeks", "a winter"))
+            sentences = [f"{work.title} is a {work.year} album by the singer {creator}{on}.",
+                         f"It was recorded over {over}."]
         work.passage = add(work.title, sentences)
 
 

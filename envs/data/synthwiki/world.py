@@ -128,6 +128,7 @@ ORG_KINDS = (
 ORG_DESCRIPTION = {kind: desc for kind, desc, _, _ in ORG_KINDS}
 _WORK_ORG_KIND = {"film": "studio", "novel": "publisher", "album": "label"}
 
+
 @dataclass
 class SynthWiki:
     """A built world: entities, the passages that describe them, and the question sets.
@@ -191,16 +192,8 @@ class SynthWiki:
         return facts
 
 
-def make_entities(
-    seed: int,
-    rng: random.Random,
-    *,
-    countries: int,
-    cities: int,
-    people: int,
-    orgs: int,
-    works: int,
-) -> SynthWiki:
+def make_entities(seed: int, rng: random.Random, *, countries: int, cities: int, people: int,
+                  orgs: int, works: int) -> SynthWiki:
     """A world of these sizes with no passages or questions yet, drawn from ``rng``."""
     names = Names()
     world = SynthWiki(seed, [], [], [], [], [], {})
@@ -212,33 +205,28 @@ def make_entities(
     _career_spans(world, rng)
     return world
 
-def _make_places(
-    world: SynthWiki, rng: random.Random, names: Names, n_countries: int, n_cities: int
-) -> None:
+
+def _make_places(world: SynthWiki, rng: random.Random, names: Names, n_countries: int,
+                 n_cities: int) -> None:
     for _ in range(n_countries):
         root = country_root(rng)
         name = names.take(functools.partial(country_name, rng, root))
         language = names.take(functools.partial(language_name, rng, root))
         form = rng.choice(("Republic", "Kingdom", "Grand Duchy", "Federation", "Commonwealth"))
-        world.countries.append(
-            Country(name, f"{form} of {name}", language, rng.randint(1640, 1960))
-        )
-    rivers = [
-        names.take(functools.partial(made_up_word, rng)) + " River"
-        for _ in range(max(2, n_cities // 2))
-    ]
+        world.countries.append(Country(name, f"{form} of {name}", language,
+                                       rng.randint(1640, 1960)))
+    rivers = [names.take(functools.partial(made_up_word, rng)) + " River"
+              for _ in range(max(2, n_cities // 2))]
 
     for i in range(n_cities):
         country = i if i < n_countries else rng.randrange(n_countries)
         name = names.take(functools.partial(city_name, rng))
         official = f"City of {name}" if rng.random() < 0.3 else None
-        world.cities.append(
-            City(name, country, rng.randint(850, 1750), rng.choice(rivers), official)
-        )
+        world.cities.append(City(name, country, rng.randint(850, 1750), rng.choice(rivers),
+                                 official))
     for c, country in enumerate(world.countries):
-        country.capital = rng.choice(
-            [i for i, city in enumerate(world.cities) if city.country == c]
-        )
+        country.capital = rng.choice([i for i, city in enumerate(world.cities)
+                                      if city.country == c])
 
 
 def _make_people(world: SynthWiki, rng: random.Random, names: Names, n_people: int) -> None:
@@ -298,9 +286,8 @@ def _make_orgs(world: SynthWiki, rng: random.Random, names: Names, n_orgs: int) 
             founder = rng.choice(founders)
             person = world.people[founder]
             city = rng.choice((person.birth_city, rng.randrange(len(world.cities))))
-            name = names.take(
-                functools.partial(org_name, rng, kind, person.surname, world.cities[city].name)
-            )
+            name = names.take(functools.partial(org_name, rng, kind, person.surname,
+                                                world.cities[city].name))
             founded = min(person.born + rng.randint(25, 60), 2015)
             world.orgs.append(Org(name, kind, founded, founder, city))
             person.founded.append(len(world.orgs) - 1)
@@ -354,18 +341,14 @@ def _make_works(world: SynthWiki, rng: random.Random, names: Names, n_works: int
             if kind in ("film", "novel", "opera"):
                 work.city = rng.randrange(len(world.cities))
             if kind == "film" and rng.random() < 0.75:
-                fit = [
-                    p
-                    for p in producers
-                    if year - 75 <= people[p].born <= year - 22 and len(people[p].produced) < 6
-                ]
+                fit = [p for p in producers
+                       if year - 75 <= people[p].born <= year - 22 and len(people[p].produced) < 6]
                 work.producer = rng.choice(fit) if fit else None
                 if work.producer is not None:
                     people[work.producer].produced.append(len(world.works))
             if kind in _WORK_ORG_KIND:
-                fit = [
-                    o for o in orgs_of_kind[_WORK_ORG_KIND[kind]] if world.orgs[o].founded <= year
-                ]
+                fit = [o for o in orgs_of_kind[_WORK_ORG_KIND[kind]]
+                       if world.orgs[o].founded <= year]
                 work.org = rng.choice(fit) if fit and rng.random() < 0.85 else None
             world.works.append(work)
             people[creator].works.append(len(world.works) - 1)
