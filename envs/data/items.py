@@ -50,37 +50,27 @@ class QAItem:
         if isinstance(answers, str):
             answers = (answers,)
         if not isinstance(answers, (list, tuple)):
-            raise ValueError(
-                f"golden_answers must be a string or a list of strings, got {type(answers).__name__} {answers!r}"
-            )
+            raise _wrong("golden_answers must be a string or a list of strings", answers)
         answers = tuple(answers)
         for answer in answers:
             if not isinstance(answer, str):
-                raise ValueError(
-                    f"golden_answers must hold strings, got {type(answer).__name__} {answer!r}"
-                )
+                raise _wrong("golden_answers must hold strings", answer)
         if not answers or not any(answer.strip() for answer in answers):
             raise ValueError(f"golden_answers is empty: {self.golden_answers!r}")
         object.__setattr__(self, "golden_answers", answers)
         for name in ("id", "question", "dataset"):
             value = getattr(self, name)
             if not isinstance(value, str):
-                raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+                raise _wrong(f"{name} must be a string", value)
         if not self.question.strip():
             raise ValueError(f"question is empty: {self.question!r}")
         if not isinstance(self.metadata, Mapping):
-            raise ValueError(
-                f"metadata must be a mapping, got {type(self.metadata).__name__} {self.metadata!r}"
-            )
+            raise _wrong("metadata must be a mapping", self.metadata)
 
     def to_dict(self) -> dict[str, Any]:
         """The FlashRAG row: id, question, golden_answers, dataset, and metadata when non-empty."""
-        row: dict[str, Any] = {
-            "id": self.id,
-            "question": self.question,
-            "golden_answers": list(self.golden_answers),
-            "dataset": self.dataset,
-        }
+        row: dict[str, Any] = {"id": self.id, "question": self.question,
+                               "golden_answers": list(self.golden_answers), "dataset": self.dataset}
         if self.metadata:
             row["metadata"] = dict(self.metadata)
         return row
@@ -94,7 +84,7 @@ class QAItem:
         Raises ``ValueError`` saying which field is wrong and its value.
         """
         if not isinstance(row, Mapping):
-            raise ValueError(f"a row must be a JSON object, got {type(row).__name__} {row!r}")
+            raise _wrong("a row must be a JSON object", row)
         for key in ("id", "question", "golden_answers"):
             if key not in row:
                 raise ValueError(f"missing {key!r} (keys: {sorted(row)})")
@@ -103,16 +93,15 @@ class QAItem:
             row_id = str(row_id)
         answers = row["golden_answers"]
         if isinstance(answers, (list, tuple)):
-            answers = [
-                str(a) if isinstance(a, int) and not isinstance(a, bool) else a for a in answers
-            ]
-        return cls(
-            id=row_id,
-            question=row["question"],
-            golden_answers=answers,
-            dataset=row.get("dataset") or dataset,
-            metadata=row.get("metadata") or {},
-        )
+            answers = [str(a) if isinstance(a, int) and not isinstance(a, bool) else a
+                       for a in answers]
+        return cls(id=row_id, question=row["question"], golden_answers=answers,
+                   dataset=row.get("dataset") or dataset, metadata=row.get("metadata") or {})
+
+
+def _wrong(what: str, value: Any) -> ValueError:
+    """``what`` was expected: the error names the type and value found."""
+    return ValueError(f"{what}, got {type(value).__name__} {value!r}")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -177,23 +166,20 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             # A byte-order mark may open a file written on Windows; it is not part of the row.
             line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}, line {lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})"
-            ) from None
+            raise ValueError(f"{path}, line {lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at "
+                             f"column {e.start + 1})") from None
         if not line.strip():
             continue
         try:
             row = loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(
-                f"{path}, line {lineno}: bad JSON ({e.msg}): {line.strip()[:80]!r}"
-            ) from None
+            raise ValueError(f"{path}, line {lineno}: bad JSON ({e.msg}): "
+                             f"{line.strip()[:80]!r}") from None
         except ValueError as e:  # nested too deep
             raise ValueError(f"{path}, line {lineno}: bad JSON ({e})") from None
         if not isinstance(row, dict):
-            raise ValueError(
-                f"{path}, line {lineno}: a row must be a JSON object, got {type(row).__name__} {row!r:.80}"
-            )
+            raise ValueError(f"{path}, line {lineno}: a row must be a JSON object, got "
+                             f"{type(row).__name__} {row!r:.80}")
         yield lineno, row
 
 
@@ -211,6 +197,5 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             for lineno, raw in enumerate(f, start=1):
                 yield lineno, raw
         except (EOFError, OSError, zlib.error) as e:  # cut short, or not gzip at all
-            raise ValueError(
-                f"{path}, line {lineno + 1}: the gzip data is truncated or corrupt ({e})"
-            ) from None
+            raise ValueError(f"{path}, line {lineno + 1}: the gzip data is truncated or corrupt "
+                             f"({e})") from None

@@ -41,16 +41,14 @@ class RemoteRetriever:
     ):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(
-                f"the retrieval url must be http(s)://host:port[/retrieve], got {url!r}"
-            )
+            raise ValueError("the retrieval url must be http(s)://host:port[/retrieve], "
+                             f"got {url!r}")
         if parts.path in ("", "/"):
             url = urllib.parse.urlunsplit(parts._replace(path="/retrieve"))
         if retries < 0 or timeout <= 0 or backoff < 0 or max_queries_per_request < 1:
-            raise ValueError(
-                f"bad client settings: timeout={timeout}, retries={retries}, backoff={backoff}, "
-                f"max_queries_per_request={max_queries_per_request}"
-            )
+            raise ValueError(f"bad client settings: timeout={timeout}, retries={retries}, "
+                             f"backoff={backoff}, "
+                             f"max_queries_per_request={max_queries_per_request}")
         self.url = url
         self.timeout = timeout
         self.retries = retries
@@ -68,19 +66,11 @@ class RemoteRetriever:
         step = self.max_queries_per_request
         for start in range(0, len(queries), step):
             chunk = list(queries[start : start + step])
-            answer = self._post({"queries": chunk, "topk": top_k, "return_scores": True})
+            answer = post_json(self.url, {"queries": chunk, "topk": top_k, "return_scores": True},
+                               timeout=self.timeout, retries=self.retries, backoff=self.backoff,
+                               error=RetrievalError)
             results.extend(self._parse(answer, len(chunk)))
         return results
-
-    def _post(self, payload: dict[str, Any]) -> Any:
-        return post_json(
-            self.url,
-            payload,
-            timeout=self.timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-            error=RetrievalError,
-        )
 
     def _parse(self, answer: Any, n_queries: int) -> list[list[Passage]]:
         try:
