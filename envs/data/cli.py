@@ -21,25 +21,19 @@ def build_parser(prog: str = "python -m envs data") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    synth = commands.add_parser(
-        "synth", help="write the synthetic world in the FlashRAG layout (questions + corpus.jsonl)"
-    )
+    synth = commands.add_parser("synth", help="write the synthetic world in the FlashRAG layout "
+                                              "(questions + corpus.jsonl)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
     for split, default in (("train", 200), ("dev", 50), ("test", 100)):
-        synth.add_argument(
-            f"--{split}",
-            type=int,
-            default=default,
-            help=f"{split} questions per dataset (default {default})",
-        )
+        synth.add_argument(f"--{split}", type=int, default=default,
+                           help=f"{split} questions per dataset (default {default})")
 
     show = commands.add_parser("show", help="print a few questions of a dataset split")
     show.add_argument("name", help="dataset name, e.g. nq or hotpotqa")
     show.add_argument("--split", default="test", help="split (default test)")
-    show.add_argument(
-        "--root", default=None, help="FlashRAG-layout directory, or 'synthetic' (default: the hub)"
-    )
+    show.add_argument("--root", default=None,
+                      help="FlashRAG-layout directory, or 'synthetic' (default: the hub)")
     show.add_argument("--limit", type=int, default=5, help="rows to print (default 5)")
     return parser
 
@@ -73,10 +67,8 @@ def _show(args: argparse.Namespace) -> int:
     dataset row may hold escape sequences)."""
     items = load_qa(args.name, args.split, root=args.root)
     source = args.root if args.root is not None else "the hub"
-    safe_print(
-        f"{args.name}/{args.split} from {source}: {len(items)} questions, "
-        f"showing {min(args.limit, len(items))}"
-    )
+    safe_print(f"{args.name}/{args.split} from {source}: {len(items)} questions, "
+               f"showing {min(args.limit, len(items))}")
     for item in items[: max(args.limit, 0)]:
         safe_print(f"[{item.id}] {item.question}")
         safe_print(f"    answers: {' | '.join(item.golden_answers)}")

@@ -59,9 +59,8 @@ def _no_answer(row: Any) -> bool:
     return isinstance(answers, list) and all(isinstance(a, str) and not a.strip() for a in answers)
 
 
-def read_qa_file(
-    path: str | os.PathLike, dataset: str = "", limit: int | None = None
-) -> list[QAItem]:
+def read_qa_file(path: str | os.PathLike, dataset: str = "",
+                 limit: int | None = None) -> list[QAItem]:
     """The QA items of one ``.jsonl``, ``.json`` or ``.parquet`` file (the first ``limit``
     when given).
 
@@ -133,23 +132,17 @@ def load_qa(
         if not root.is_dir():
             raise FileNotFoundError(f"no dataset directory {directory}: {root} is not a directory")
         available = sorted(p.name for p in root.iterdir() if p.is_dir())
-        raise FileNotFoundError(
-            f"no dataset directory {directory}; datasets in {root}: {', '.join(available) or 'none'}"
-        )
+        raise FileNotFoundError(f"no dataset directory {directory}; datasets in {root}: "
+                                f"{', '.join(available) or 'none'}")
     for suffix in SPLIT_SUFFIXES:
         path = directory / f"{split}{suffix}"
         if path.is_file():
             return read_qa_file(path, dataset=name, limit=limit)
-    splits = sorted(
-        p.name[: -len(suffix)]
-        for p in directory.iterdir()
-        for suffix in SPLIT_SUFFIXES
-        if p.name.endswith(suffix)
-    )
+    splits = sorted(p.name[: -len(suffix)] for p in directory.iterdir() for suffix in SPLIT_SUFFIXES
+                    if p.name.endswith(suffix))
     raise FileNotFoundError(
         f"no split {split!r} for {name!r}: none of {directory / split}{{{','.join(SPLIT_SUFFIXES)}}} "
-        f"exists; splits in {directory}: {', '.join(dict.fromkeys(splits)) if splits else 'none'}"
-    )
+        f"exists; splits in {directory}: {', '.join(dict.fromkeys(splits)) if splits else 'none'}")
 
 
 def _check_name(name: str) -> None:
@@ -167,24 +160,17 @@ def _hub_file(name: str, split: str) -> Path:
     from huggingface_hub import hf_hub_download
 
     filename = f"{name}/{split}.jsonl"
-    how_to = (
-        "To use local files, pass root=DIR with DIR in the FlashRAG layout "
-        f'(DIR/{name}/{split}.jsonl with rows {{"id", "question", "golden_answers"}}), '
-        "or write the synthetic world with `python -m envs data synth --out DIR` and pass "
-        'root=DIR (or root="synthetic" to use it in memory).'
-    )
+    how_to = ("To use local files, pass root=DIR with DIR in the FlashRAG layout "
+              f'(DIR/{name}/{split}.jsonl with rows {{"id", "question", "golden_answers"}}), '
+              "or write the synthetic world with `python -m envs data synth --out DIR` and pass "
+              'root=DIR (or root="synthetic" to use it in memory).')
     # Checked here rather than left to huggingface_hub, which reads HF_HUB_OFFLINE once at import.
     offline = hub_offline()
     try:
-        return Path(
-            hf_hub_download(HUB_REPO, filename, repo_type="dataset", local_files_only=offline)
-        )
+        return Path(hf_hub_download(HUB_REPO, filename, repo_type="dataset",
+                                    local_files_only=offline))
     except Exception as e:  # network, offline mode, missing entry: all end in the same advice
-        reason = (
-            "HF_HUB_OFFLINE is set and the file is not in the local cache"
-            if offline
-            else f"{type(e).__name__}: {e}"
-        )
-        raise FileNotFoundError(
-            f"cannot load {filename} from the hub dataset {HUB_REPO} ({reason}). {how_to}"
-        ) from e
+        reason = ("HF_HUB_OFFLINE is set and the file is not in the local cache" if offline
+                  else f"{type(e).__name__}: {e}")
+        raise FileNotFoundError(f"cannot load {filename} from the hub dataset {HUB_REPO} "
+                                f"({reason}). {how_to}") from e

@@ -55,10 +55,8 @@ class JsonlCorpus(Sequence[Passage]):
         if not self.path.is_file():
             raise FileNotFoundError(f"corpus file not found: {str(self.path)!r}")
         if self.path.suffix == ".gz":
-            raise ValueError(
-                f"{self.path}: a lazily read corpus must be uncompressed JSONL "
-                f"(gunzip -k {self.path.name})"
-            )
+            raise ValueError(f"{self.path}: a lazily read corpus must be uncompressed JSONL "
+                             f"(gunzip -k {self.path.name})")
         st = self.path.stat()
         self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
         self.offsets_path, self._spans = _load_or_build_offsets(self.path, st, cache_dir)
@@ -136,9 +134,8 @@ def _offsets_locations(path: Path, cache_dir: str | os.PathLike | None) -> list[
     return [beside, root / "offsets" / f"{key}{OFFSETS_SUFFIX}"]
 
 
-def _load_or_build_offsets(
-    path: Path, st: os.stat_result, cache_dir: str | os.PathLike | None
-) -> tuple[Path, np.ndarray]:
+def _load_or_build_offsets(path: Path, st: os.stat_result,
+                           cache_dir: str | os.PathLike | None) -> tuple[Path, np.ndarray]:
     """The (N, 2) int64 table of each row's [start, end) byte span, memory-mapped.
 
     The file stores one extra first row, ``(size, mtime_ns)`` of the corpus it describes,
