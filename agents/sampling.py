@@ -92,12 +92,10 @@ def _value(key: str, text: str) -> float | int:
         number = float(text)
     except ValueError:
         number = math.nan
-    if key == "temperature" and not (math.isfinite(number) and number >= 0):
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {text!r}")
-    if key == "temperature" and 0 < number < min_temperature():
+    if key == "temperature":
         try:
             check_temperature(number)
-        except ValueError as err:
+        except ValueError as err:  # the message quotes the text as given
             raise ValueError(f"{str(err).rpartition(', got ')[0]}, got {text!r}") from None
     if key == "top_p" and not (math.isfinite(number) and 0 < number <= 1):
         raise ValueError(f"top_p must be a number in (0, 1], got {text!r}")
@@ -128,9 +126,6 @@ class Sampling:
             return self
         return Sampling(**{k: getattr(fallback, k) if getattr(self, k) is None else getattr(self, k)
                            for k in SAMPLING_KEYS})
-
-    def is_empty(self) -> bool:
-        return all(getattr(self, k) is None for k in SAMPLING_KEYS)
 
     def record(self) -> dict[str, Any]:
         """``{"temperature", "top_p", "max_new_tokens"}``: what episodes and ``summary.json`` keep."""
