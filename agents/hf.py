@@ -48,20 +48,11 @@ class HFPolicy(SampledPolicy):
     decoding of exactly ``Action.token_ids``, special tokens included.
     """
 
-    def __init__(
-        self,
-        model: Any = "smollm2",
-        tokenizer: Any = None,
-        *,
-        sampling: Sampling | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_new_tokens: int | None = None,
-        device: str | torch.device = "cpu",
-        dtype: str | torch.dtype = "float32",
-        seed: int = 0,
-        batch_size: int = 16,
-    ) -> None:
+    def __init__(self, model: Any = "smollm2", tokenizer: Any = None, *,
+                 sampling: Sampling | None = None, temperature: float | None = None,
+                 top_p: float | None = None, max_new_tokens: int | None = None,
+                 device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
+                 seed: int = 0, batch_size: int = 16) -> None:
         self._set_sampling(sampling, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -69,9 +60,8 @@ class HFPolicy(SampledPolicy):
             model, loaded_tokenizer = load_causal_lm(model, dtype=dtype, device=device)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         elif tokenizer is None:
-            raise ValueError(
-                f"a {type(model).__name__} model object needs its tokenizer: pass tokenizer="
-            )
+            raise ValueError(f"a {type(model).__name__} model object needs its tokenizer: "
+                             "pass tokenizer=")
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
         self.model = model
@@ -100,18 +90,12 @@ class HFPolicy(SampledPolicy):
         actions: list[Action | None] = [None] * len(observations)
         for lo in range(0, len(order), self.batch_size):
             chunk = order[lo : lo + self.batch_size]
-            for i, action in zip(
-                chunk, self._generate([observations[i] for i in chunk]), strict=True
-            ):
+            actions_ = self._generate([observations[i] for i in chunk])
+            for i, action in zip(chunk, actions_, strict=True):
                 actions[i] = action
         return actions  # type: ignore[return-value]
 
     # -- sampling ---------------------------------------------------------------------------
-
-    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next tokens (B,) and their log-probs (B,) under the distribution sampled from
-        (:func:`next_tokens`)."""
-        return next_tokens(logits, self.temperature, self.top_p, self.generator)
 
     def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
         # Only the last few tokens are decoded: a stop string of n UTF-8 bytes spans at most
@@ -129,12 +113,11 @@ class HFPolicy(SampledPolicy):
         decoding may rewrite text across tokens (``clean_up_tokenization_spaces``) or a
         stop string ends in whitespace (SentencePiece drops a lone token's leading space),
         every token may complete one. The token texts are cached: one decode per id."""
-        key = stops
-        ends = self._stop_ends.get(key)
+        ends = self._stop_ends.get(stops)
         if ends is None:
             cleans = bool(getattr(self.tokenizer, "clean_up_tokenization_spaces", False))
             ends = "" if cleans or any(s[-1].isspace() for s in stops) else "".join({s[-1] for s in stops})
-            self._stop_ends[key] = ends
+            self._stop_ends[stops] = ends
         if not ends:
             return True
         text = self._token_text.get(token)
@@ -151,9 +134,8 @@ class HFPolicy(SampledPolicy):
         prompts = [np.asarray(o.token_ids, dtype=np.int64).reshape(-1) for o in observations]
         for o, p in zip(observations, prompts, strict=True):
             if len(p) == 0:
-                raise ValueError(
-                    f"observation of {o.agent} (env {o.env_index}) has an empty context"
-                )
+                raise ValueError(f"observation of {o.agent} (env {o.env_index}) has an empty "
+                                 "context")
         limits = [min(int(o.max_new_tokens), self.max_new_tokens) for o in observations]
         stops = [tuple(s for s in o.stop if s) for o in observations]
         windows = [max((len(s.encode()) for s in st), default=0) + 2 for st in stops]
@@ -168,55 +150,34 @@ class HFPolicy(SampledPolicy):
                 self._decode_loop(prompts, rows, limits, stops, windows, generated, logprobs)
             finally:
                 self.model.train(was_training)
-        return [
-            Action(
-                token_ids=generated[i],
-                logprobs=logprobs[i],
-                text=self.tokenizer.decode(generated[i], skip_special_tokens=False),
-            )
-            for i in range(n)
-        ]
+        return [Action(token_ids=generated[i], logprobs=logprobs[i],
+                       text=self.tokenizer.decode(generated[i], skip_special_tokens=False))
+                for i in range(n)]
 
-    def _decode_loop(
-        self,
-        prompts: list[np.ndarray],
-        rows: list[int],
-        limits: list[int],
-        stops: list[tuple[str, ...]],
-        windows: list[int],
-        generated: list[list[int]],
-        logprobs: list[list[float]],
-    ) -> None:
+    def _decode_loop(self, prompts: list[np.ndarray], rows: list[int], limits: list[int],
+                     stops: list[tuple[str, ...]], windows: list[int], generated: list[list[int]],
+                     logprobs: list[list[float]]) -> None:
         """Fill ``generated``/``logprobs`` for the observations in ``rows``. Finished rows are
         dropped from the batch (and the KV cache), so they cost nothing afterwards."""
         # left padding: every row's next token is column -1
-        input_ids, attention_mask, position_ids = (
-            x.to(self.device) for x in pad_batch([prompts[i] for i in rows], self.pad_token_id, "left")
-        )
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **self._last_logits_only,
-        )
+        batch = pad_batch([prompts[i] for i in rows], self.pad_token_id, "left")
+        input_ids, attention_mask, position_ids = (x.to(self.device) for x in batch)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, use_cache=True, **self._last_logits_only)
         cache = self._cache_of(out)
         logits = out.logits[:, -1, :]  # (B, V)
         next_position = position_ids[:, -1] + 1  # (B,)
 
         while True:
-            tokens, token_logprobs_ = self._sample(logits)
+            # next tokens (B,) and their log-probs (B,) under the distribution sampled from
+            tokens, token_lp = next_tokens(logits, self.temperature, self.top_p, self.generator)
             keep: list[int] = []
-            for b, (i, token, logprob) in enumerate(
-                zip(rows, tokens.tolist(), token_logprobs_.tolist(), strict=True)
-            ):
+            for b, (i, token, logprob) in enumerate(zip(rows, tokens.tolist(), token_lp.tolist(),
+                                                        strict=True)):
                 generated[i].append(token)
                 logprobs[i].append(logprob)
-                done = (
-                    token == self.eos_token_id
-                    or len(generated[i]) >= limits[i]
-                    or (stops[i] and self._stopped_by_string(generated[i], stops[i], windows[i]))
-                )
+                done = (token == self.eos_token_id or len(generated[i]) >= limits[i] or (
+                    stops[i] and self._stopped_by_string(generated[i], stops[i], windows[i])))
                 if not done:
                     keep.append(b)
             if not keep:
@@ -228,16 +189,11 @@ class HFPolicy(SampledPolicy):
                 attention_mask = attention_mask[index]
                 next_position = next_position[index]
                 rows = [rows[b] for b in keep]
-            attention_mask = torch.cat(
-                [attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1
-            )
-            out = self.model(
-                input_ids=tokens.unsqueeze(-1),
-                attention_mask=attention_mask,
-                position_ids=next_position.unsqueeze(-1),
-                use_cache=True,
-                **{self._cache_arg: cache},
-            )
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))],
+                                       dim=-1)
+            out = self.model(input_ids=tokens.unsqueeze(-1), attention_mask=attention_mask,
+                             position_ids=next_position.unsqueeze(-1), use_cache=True,
+                             **{self._cache_arg: cache})
             cache = self._cache_of(out)
             logits = out.logits[:, -1, :]
             next_position = next_position + 1
