@@ -58,13 +58,9 @@ def position_ids_of(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def pad_batch(
-    seqs: Sequence[Sequence[int] | np.ndarray | torch.Tensor],
-    pad_id: int | bool = 0,
-    side: str = "right",
-    *,
-    dtype: torch.dtype = torch.long,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_batch(seqs: Sequence[Sequence[int] | np.ndarray | torch.Tensor], pad_id: int | bool = 0,
+              side: str = "right", *, dtype: torch.dtype = torch.long,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The one token padding: 1-D sequences of any lengths as one (B, T) batch, T the
     longest, on the CPU: ``(ids, attention_mask, position_ids)``.
 
@@ -180,10 +176,9 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
-def token_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor,
-    temperature: float = 1.0, *, chunk_elements: int | None = None,
-) -> torch.Tensor:
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   targets: torch.Tensor, temperature: float = 1.0, *,
+                   chunk_elements: int | None = None) -> torch.Tensor:
     """Log-probs of the tokens ``input_ids[targets]``, each under ``model`` given the tokens
     before it in its row: a float32 tensor (N,), N = ``targets.sum()``, in row-major order.
 
@@ -211,39 +206,23 @@ def token_logprobs(
     predictors[:, :-1] = targets[:, 1:]
     chunk_elements = LOGIT_CHUNK_ELEMENTS if chunk_elements is None else int(chunk_elements)
     head = _plain_output_layer(model) if chunk_elements > 0 else None
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+              "position_ids": position_ids_of(attention_mask), "use_cache": False}
     if head is not None:
-        hidden = model.get_decoder()(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_of(attention_mask),
-            use_cache=False,
-        ).last_hidden_state[predictors]  # (N, H)
+        hidden = model.get_decoder()(**inputs).last_hidden_state[predictors]  # (N, H)
         chunk = max(1, chunk_elements // head.out_features)
-        return _ChunkedTokenLogprob.apply(
-            hidden, head.weight, head.bias, input_ids[targets], float(temperature), chunk
-        )
+        return _ChunkedTokenLogprob.apply(hidden, head.weight, head.bias, input_ids[targets],
+                                          float(temperature), chunk)
     keep = bool_logits_to_keep(model)
-    kwargs = {"logits_to_keep": predictors} if keep else {}
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_of(attention_mask),
-        use_cache=False,
-        **kwargs,
-    )
+    out = model(**inputs, **({"logits_to_keep": predictors} if keep else {}))
     logits = out.logits if keep else out.logits[predictors]  # (N, V)
     logits = logits.float() / temperature
     chosen = logits.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
     return chosen - logits.logsumexp(-1)
 
 
-def sequence_logprobs(
-    model: Any,
-    input_ids_list: Sequence[Sequence[int] | np.ndarray],
-    start_positions: Sequence[int],
-    *,
-    batch_size: int = 16,
-) -> list[np.ndarray]:
+def sequence_logprobs(model: Any, input_ids_list: Sequence[Sequence[int] | np.ndarray],
+                      start_positions: Sequence[int], *, batch_size: int = 16) -> list[np.ndarray]:
     """Teacher-forced log-probs (plain softmax, temperature 1) of ``seq[start:]`` for each
     sequence: one float32 array of length ``len(seq) - start`` per sequence, in order.
 
@@ -251,37 +230,26 @@ def sequence_logprobs(
     Sequences are scored in right-padded batches of ``batch_size``; no gradient.
     """
     if len(input_ids_list) != len(start_positions):
-        raise ValueError(
-            f"{len(input_ids_list)} sequences but {len(start_positions)} start positions"
-        )
+        raise ValueError(f"{len(input_ids_list)} sequences but {len(start_positions)} start "
+                         "positions")
     device = next(model.parameters()).device
-    pad = 0
     results: list[np.ndarray] = []
     for lo in range(0, len(input_ids_list), batch_size):
-        seqs = [
-            np.asarray(s, dtype=np.int64).reshape(-1) for s in input_ids_list[lo : lo + batch_size]
-        ]
-        starts = list(start_positions[lo : lo + batch_size])
-        for i, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
+        seqs = [np.asarray(s, dtype=np.int64).reshape(-1)
+                for s in input_ids_list[lo : lo + batch_size]]
+        pairs = list(zip(seqs, start_positions[lo : lo + batch_size], strict=True))
+        for i, (seq, start) in enumerate(pairs):
             if not 1 <= start <= len(seq):
-                raise ValueError(
-                    f"sequence {lo + i} has {len(seq)} tokens; start {start} is not in [1, {len(seq)}]"
-                )
-        input_ids, attention_mask, _ = pad_batch(seqs, pad)
-        targets = pad_batch(
-            [np.arange(len(seq)) >= start for seq, start in zip(seqs, starts, strict=True)],
-            False, dtype=torch.bool,
-        )[0]
+                raise ValueError(f"sequence {lo + i} has {len(seq)} tokens; start {start} is not "
+                                 f"in [1, {len(seq)}]")
+        input_ids, attention_mask, _ = pad_batch(seqs)
+        targets = pad_batch([np.arange(len(seq)) >= start for seq, start in pairs], False,
+                            dtype=torch.bool)[0]
         with torch.inference_mode():
-            flat = token_logprobs(
-                model, input_ids.to(device), attention_mask.to(device), targets.to(device)
-            )
-        flat_np = flat.cpu().numpy()
-        offset = 0
-        for seq, start in zip(seqs, starts, strict=True):
-            n = len(seq) - start
-            results.append(flat_np[offset : offset + n].copy())
-            offset += n
+            flat = token_logprobs(model, input_ids.to(device), attention_mask.to(device),
+                                  targets.to(device))
+        ends = np.cumsum([len(seq) - start for seq, start in pairs])
+        results += [part.copy() for part in np.split(flat.cpu().numpy(), ends[:-1])]
     return results
 
 
