@@ -53,14 +53,8 @@ def check_loaded(model: Any, info: dict[str, Any], path: str | Path) -> None:
 def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-    }
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     if dtype not in names:
         raise ValueError(f"dtype must be one of {sorted(names)} or a torch.dtype, got {dtype!r}")
     return names[dtype]
@@ -70,10 +64,13 @@ def _is_saved_model(path: Path) -> bool:
     return (path / "config.json").exists() and any(path.glob("*.safetensors"))
 
 
-def _convert_smollm2(target: Path) -> None:
-    """Dequantise the GGUF (Q4_1 -> float32) and save it under ``target``. Written to a
-    temporary sibling first and renamed, so a crash or a concurrent loader never sees a
-    half-written model."""
+def _smollm2_dir() -> Path:
+    """The converted SmolLM2 under ``cache_dir``, made on first use: the GGUF dequantised
+    (Q4_1 -> float32) and saved to a temporary sibling first and renamed, so a crash or a
+    concurrent loader never sees a half-written model."""
+    target = cache_dir(*SMOLLM2_CACHE)
+    if _is_saved_model(target):
+        return target
     from transformers import AutoModelForCausalLM
 
     gguf = smollm2_gguf_path()
@@ -99,23 +96,22 @@ def _convert_smollm2(target: Path) -> None:
     try:
         with quiet_progress():
             model.save_pretrained(tmp)
-        if _is_saved_model(target):  # another process finished first
-            return
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        if not _is_saved_model(target):  # else another process finished first
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
     """Batched generation pads; models without a pad token pad with EOS."""
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise ValueError(
-                f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token"
-            )
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos "
+                             "token")
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
@@ -128,20 +124,14 @@ def local_model_dir(name_or_path: str) -> str:
     with the tokenizer beside the weights); anything else is returned as is."""
     if name_or_path.lower() not in SMOLLM2_ALIASES:
         return name_or_path
-    cached = cache_dir(*SMOLLM2_CACHE)
-    if not _is_saved_model(cached):
-        _convert_smollm2(cached)
+    cached = _smollm2_dir()
     if not (cached / "tokenizer.json").exists():
         load_tokenizer("smollm2").save_pretrained(cached)
     return str(cached)
 
 
-def load_causal_lm(
-    name_or_path: str = "smollm2",
-    *,
-    dtype: str | torch.dtype = "float32",
-    device: str | torch.device = "cpu",
-) -> tuple[Any, Any]:
+def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = "float32",
+                   device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """``(model, tokenizer)``, the model in eval mode on ``device``.
 
     ``"smollm2"``, ``"smollm2-135m"`` or ``"smollm2-135m-instruct"`` (any case) load
@@ -158,11 +148,8 @@ def load_causal_lm(
 
     torch_dtype = _torch_dtype(dtype)
     if name_or_path.lower() in SMOLLM2_ALIASES:
-        cached = cache_dir(*SMOLLM2_CACHE)
-        if not _is_saved_model(cached):
-            _convert_smollm2(cached)
         with quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), dtype=torch_dtype)
         tokenizer = load_tokenizer("smollm2")
     elif Path(name_or_path).is_dir():  # a saved model (ours): loaded whole or refused
         from transformers.utils import logging as hf_logging
@@ -191,21 +178,11 @@ def load_causal_lm(
     return model, tokenizer
 
 
-def tiny_causal_lm(
-    vocab_size: int,
-    *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    max_position_embeddings: int = 4096,
-    seed: int = 0,
-    eos_token_id: int | None = None,
-    pad_token_id: int | None = None,
-    initializer_range: float = 0.02,
-    tie_word_embeddings: bool = False,
-    attention_bias: bool = False,
-    rope_theta: float = 10000.0,
-) -> Any:
+def tiny_causal_lm(vocab_size: int, *, hidden_size: int = 64, num_layers: int = 2,
+                   num_heads: int = 4, max_position_embeddings: int = 4096, seed: int = 0,
+                   eos_token_id: int | None = None, pad_token_id: int | None = None,
+                   initializer_range: float = 0.02, tie_word_embeddings: bool = False,
+                   attention_bias: bool = False, rope_theta: float = 10000.0) -> Any:
     """A randomly initialised ``LlamaForCausalLM`` in eval mode, the same weights for the
     same arguments (the global torch RNG is left untouched). ``initializer_range`` is the
     std of the weights: larger values give peakier next-token distributions.
@@ -216,22 +193,14 @@ def tiny_causal_lm(
 
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=4 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=max_position_embeddings,
-        initializer_range=initializer_range,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id if pad_token_id is not None else eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=tie_word_embeddings,
-        attention_bias=attention_bias,
-        rope_theta=rope_theta,
-    )
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size,
+                         intermediate_size=4 * hidden_size, num_hidden_layers=num_layers,
+                         num_attention_heads=num_heads, num_key_value_heads=num_heads,
+                         max_position_embeddings=max_position_embeddings,
+                         initializer_range=initializer_range, eos_token_id=eos_token_id,
+                         pad_token_id=pad_token_id if pad_token_id is not None else eos_token_id,
+                         bos_token_id=None, tie_word_embeddings=tie_word_embeddings,
+                         attention_bias=attention_bias, rope_theta=rope_theta)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
