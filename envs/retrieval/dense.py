@@ -16,17 +16,12 @@ a flat scan of 32 queries already costs several times their encoding). The encod
 loaded once per process and shared by every retriever (several env copies usually run in
 one process).
 
-wiki-18 scale (21M passages): pass a prebuilt faiss index (``index_file=``, e.g.
-Search-R1's ``e5_Flat.index``), read memory-mapped, and the corpus is read lazily by byte
-offset (:class:`envs.retrieval.corpus.JsonlCorpus`), so resident memory is the index
-plus the rows read. Nothing is encoded but the queries. The index's row ``n`` must be the
-corpus's ``n``-th non-blank line (how FlashRAG and Search-R1 build theirs).
-
-e5 models are used as Search-R1 uses them (``search_r1/search/retrieval_server.py``):
-``query: `` before each query (``passage: `` before passages), mean pooling over the
-attention mask, L2-normalised, queries cut at 256 tokens. ``pooling="auto"`` picks that
-for model names containing ``e5``, and the model's own sentence-transformers pooling
-otherwise. See docs/retrieval_scale.md for what it costs.
+wiki-18 scale (21M passages) and e5 as Search-R1 uses it: docs/retrieval_scale.md. In
+short, a prebuilt faiss index (``index_file=``, e.g. Search-R1's ``e5_Flat.index``) is read
+memory-mapped and the corpus lazily (:class:`envs.retrieval.corpus.JsonlCorpus`); the
+index's row ``n`` must be the corpus's ``n``-th non-blank line. ``pooling="auto"`` gives e5
+models Search-R1's recipe (``query: `` / ``passage: `` prefixes, mean pooling over the
+attention mask, L2-normalised, 256 tokens).
 """
 
 from __future__ import annotations

@@ -10,39 +10,21 @@
     GET /health -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...,
                         "rejected": ..., "dropped": ...}
 
-Search-R1 compatibility (``search_r1/search/retrieval_server.py``): the request model is
-Search-R1's, field for field, so the same coercions apply (``"topk": "3"`` is 3,
-``"return_scores": "true"`` is true, ``"topk": 0`` or null means the default); documents
-are the corpus rows as stored (wiki-18's quoted titles and any extra fields kept), with
-the keys of every row of the corpus in first-seen order and null where a row lacks one,
-as the ``datasets`` table Search-R1 loads them into gives them; the response bytes are
-FastAPI's rendering of the same JSON. Where Search-R1 would fail with a 500 (a negative
-``topk``; ``return_scores: false`` with other than two queries, which unpacks wrongly
-there) we answer a 400 or the bare documents.
+docs/retrieval_server.md is the reference: Search-R1 compatibility (the request model is
+Search-R1's field for field, documents are the corpus rows as stored with every corpus
+column, the bytes are FastAPI's rendering), the limits and the status code of each, and the
+measurements behind the batching. The design, in short:
 
-Untrusted input: every request is read, parsed and validated on its own before it joins
-a batch, so one bad request fails alone: a body over ``max_body_bytes`` gets a 413,
-malformed JSON (including nesting too deep for the parser and integers over Python's
-4300 digits) a 400, more than ``max_queries`` queries or a query over ``max_query_chars``
-characters a 413; each with ``{"error": "<one line>"}``. Lone UTF-16 surrogates in a query
-(``"\\ud83d"``, which JSON allows) are replaced by U+FFFD. A request head must be complete
-within ``keep_alive_s`` of the connection opening or of the previous answer, else the
-connection is closed; a body that stalls for ``keep_alive_s`` gets a 408. Should a batched retriever call still fail, each request of that batch is retried
-alone, so the error reaches only the requests that cause it.
-
-Requests are batched across clients (PITFALLS 7) and served fairly: the handlers put
-their requests in a :class:`FairQueue`, and one batcher takes up to ``max_batch`` queries
-from it, gathered within ``batch_wait_s``, a query of each waiting request in turn (fair
-queuing, small requests first among equals), and calls ``retriever.search`` once per
-distinct ``topk`` in the batch, in a worker thread so the event loop keeps accepting
-requests. A request of 1,024 queries is thus served over many batches, and a one-query
-request that arrives beside it waits for the batch in flight, not for the whole of it.
-The pieces are put back in order, with the bytes one search call would render; the dense
-encoder's last bits (about 1e-7 on a score) depend on which queries share its batch, as
-they did when whole requests were batched together. Past ``max_waiting_queries`` queries
-waiting, a request gets a 503 with ``Retry-After: 1``. A client that disconnects before
-its answer has what is still queued of its request dropped, never searched (``dropped`` in
-``/health`` counts them).
+- every request is read, parsed and validated on its own before it joins a batch, so one
+  bad request fails alone, with ``{"error": "<one line>"}``; should a batched retriever
+  call still fail, each request of that batch is retried alone;
+- handlers put their requests in a :class:`FairQueue`, and one batcher takes up to
+  ``max_batch`` queries from it, gathered within ``batch_wait_s``, a query of each waiting
+  request in turn, and calls ``retriever.search`` once per distinct ``topk`` in a worker
+  thread (PITFALLS 7); a request is answered, its pieces put back in order, as soon as its
+  own queries are served;
+- a client that disconnects before its answer has what is still queued of its request
+  dropped, never searched (``dropped`` in ``/health`` counts them).
 """
 
 from __future__ import annotations
