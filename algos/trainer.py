@@ -191,8 +191,7 @@ class Trainer:
         """The updated weights into the engines that generate with their own copy: the Ray
         workers (the next version in the object store) and a vLLM engine; under FSDP2 first
         the gathered replica (every rank)."""
-        self.layout.sync_replica(self.full_model, self.model)
-        self.pool.push_weights(self.full_model)
+        self.pool.push_weights(self.engine.sync_replica(self.full_model))
         # every name, tied ones included: vLLM reloads layer by layer, and a layer whose name is
         # missing (a tied lm_head) keeps its old processed weights (HF on this very model: nothing to copy)
         self.backend.load_weights(self.full_model.named_parameters(remove_duplicate=False))
@@ -305,17 +304,18 @@ class Trainer:
             self.backend.sleep()  # weights wake it (_push_weights -> load_weights)
         # 2. rows, with the old log-probs recomputed by the training model
         rows = rows_from_episodes(groups, cfg.max_row_tokens)
-        mine = self.dist.shard(rows)  # scoring split across the ranks by tokens
-        with self.precision.compute():  # the dtype the update's forward computes in
+        temperature = cfg.sampling.temperature
+
+        def old_logp(mine: list[Row]) -> None:
             for row, logp in zip(mine, score_rows(self.full_model, mine, max_tokens=cfg.max_tokens_per_batch,
-                                                  pad_id=self.pad_id, temperature=cfg.sampling.temperature)):
+                                                  pad_id=self.pad_id, temperature=temperature)):
                 row.old_logp = logp
-            # 3. the Teacher scores the exact same token contexts (the rows the role rules name)
-            if self.teacher is not None:
-                score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=cfg.sampling.temperature,
-                                   max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
-        # every rank gets every row's scores: the advantages are the one-process ones everywhere
-        self.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
+
+        def teacher_logp(mine: list[Row]) -> None:  # 3. the same token contexts (the rows the rules name)
+            score_with_teacher(self.teacher, mine, kl_coef=cfg.kl_coef, temperature=temperature,
+                               max_tokens=cfg.max_tokens_per_batch, pad_id=self.pad_id, rules=self.rules)
+
+        self.engine.score(rows, old_logp, *([teacher_logp] if self.teacher is not None else []))
         # 4. per-token advantages by role, and each row's trained and KL flags
         ctx = A.AdvantageContext(groups=groups, beta=cfg.beta, critic_em_weight=cfg.critic_em_weight,
                                  critic=self.critic)
@@ -335,7 +335,6 @@ class Trainer:
         metrics = rollout_metrics(groups, rows, self.rules)
         metrics.update(update)
         metrics.update(self.rollout_stats)
-        metrics.update(self.dist.metrics())
         tokens = sum(ep.output_tokens for g in groups for ep in g)
         metrics.update({"perf/rollout_s": rollout_s, "perf/score_s": t2 - t1, "perf/update_s": t3 - t2,
                         "perf/generated_tokens_per_s": tokens / max(rollout_s, 1e-9),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,22 @@ class Update:
         self.model, self.optimizer, self.layout, self.precision = model, optimizer, layout, precision
         self.settings, self.rng, self.pad_id = settings, rng, pad_id
 
+    def score(self, rows: Sequence[Row], *scorers: Callable[[list[Row]], None]) -> None:
+        """Steps 2-3's scoring, split across the ranks by tokens: each ``scorer(mine)`` fills
+        ``old_logp`` or ``teacher_logp`` of this rank's rows, in the dtype the update computes
+        in; then every rank holds every row's values (the advantages are the one-process ones)."""
+        mine = self.layout.dist.shard(rows)
+        with self.precision.compute():
+            for scorer in scorers:
+                scorer(mine)
+        self.layout.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
+
+    def sync_replica(self, full_model: Any) -> Any:
+        """``full_model`` (what generates and is saved) made equal to the trained weights
+        (FSDP2: gathered from the shards; one process: already the same model); returned."""
+        self.layout.sync_replica(full_model, self.model)
+        return full_model
+
     def step(self, rows: Sequence[Row], step: int = 1) -> dict[str, float]:
         """``minibatches`` optimizer steps over the trained rows (``step`` names the update in
         messages); the update's means under stable names (``losses/...``).
@@ -76,7 +92,7 @@ class Update:
         trained = [r for r in rows if r.trained]
         if not trained:
             return {"losses/policy": 0.0, "losses/kl_teacher": 0.0, "losses/clip_fraction": 0.0,
-                    "losses/approx_kl": 0.0, "losses/grad_norm": 0.0, "losses/tokens": 0.0}
+                    "losses/approx_kl": 0.0, "losses/grad_norm": 0.0, "losses/tokens": 0.0, **self.layout.dist.metrics()}
         order = self.rng.permutation(len(trained))
         parts = [[trained[i] for i in p] for p in np.array_split(order, min(s.minibatches, len(trained)))]
         totals = [totals_of(mb) for mb in parts]  # one per minibatch; the update's are their sums
@@ -115,7 +131,8 @@ class Update:
             raise
         return {"losses/policy": sums["policy"], "losses/kl_teacher": sums["kl"],
                 "losses/clip_fraction": sums["clip"], "losses/approx_kl": sums["approx_kl"],
-                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": tokens}
+                "losses/grad_norm": float(np.mean(grad_norms)), "losses/tokens": tokens,
+                **self.layout.dist.metrics()}
 
     def backward(self, mb: Sequence[Row], totals: Totals | None = None, where: str = "a minibatch") -> dict[str, float]:
         """Accumulate the gradient of minibatch ``mb`` (every rank passes all of it and runs its
