@@ -189,8 +189,7 @@ def validate_team(config: Any, model: str | Path, searcher: str | Path | None = 
     def policy(path: str | Path) -> Any:
         net, tok = load_causal_lm(str(path))
         net.eval()
-        return HFPolicy(net, tok, temperature=cfg.val_temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_turn_tokens,
-                        seed=cfg.seed + 7, batch_size=cfg.generation_batch_size)
+        return HFPolicy(net, tok, sampling=cfg.val_sampling, seed=cfg.seed + 7, batch_size=cfg.generation_batch_size)
 
     team = policy(model)
     played = team if searcher is None else RoleRouter(policy(searcher), team)
