@@ -1123,3 +1123,38 @@ def test_the_parser_loads_no_table_module():
             "print(sorted(m for m in sys.modules if m.startswith('benchmarks.table2.') or m == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['benchmarks.table2.cli', 'benchmarks.table2.runs']"
+
+
+def test_a_killed_ablation_takes_its_worker_processes_with_it(tmp_path):
+    """A worker's parent killed with SIGKILL (no cleanup runs): the worker ends by itself
+    within seconds, instead of training on into run folders the next ablation takes over."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from multiprocessing import get_context\n"
+        "from benchmarks.table2.ablate import die_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(1, mp_context=get_context('spawn'), initializer=die_with_parent,\n"
+        "                               initargs=(os.getpid(), 0.1))\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 600)\n"
+        "    time.sleep(600)\n")
+    (tmp_path / "parent.py").write_text(script)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    worker = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail(f"worker {worker} outlived its killed parent by 30 s")

@@ -351,6 +351,20 @@ def step0_done(run: Run) -> bool:
     return validated and (not run.config.pass_rate_filter or (run.out_dir / "train_questions.json").is_file())
 
 
+def die_with_parent(parent: int, poll_s: float = 2.0) -> None:
+    """A worker's initializer: a thread that ends the worker once ``parent`` (the ablation's
+    process) is gone. A killed ablation otherwise leaves its workers training on, writing
+    into run folders that the next ablation, taking over the stale lock, writes too."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
 def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train: TrainFn, threads: int,
                       jobs: int, log: Callable[[str], None], save: Callable[[], None], *,
                       bases: Sequence[tuple[str, int]], out: Path,
@@ -383,7 +397,8 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                 and run_state(task) in ("fresh", "restart"))
 
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: workers are reused
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), **fresh) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=die_with_parent,
+                             initargs=(os.getpid(),), **fresh) as pool:
         while pending or running:
             launched = True
             while launched and not failed and len(running) < jobs:  # a run read back may free others
