@@ -58,16 +58,16 @@ def chat_messages(obs: Observation, special_tokens: Sequence[str] = ()) -> list[
     broken besides the common markers). Raises ValueError naming the agent when the
     observation has no messages (built by hand without them) or one of another role."""
     if not obs.messages:
-        raise ValueError(
-            f"observation of {obs.agent} has no chat messages: build it with the env "
-            "(raw_env.turn_observation / turn_observations) or give Observation(messages=...)"
-        )
+        raise ValueError(f"observation of {obs.agent} has no chat messages: build it with the env "
+                         "(raw_env.turn_observation / turn_observations) or give "
+                         "Observation(messages=...)")
     out = []
     for i, message in enumerate(obs.messages):
         role, content = message.get("role"), message.get("content")
         if role not in CHAT_ROLES or not isinstance(content, str):
             raise ValueError(f"observation of {obs.agent}: message {i} has role {role!r} and a "
-                             f"{type(content).__name__} content; need a role in {CHAT_ROLES} and a str")
+                             f"{type(content).__name__} content; need a role in {CHAT_ROLES} and "
+                             "a str")
         out.append({"role": role, "content": quote_message(content, special_tokens)})
     return out
 
@@ -104,9 +104,8 @@ def _sdk():
     try:
         import openai
     except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "the OpenAI-compatible policy needs the openai package: pip install openai"
-        ) from None
+        raise ModuleNotFoundError("the OpenAI-compatible policy needs the openai package: "
+                                  "pip install openai") from None
     return openai
 
 
@@ -136,34 +135,20 @@ class OpenAIPolicy:
     ``timeout`` for such a server. ``close()`` ends the client and its event loop thread.
     """
 
-    def __init__(
-        self,
-        model: str,
-        base_url: str = "http://127.0.0.1:8080/v1",
-        api_key_env: str = "OPENAI_API_KEY",
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_tokens: int = 256,
-        timeout: float = 60.0,
-        retries: int = 3,
-        backoff: float = 0.5,
-        concurrency: int = 8,
-        extra: Mapping[str, Any] | None = None,
-        special_tokens: Sequence[str] = (),
-        deadline: float | None = None,
-        markers: Sequence[str] = (),
-        tokenizer: Any = None,
-    ):
+    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8080/v1",
+                 api_key_env: str = "OPENAI_API_KEY", temperature: float = 1.0, top_p: float = 1.0,
+                 max_tokens: int = 256, timeout: float = 60.0, retries: int = 3,
+                 backoff: float = 0.5, concurrency: int = 8, extra: Mapping[str, Any] | None = None,
+                 special_tokens: Sequence[str] = (), deadline: float | None = None,
+                 markers: Sequence[str] = (), tokenizer: Any = None):
         if deadline is None:
             deadline = (retries + 1) * timeout + 8.0 * retries
         if (max_tokens < 1 or concurrency < 1 or retries < 0 or timeout <= 0 or backoff < 0
                 or not deadline > 0):
-            raise ValueError(
-                f"need max_tokens >= 1, concurrency >= 1, retries >= 0, timeout > 0, "
-                f"backoff >= 0 and deadline > 0; got max_tokens={max_tokens}, "
-                f"concurrency={concurrency}, retries={retries}, timeout={timeout}, "
-                f"backoff={backoff}, deadline={deadline}"
-            )
+            raise ValueError(f"need max_tokens >= 1, concurrency >= 1, retries >= 0, timeout > 0, "
+                             f"backoff >= 0 and deadline > 0; got max_tokens={max_tokens}, "
+                             f"concurrency={concurrency}, retries={retries}, timeout={timeout}, "
+                             f"backoff={backoff}, deadline={deadline}")
         from agents.sampling import Sampling
 
         Sampling(temperature=temperature, top_p=top_p)  # the spec's ranges (ValueError, one line)
@@ -213,13 +198,10 @@ class OpenAIPolicy:
 
     def request_body(self, obs: Observation) -> dict[str, Any]:
         """The JSON body sent for ``obs``."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": chat_messages(obs, self.special_tokens),
-            "max_tokens": max(1, min(obs.max_new_tokens, self.max_tokens)),
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-        }
+        body: dict[str, Any] = {"model": self.model,
+                                "messages": chat_messages(obs, self.special_tokens),
+                                "max_tokens": max(1, min(obs.max_new_tokens, self.max_tokens)),
+                                "temperature": self.temperature, "top_p": self.top_p}
         if obs.stop:
             body["stop"] = list(obs.stop)
         body.update(self.extra)
@@ -231,9 +213,8 @@ class OpenAIPolicy:
         loop = self._ensure_loop()
         return asyncio.run_coroutine_threadsafe(self._post(body), loop).result()
 
-    async def _act_all(
-        self, observations: Sequence[Observation], bodies: Sequence[dict[str, Any]]
-    ) -> list[Action | str]:
+    async def _act_all(self, observations: Sequence[Observation],
+                       bodies: Sequence[dict[str, Any]]) -> list[Action | str]:
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(obs: Observation, body: dict[str, Any]) -> Action:
@@ -257,9 +238,8 @@ class OpenAIPolicy:
         with self._start_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="openai-policy", daemon=True
-                )
+                thread = threading.Thread(target=loop.run_forever, name="openai-policy",
+                                          daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
@@ -273,21 +253,16 @@ class OpenAIPolicy:
             # The SDK starts its backoff at 0.5 s; scale it to ours (a documented knob here,
             # and tests against a local server need not sleep).
             def _calculate_retry_timeout(self, remaining_retries, options, response_headers=None):
-                seconds = super()._calculate_retry_timeout(
-                    remaining_retries, options, response_headers
-                )
+                seconds = super()._calculate_retry_timeout(remaining_retries, options,
+                                                           response_headers)
                 if response_headers is not None and response_headers.get("retry-after"):
                     return seconds  # the server said how long: honour it
                 return seconds * backoff / 0.5
 
         # No key: a placeholder the SDK insists on, and each request omits the header.
         self._omit_auth = None if key else {"Authorization": openai.Omit()}
-        return Client(
-            base_url=self.base_url,
-            api_key=key or "unused",
-            timeout=self.timeout,
-            max_retries=self.retries,
-        )
+        return Client(base_url=self.base_url, api_key=key or "unused", timeout=self.timeout,
+                      max_retries=self.retries)
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """The decoded JSON reply to one request, after the SDK's retries."""
@@ -297,32 +272,22 @@ class OpenAIPolicy:
         known = {k: body[k] for k in ("model", "messages", "max_tokens", "temperature",
                                       "top_p", "stop") if k in body}
         extra_body = {k: v for k, v in body.items() if k not in known}
+        create = self._client.chat.completions.with_raw_response.create
+        retried = f"POST {self.url} failed after {self.retries + 1} attempts; last error:"
         try:
-            raw = await asyncio.wait_for(
-                self._client.chat.completions.with_raw_response.create(
-                    **known, extra_body=extra_body or None, extra_headers=self._omit_auth
-                ),
-                self.deadline,
-            )
+            raw = await asyncio.wait_for(create(**known, extra_body=extra_body or None,
+                                                extra_headers=self._omit_auth), self.deadline)
         except asyncio.TimeoutError:  # the whole request, however the server trickles
-            raise OpenAIError(
-                f"POST {self.url}: no complete answer within the {self.deadline:g} s deadline"
-            ) from None
+            raise OpenAIError(f"POST {self.url}: no complete answer within the {self.deadline:g} s "
+                              "deadline") from None
         except openai.APIStatusError as e:
-            status = e.status_code
-            message = server_message(e.response.content)
+            status, message = e.status_code, server_message(e.response.content)
             if status in _RETRIED_STATUS or status >= 500:
-                raise OpenAIError(
-                    f"POST {self.url} failed after {self.retries + 1} attempts; "
-                    f"last error: HTTP {status}: {message}"
-                ) from None
+                raise OpenAIError(f"{retried} HTTP {status}: {message}") from None
             raise OpenAIError(f"POST {self.url} -> HTTP {status}: {message}") from None
         except openai.APIConnectionError as e:  # refused, reset, timed out
             cause = e.__cause__ or e
-            raise OpenAIError(
-                f"POST {self.url} failed after {self.retries + 1} attempts; "
-                f"last error: {type(cause).__name__}: {remote_text(cause)}"
-            ) from None
+            raise OpenAIError(f"{retried} {type(cause).__name__}: {remote_text(cause)}") from None
         except openai.OpenAIError as e:  # any other failure the SDK reports
             raise OpenAIError(f"POST {self.url}: {type(e).__name__}: {remote_text(e)}") from None
         content = raw.http_response.content
@@ -331,9 +296,8 @@ class OpenAIPolicy:
         except (UnicodeDecodeError, ValueError):
             raise OpenAIError(f"POST {self.url}: the response is not JSON: {excerpt(content)}") from None
         if not isinstance(reply, dict):
-            raise OpenAIError(
-                f"POST {self.url}: the response is not a JSON object: {excerpt(json.dumps(reply))}"
-            )
+            raise OpenAIError(f"POST {self.url}: the response is not a JSON object: "
+                              f"{excerpt(json.dumps(reply))}")
         return reply
 
     def close(self) -> None:
@@ -381,10 +345,8 @@ def _action(reply: dict[str, Any], obs: Observation, url: str) -> Action:
         text = None
         choice = {}
     if not isinstance(text, str):
-        raise OpenAIError(
-            f"POST {url}: the response has no choices[0].message.content: "
-            f"{excerpt(json.dumps(reply))}"
-        )
+        raise OpenAIError(f"POST {url}: the response has no choices[0].message.content: "
+                          f"{excerpt(json.dumps(reply))}")
     if choice.get("finish_reason") == "length":  # a cut-off turn closed nothing
         return Action(text=text)
     # vLLM (stop_reason) and SGLang (matched_stop) say what they stopped on: a stop
