@@ -5,32 +5,17 @@ CUDA GPU with ``pip install -e .[vllm]``; on the CPU with vLLM's CPU build,
 Every observation's context goes to the engine as a ``TokensPrompt`` (the env's exact ids,
 never re-tokenised text), all live env copies in one ``LLM.generate`` call; each request
 carries its role's stop strings (kept in the output, as :class:`~agents.hf.HFPolicy` keeps
-them), the temperature, top-p, and the turn budget ``min(obs.max_new_tokens,
-max_new_tokens)``. The log-prob of each sampled token comes back with it
-(``SamplingParams(logprobs=0)``: the sampled token only); the engine is asked for the
-log-probs of the distribution it sampled from (``logprobs_mode="processed_logprobs"``,
-temperature and top-p applied) where the installed vLLM has that option. The learner does
-not trust them anyway: it recomputes the old log-probs with the trained model.
+them), the temperature, top-p, the turn budget ``min(obs.max_new_tokens, max_new_tokens)``
+and its own seed, drawn from the policy's seed and a counter (:meth:`VLLMPolicy.reseed`
+restarts it: the same seed and calls give the same tokens). Each sampled token comes back
+with its log-prob (``SamplingParams(logprobs=0)``), of the distribution sampled from where
+the installed vLLM has ``logprobs_mode``; the learner recomputes them anyway.
 
-Weights: the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here
-before ``vllm.LLM`` is built, as verl does): :meth:`VLLMPolicy.load_weights` hands the
-trainer's ``(name, tensor)`` pairs to the engine's model through vLLM's own loader
-(``model.load_weights``, called on the worker by ``collective_rpc`` with a function of ours).
-vLLM's default engine lives in another process, where ``collective_rpc``'s arguments cross a
-msgpack boundary that does not carry tensors (a CUDA tensor fails to encode; a CPU one
-arrives as a list of bytes), so the default is refused, not used.
-
-Memory: when the learner shares the GPU, :meth:`sleep` releases the engine's memory for the
-update (level 2, the weights discarded, where ``wake_up`` takes ``tags``: the new weights
-replace them anyway; level 1 otherwise), torch's cache is emptied after the sleep and
-before each wake (vLLM's pool is not torch's allocator), and :meth:`load_weights` wakes the
-weights alone, loads, and only then allocates the KV cache. :meth:`act` on a sleeping
-engine wakes it (level 1) or refuses (level 2: no weights until they are loaded).
-:meth:`close` shuts the engine down: vLLM allows one sleep-mode engine per process.
-
-Sampling: each request gets its own seed, drawn from the policy's seed and a counter, so
-the same seed and the same calls give the same tokens; :meth:`reseed` restarts it (a Ray
-rollout worker reseeds per question group).
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so that
+:meth:`VLLMPolicy.load_weights` can hand it the trainer's tensors through vLLM's own loader;
+:meth:`VLLMPolicy.sleep` releases its memory while the learner updates on the same GPU, and
+:meth:`VLLMPolicy.close` shuts it down (vLLM allows one sleep-mode engine per process). Why,
+and how the weight push, the sleep levels and the CPU build work: docs/scaleout.md, "vLLM".
 """
 
 from __future__ import annotations
@@ -63,14 +48,12 @@ def require_vllm() -> Any:
 
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
     """Run inside vLLM's worker by ``collective_rpc``: the weights in place through vLLM's
-    own reload (``Worker.reload_weights(weights_iterator=...)``, vLLM >= 0.11: it puts each
-    layer back in checkpoint form, loads it through the model's loader, which maps Hugging
-    Face names onto vLLM's fused layers, e.g. q/k/v onto ``qkv_proj``, and repacks it the
-    way the platform's kernels want, e.g. the CPU's packed GEMM weights). Without it, the
-    model's loader directly (``get_model().load_weights``), which is right only where
-    nothing was repacked after the first load (CUDA). ``weights`` must name every
-    parameter, tied ones included (``named_parameters(remove_duplicate=False)``): a layer
-    whose name is missing keeps its old processed weights, silently."""
+    own reload (``Worker.reload_weights(weights_iterator=...)``, vLLM >= 0.11, which maps
+    Hugging Face names onto fused layers and repacks them for the platform's kernels), else
+    the model's loader directly (right only where nothing was repacked after the first load:
+    CUDA). ``weights`` must name every parameter, tied ones included
+    (``named_parameters(remove_duplicate=False)``): a layer whose name is missing keeps its
+    old processed weights, silently (docs/scaleout.md)."""
     reload = getattr(worker, "reload_weights", None)
     if reload is not None:
         reload(weights_iterator=weights)
@@ -99,16 +82,13 @@ def _platform_says(vllm: Any, query: str, default: bool) -> bool:
 def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, dict[str, Any]]:
     """A ``vllm.LLM`` for ``model`` in this process, and what it was built with
     (:attr:`VLLMPolicy.engine_info`: its vLLM, the platform, ``sleep_mode``,
-    ``processed_logprobs``). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it when the
-    engine is built), and refuses another value that is already set: the weight push hands
-    tensors to the engine's model, which only an in-process engine can take. Settings are
-    checked against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2)
-    rather than retried on a TypeError, which would hide an error raised inside the build.
-
-    Sleep mode is on where the platform has it (CUDA) unless ``enable_sleep_mode=False`` is
-    given; on the CPU it is off and a line says so. On the CPU the KV cache is
-    :data:`CPU_KV_CACHE_BYTES` unless ``kv_cache_memory_bytes`` is given, and prefills are not
-    chunked (vLLM rewinds a seeded generator after a cut prefill, which the CPU's cannot)."""
+    ``processed_logprobs``). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it
+    when the engine is built) and refuses another value already set. Settings are checked
+    against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2) rather
+    than retried on a TypeError, which would hide an error raised inside the build. Sleep mode
+    is on where the platform has it (CUDA) unless ``enable_sleep_mode=False`` is given; on the
+    CPU it is off (a line says so) and the KV cache is :data:`CPU_KV_CACHE_BYTES` unless
+    ``kv_cache_memory_bytes`` is given."""
     mode = os.environ.get(MULTIPROCESSING)
     if mode not in (None, "0"):
         raise ValueError(f"{MULTIPROCESSING}={mode}: rollout_backend=vllm runs the engine in the trainer's "
@@ -164,9 +144,9 @@ class VLLMPolicy(SampledPolicy):
     env's tokenizer (decodes ``Action.text``; its EOS ends a turn). ``engine``: an object with
     vLLM's ``LLM`` interface to use instead of building one (tests pass a fake);
     ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``,
-    ``max_model_len``), each checked against ``vllm.EngineArgs``' fields.
-    ``sampling`` (or its keywords, which win) as :class:`agents.hf.HFPolicy`'s. ``batch_size`` is taken and ignored (vLLM batches
-    everything it is given), so every backend takes the same settings."""
+    ``max_model_len``), each checked against ``vllm.EngineArgs``' fields. ``sampling`` (or its
+    keywords, which win) as :class:`agents.hf.HFPolicy`'s. ``batch_size`` is taken and ignored
+    (vLLM batches everything it is given), so every backend takes the same settings."""
 
     can_sleep = True
     """The engine releases its GPU memory while asleep (``enable_sleep_mode``; per engine:
@@ -333,11 +313,8 @@ class VLLMPolicy(SampledPolicy):
         if per_position is None or len(per_position) != len(ids):
             raise RuntimeError(f"vLLM returned log-probs for {0 if per_position is None else len(per_position)} "
                                f"of {len(ids)} tokens (was SamplingParams(logprobs=0) honoured?)")
-        out = []
-        for token, table in zip(ids, per_position):
-            entry = table[token]
-            out.append(float(getattr(entry, "logprob", entry)))
-        return out
+        return [float(getattr(table[token], "logprob", table[token]))
+                for token, table in zip(ids, per_position)]
 
     def _vllm_types(self) -> tuple[Any, Any]:
         """``SamplingParams`` and ``TokensPrompt`` of the engine's vLLM (the fake's in tests)."""
