@@ -274,30 +274,25 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"python -m agents: error: --prompts: {err}", file=sys.stderr)
         return 2
-    if args.command == "play":
-        try:
-            play(args)
-        except Quit:
-            print("(left before the end of the episode; nothing saved)")
-        except EOFError:
-            print("\n(end of input before the end of the episode; nothing saved)")
-            return 1
-        except Exception as err:
-            if not _remote_failure(err):
-                raise
-            print(f"python -m agents play: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
-            return 1
-        return 0
     if args.command == "replay":
         return replay(args)
     if args.command == "view":
         return view(args)
     try:
-        demo(args)
+        (play if args.command == "play" else demo)(args)
+    except EOFError as err:  # a person left (Quit) or input ended: only play says so
+        if args.command != "play":
+            raise
+        if isinstance(err, Quit):
+            print("(left before the end of the episode; nothing saved)")
+            return 0
+        print("\n(end of input before the end of the episode; nothing saved)")
+        return 1
     except Exception as err:
         if not _remote_failure(err):
             raise
-        print(f"python -m agents demo: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
+        print(f"python -m agents {args.command}: {terminal_safe(str(err), one_line=True)}",
+              file=sys.stderr)
         return 1
     return 0
 
