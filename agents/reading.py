@@ -370,13 +370,9 @@ def _comparison(question: str) -> Plan | None:
     return Plan(question, [Chain(o, rels) for o in options], options, direction)
 
 
-def _normalise_question(question: str) -> str:
-    return " ".join(question.split()).rstrip("?.! ").strip()
-
-
 def parse_question(question: str) -> Plan:
     """The chains a question asks for. Never fails: an unknown phrasing is one ``ask`` step."""
-    q = _normalise_question(question)
+    q = " ".join(question.split()).rstrip("?.! ").strip()
     plan = _comparison(q)
     if plan is not None:
         return plan
@@ -415,17 +411,8 @@ class Hop:
     sentence: str
 
 
-def _typed_spans(kind: str, text: str) -> list[str]:
-    if kind == "year":
-        return re.findall(YEAR, text)
-    return _names(text)
-
-
 def answer_kind(question: str) -> str:
-    q = question.lower()
-    if re.search(r"\b(?:when|what year|which year|in what year)\b", q):
-        return "year"
-    return "name"
+    return "year" if re.search(r"\b(?:when|what year|which year)\b", question.lower()) else "name"
 
 
 def read_relation(rel: str, subject: str, sentences: Sequence[Sentence], exclude: str = "",
@@ -477,7 +464,7 @@ def read_by_type(kind: str, question: str, sentences: Sequence[Sentence], exclud
     ranked = sorted(enumerate(sentences),
                     key=lambda t: (-len(words & set(normalize_answer(t[1].text).split())), t[0]))
     for _, s in ranked:
-        for span in _typed_spans(kind, s.text):
+        for span in re.findall(YEAR, s.text) if kind == "year" else _names(s.text):
             if not in_text(span, exclude):
                 return Hop(span, s.text)
     return None
