@@ -148,22 +148,21 @@ class _DeadlineHTTPSHandler(_DeadlineHandlerMixin, urllib.request.HTTPSHandler):
     pass
 
 
-def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0,
-              retries: int = 3, backoff: float = 0.5, error: type[Exception] = RuntimeError) -> Any:
+def post_json(url: str, body: Any, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
+              error: type[Exception] = RuntimeError) -> Any:
     """POST ``body`` as JSON and return the decoded JSON answer, retrying transient failures.
 
     ``timeout``: seconds each attempt may take in all, from connecting to the last byte of
     the answer; a call takes at most about ``(retries + 1) * timeout`` plus the backoff."""
     data = json.dumps(body).encode()
-    head = {"Content-Type": "application/json", **(headers or {})}
+    head = {"Content-Type": "application/json"}
     last = ""
     for attempt in range(retries + 1):
         wait = backoff * 2**attempt
         request = urllib.request.Request(url, data=data, headers=head, method="POST")
         deadline = _Deadline(timeout)
-        opener = urllib.request.build_opener(
-            _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)
-        )
+        opener = urllib.request.build_opener(_DeadlineHTTPHandler(deadline),
+                                             _DeadlineHTTPSHandler(deadline))
         try:
             with opener.open(request, timeout=timeout) as response:
                 raw = response.read()

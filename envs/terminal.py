@@ -23,10 +23,8 @@ each turn's header and each agent's new context with one :class:`ContextScreen`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO
 
 from envs import protocol as P
 
@@ -70,12 +68,10 @@ def terminal_safe(text: str, *, one_line: bool = False) -> str:
     return text.translate(_UNSAFE)
 
 
-def safe_print(*parts: object, sep: str = " ", end: str = "\n", file: IO[str] | None = None,
-               flush: bool = False) -> None:
+def safe_print(*parts: object, sep: str = " ") -> None:
     """``print`` for text we did not write (passages, model turns, dataset rows): the
     joined text goes through :func:`terminal_safe` first."""
-    print(terminal_safe(sep.join(map(str, parts))), end=end, file=file if file is not None else sys.stdout,
-          flush=flush)
+    print(terminal_safe(sep.join(map(str, parts))))
 
 
 class Quit(EOFError):
