@@ -61,58 +61,6 @@ class RolloutBackend(Protocol):
         """Free the engine and what it holds; the backend cannot act after it."""
 
 
-class HFBackend:
-    """:class:`agents.hf.HFPolicy` on the model object it is given: the trainer's own model
-    (its weights are the trained ones: :meth:`load_weights` finds nothing to copy) or a Ray
-    worker's copy (the weights are copied in). ``sampling`` goes to HFPolicy."""
-
-    can_sleep = False
-
-    def __init__(self, model: Any, tokenizer: Any, **sampling: Any):
-        from agents.hf import HFPolicy
-
-        self.policy = HFPolicy(model, tokenizer, **sampling)
-
-    acting_policy = property(lambda self: self.policy, doc="What acts (episodes record its sampling).")
-
-    @property
-    def model(self) -> Any:
-        return self.policy.model
-
-    def act(self, observations: Sequence[Observation]) -> list[Action]:
-        return self.policy.act(observations)
-
-    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        import torch
-
-        own = self.policy.model.state_dict()  # views of the model's own tensors
-        with torch.no_grad():
-            for name, tensor in named_tensors:
-                if name not in own:
-                    raise KeyError(f"{name!r} is not a weight of the {type(self.policy.model).__name__} "
-                                   "this backend generates with")
-                if own[name].data_ptr() != tensor.data_ptr():  # the same storage: already these weights
-                    own[name].copy_(tensor)
-
-    def sleep(self) -> None:
-        """Nothing to release: the model is the trainer's (or the worker's) own."""
-
-    def wake_up(self) -> None:
-        """Nothing to retake."""
-
-    def reseed(self, seed: int) -> None:
-        self.policy.generator.manual_seed(seed)
-
-    def get_state(self) -> Any:
-        return self.policy.generator.get_state()
-
-    def set_state(self, state: Any) -> None:
-        self.policy.generator.set_state(state)
-
-    def close(self) -> None:
-        self.policy = None
-
-
 class PolicyBackend:
     """Any object with ``act`` (a scripted team, a policy a test injects) as a backend: it
     generates with what it holds, takes no weights, never sleeps; its ``reseed``,
@@ -123,7 +71,7 @@ class PolicyBackend:
     def __init__(self, policy: Any):
         self.policy = policy
 
-    acting_policy = HFBackend.acting_policy
+    acting_policy = property(lambda self: self.policy, doc="What acts (episodes record its sampling).")
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         return self.policy.act(observations)
@@ -132,7 +80,7 @@ class PolicyBackend:
         """Nothing to load: the policy holds its own weights (or none)."""
 
     def sleep(self) -> None:
-        """Nothing to release."""
+        """Nothing to release: the model is the policy's (the trainer's, a worker's) own."""
 
     def wake_up(self) -> None:
         """Nothing to retake."""
@@ -155,6 +103,43 @@ class PolicyBackend:
 
     def close(self) -> None:
         self.policy = None
+
+
+class HFBackend(PolicyBackend):
+    """:class:`agents.hf.HFPolicy` on the model object it is given: the trainer's own model
+    (its weights are the trained ones: :meth:`load_weights` finds nothing to copy) or a Ray
+    worker's copy (the weights are copied in). ``sampling`` goes to HFPolicy; its sampler is
+    the policy's ``torch.Generator``."""
+
+    def __init__(self, model: Any, tokenizer: Any, **sampling: Any):
+        from agents.hf import HFPolicy
+
+        super().__init__(HFPolicy(model, tokenizer, **sampling))
+
+    @property
+    def model(self) -> Any:
+        return self.policy.model
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        import torch
+
+        own = self.policy.model.state_dict()  # views of the model's own tensors
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in own:
+                    raise KeyError(f"{name!r} is not a weight of the {type(self.policy.model).__name__} "
+                                   "this backend generates with")
+                if own[name].data_ptr() != tensor.data_ptr():  # the same storage: already these weights
+                    own[name].copy_(tensor)
+
+    def reseed(self, seed: int) -> None:
+        self.policy.generator.manual_seed(seed)
+
+    def get_state(self) -> Any:
+        return self.policy.generator.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self.policy.generator.set_state(state)
 
 
 BACKENDS: dict[str, type] = {"hf": HFBackend, "vllm": VLLMPolicy}
