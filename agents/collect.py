@@ -22,24 +22,17 @@ from envs.observation import observe_awaiting
 from envs.turns import apply_turns
 
 
-def collect(
-    env_fn: Callable[[], Any],
-    policy: Policy,
-    questions: Sequence[Any],
-    group_size: int = 1,
-    *,
-    seed: int = 0,
-    max_envs: int | None = None,
-    progress: bool | str = False,
-    out: str | Path | None = None,
-) -> list[list[Episode]]:
+def collect(env_fn: Callable[[], Any], policy: Policy, questions: Sequence[Any],
+            group_size: int = 1, *, seed: int = 0, max_envs: int | None = None,
+            progress: bool | str = False, out: str | Path | None = None) -> list[list[Episode]]:
     """Roll out ``group_size`` workflows per question; Episodes grouped by question.
 
     ``env_fn()`` makes one SearchTeam env (``envs.env_fn(**kwargs)``, or
-    ``search_team_v0.env`` / ``raw_env`` with its arguments bound); copies share its retriever. Copy k of question i is reset with seed
-    ``seed + i * group_size + k``. ``max_envs`` bounds how many copies run at once (all by
-    default). ``progress``: a bar on stderr (a str labels it, e.g. the dataset), counting
-    episodes with the turns played so far beside it. ``out`` also writes the Episodes as
+    ``search_team_v0.env`` / ``raw_env`` with its arguments bound); copies share its
+    retriever. Copy k of question i is reset with seed ``seed + i * group_size + k``.
+    ``max_envs`` bounds how many copies run at once (all by default). ``progress``: a bar on
+    stderr (a str labels it, e.g. the dataset), counting episodes with the turns played so
+    far beside it. ``out`` also writes the Episodes as
     JSON lines, in question order. Every Episode records the policy's sampling settings
     (``agents.sampling.team_settings``).
     """
