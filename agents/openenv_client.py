@@ -1,14 +1,12 @@
 """``collect_remote``: the collector over the wire, against a SearchTeam OpenEnv server
 (``python -m envs.openenv serve``). Optional extra ``openenv``.
 
-The same contract as ``agents.collect.collect``: ``group_size`` episodes per question,
-copy k of question i reset with seed ``seed + i * group_size + k``, Episodes grouped by
-question, each recording the policy's sampling settings. Each session is one WebSocket
-(at most ``max_sessions`` at once: a server refuses more than its ``--max-sessions``).
-Every round sends the agent each live session names to the policy in one ``act`` batch,
-then steps the sessions concurrently. A deterministic policy gives exactly the Episodes
-``collect`` gives; a sampling policy draws in another order, since ``collect`` batches
-every awaiting agent of a copy at once.
+The same contract as ``agents.collect.collect`` (copy k of question i reset with seed
+``seed + i * group_size + k``, Episodes grouped by question, each recording the policy's
+sampling settings), over one WebSocket session per episode, at most ``max_sessions`` at once.
+Every round sends the agent each live session names to the policy in one ``act`` batch, then
+steps the sessions concurrently: a deterministic policy gives exactly ``collect``'s Episodes,
+a sampling one other draws (docs/ecosystems.md, "OpenEnv").
 """
 
 from __future__ import annotations
@@ -69,7 +67,9 @@ async def _collect(url, policy, questions, group_size, seed, max_sessions, workf
             firsts = await asyncio.gather(*(c.reset(seed=seed + i * group_size + k, question=payloads[i], **options)
                                             for c, (i, k) in zip(clients, window)))
             for result in firsts:
-                _check_reset(result.observation)
+                if result.observation.last_turn.get("played") is False:
+                    raise RuntimeError("the server refused the reset: "
+                                       f"{result.observation.last_turn.get('reason')}")
             if tokenizer is not None:
                 check_tokenizer(firsts[0].observation.metadata, tokenizer)
             live = list(zip(clients, window, (r.observation for r in firsts)))
@@ -104,8 +104,3 @@ async def _collect(url, policy, questions, group_size, seed, max_sessions, workf
                 except Exception:  # noqa: BLE001 - closing a socket the server already dropped
                     pass
     return results  # type: ignore[return-value]
-
-
-def _check_reset(obs: Any) -> None:
-    if obs.last_turn.get("played") is False:
-        raise RuntimeError(f"the server refused the reset: {obs.last_turn.get('reason')}")
