@@ -57,19 +57,6 @@ class Doc:
     text: str
 
 
-def _docs(passages: Sequence[Sequence[object]]) -> list[list[Doc]]:
-    """The passages a Searcher saw (``info["passages"]``, one list per search)."""
-    return [[Doc(str(getattr(p, "title", "")).strip(), str(getattr(p, "text", "")).strip()) for p in ps]
-            for ps in passages]
-
-
-def _require_info(info: object) -> Mapping[str, Any]:
-    if not isinstance(info, Mapping) or "question" not in info:
-        raise TypeError("ScriptedPolicy reads the env's structure, not prompt text: pass the "
-                        f"observation's info (obs.info / infos[agent]), got {type(info).__name__}")
-    return info
-
-
 # ----------------------------------------------------------------------------- the policy
 
 
@@ -142,7 +129,10 @@ class ScriptedPolicy:
         ``Observation.info``); a report is shortened to fit ``max_new_tokens`` (at about three
         characters a token). ``context`` (the context text, or a function giving it) only
         seeds the tie-break of a comparison the evidence cannot decide."""
-        info = _require_info(info)
+        if not isinstance(info, Mapping) or "question" not in info:
+            raise TypeError("ScriptedPolicy reads the env's structure, not prompt text: pass the "
+                            "observation's info (obs.info / infos[agent]), got "
+                            f"{type(info).__name__}")
         if role == P.LEADER:
             return self._leader(info)
         if role == P.SEARCHER:
@@ -197,7 +187,8 @@ class ScriptedPolicy:
     def _searcher(self, info: Mapping[str, Any], max_chars: int = 600) -> str:
         task = info["task"].strip()
         plan = parse_question(task)
-        searches = _docs(info.get("passages", ()))
+        searches = [[Doc(str(getattr(p, "title", "")).strip(), str(getattr(p, "text", "")).strip())
+                     for p in ps] for ps in info.get("passages", ())]  # one list per search
         asked = () if self.repeat_queries else list(info.get("queries", ()))
         seen, sents = set(), []
         for docs in searches:
