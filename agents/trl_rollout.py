@@ -1,25 +1,14 @@
-"""SearchTeam rollouts for TRL's ``GRPOTrainer(rollout_func=...)``: GRPO for one role at a
-time (optional extra ``trl``; this module itself imports nothing of TRL's).
+"""SearchTeam rollouts for TRL's ``GRPOTrainer(rollout_func=...)``: GRPO for the Leader or one
+Answerer (optional extra ``trl``; this module itself imports nothing of TRL's).
 
-Each GRPO sample is one role's segment from one episode: ``prompt_ids`` the segment up to
-the role's first generated token, ``completion_ids`` the rest of the segment (its turns
-and what the env wrote between them), ``env_mask`` the segment's loss mask over the
-completion (1 exactly on the tokens the model generated: passages and corrections are
-never trained on), ``logprobs`` the behaviour log-probs. Extra fields reach the reward
-functions: ``role_reward`` (the segment's role reward), ``team_em``, ``final_em``.
-
-What TRL cannot express: its advantage is one scalar per sample, normalised over groups of
-G consecutive samples. The Searchers' on-policy-distillation term is per token (the
-Teacher's log-prob minus the student's, on each generated token), and an episode has
-0 to 9 Searcher segments, which do not fill fixed groups. So ``role="searcher"`` is
-refused: Stage II (OPD for the Searchers, GRPO for the Leader and the Answerers) stays in
-``python -m algos train``.
-
->>> rollout = make_rollout_func(envs.env_fn(workflow="cascade"), "answerer",     # doctest: +SKIP
-...                             questions={q.question: q for q in items})
->>> trainer = GRPOTrainer(model, reward_funcs=[role_reward], args=GRPOConfig(...),  # doctest: +SKIP
-...                       train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
-...                       processing_class=tokenizer, rollout_func=rollout)
+Each GRPO sample is one role's segment of one episode (:func:`segment_sample`): ``prompt_ids``
+up to the role's first generated token, ``completion_ids`` the rest of the segment (its turns
+and what the env wrote between them), ``env_mask`` the segment's loss mask there (1 exactly on
+the tokens the model generated), ``logprobs`` the behaviour log-probs; ``role_reward``,
+``team_em`` and ``final_em`` reach the reward functions. The Searchers' per-token OPD term
+cannot be TRL's one scalar advantage per sample, so ``role="searcher"`` is refused: Stage II
+stays in ``python -m algos train``. The mapping, an example and the tests: docs/ecosystems.md,
+"TRL".
 """
 
 from __future__ import annotations
@@ -28,21 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agents.collect import collect
-from envs.episode import Episode, Segment
+from envs.episode import Episode
 
 ROLES = ("leader", "answerer")
 """The roles a GRPO sample can be: one segment per episode each (an Answerer by index)."""
 
 
-def make_rollout_func(
-    env_fn: Callable[[], Any],
-    role: str = "answerer",
-    *,
-    questions: Mapping[str, Any] | None = None,
-    policy_factory: Callable[[Any, int], Any] | None = None,
-    answerer: int = 0,
-    seed: int = 0,
-) -> Callable[[list[str], Any], dict[str, list]]:
+def make_rollout_func(env_fn: Callable[[], Any], role: str = "answerer", *,
+                      questions: Mapping[str, Any] | None = None,
+                      policy_factory: Callable[[Any, int], Any] | None = None, answerer: int = 0,
+                      seed: int = 0) -> Callable[[list[str], Any], dict[str, list]]:
     """A ``rollout_func(prompts, trainer)`` that plays SearchTeam episodes and returns one
     ``role`` segment per prompt.
 
@@ -72,11 +56,9 @@ def make_rollout_func(
         groups = collect(env_fn, policy, items, group_size=group, seed=seed + call * 1_000_003)
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                 "role_reward", "team_em", "final_em")}
-        for episodes in groups:
-            for ep in episodes:
-                sample = segment_sample(ep, agent)
-                for key, value in sample.items():
-                    out[key].append(value)
+        for ep in (ep for episodes in groups for ep in episodes):
+            for key, value in segment_sample(ep, agent).items():
+                out[key].append(value)
         return out
 
     return rollout_func
@@ -96,7 +78,10 @@ def blocks(prompts: Sequence[str], group: int) -> list[str]:
 
 def segment_sample(ep: Episode, agent: str) -> dict[str, Any]:
     """One GRPO sample from ``agent``'s segment of ``ep`` (see the module docstring)."""
-    seg = _segment(ep, agent)
+    seg = next((s for s in ep.segments if s.agent == agent), None)
+    if seg is None:
+        raise ValueError(f"episode {ep.question.get('id')!r} has no segment of {agent} "
+                         f"(agents: {sorted({s.agent for s in ep.segments})})")
     first = next((i for i, m in enumerate(seg.loss_mask) if m), None)
     if first is None:
         raise ValueError(f"{agent} generated no token in episode {ep.question.get('id')!r}")
@@ -111,14 +96,6 @@ def role_reward(prompts: Any, completions: Any, role_reward: Sequence[float], **
     """A TRL reward function: the segment's own role reward (the Leader's
     ``0.9 R_EM + 0.1 R_assign``, an Answerer's candidate EM)."""
     return [float(r) for r in role_reward]
-
-
-def _segment(ep: Episode, agent: str) -> Segment:
-    found = [s for s in ep.segments if s.agent == agent]
-    if not found:
-        raise ValueError(f"episode {ep.question.get('id')!r} has no segment of {agent} "
-                         f"(agents: {sorted({s.agent for s in ep.segments})})")
-    return found[0]
 
 
 def _group_size(trainer: Any) -> int:
