@@ -336,8 +336,7 @@ def _chatml_header(tokenizer: Any) -> list[int]:
     or [] when the tokenizer does not frame chat in ChatML."""
     from envs.chat import ChatFormat
 
-    chat = ChatFormat(tokenizer)
-    if not chat.chatml:
+    if not ChatFormat(tokenizer).chatml:
         return []
     return list(tokenizer.encode("<|im_start|>system\n", add_special_tokens=False))
 
