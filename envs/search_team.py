@@ -132,6 +132,18 @@ def env_fn(**kwargs: Any) -> Callable[[], Any]:
     return functools.partial(make_env, **kwargs)
 
 
+def agent_spaces(L: int, V: int, step_mode: str = "turn") -> tuple[gymnasium.spaces.Dict, Any]:
+    """One agent's (observation, action) spaces, new objects: the table above, for contexts
+    of ``L`` tokens of a ``V``-token vocabulary."""
+    box = gymnasium.spaces.Box
+    spaces = {"observation": box(0, V - 1, (L,), np.int64), "length": box(0, L, (1,), np.int64)}
+    if step_mode == "token":
+        spaces["action_mask"] = box(0, 1, (V,), np.int8)
+        return gymnasium.spaces.Dict(spaces), gymnasium.spaces.Discrete(V)
+    return gymnasium.spaces.Dict(spaces), gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V),
+                                                                    stack=True)
+
+
 @functools.lru_cache(maxsize=1)
 def default_tokenizer() -> Any:
     from envs.tokenizer import load_tokenizer
@@ -219,18 +231,9 @@ class raw_env(AECEnv):
         making an env, and rollouts (which make many copies) never ask for them."""
         if self._spaces is None:
             L, V = self.config.max_context_tokens, self.vocab_size
-            self._spaces = ({a: self._observation_space(L, V) for a in self.possible_agents},
-                            {a: gymnasium.spaces.Discrete(V) if self.step_mode == "token"
-                             else gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
-                             for a in self.possible_agents})
+            spaces = [agent_spaces(L, V, self.step_mode) for _ in self.possible_agents]
+            self._spaces = tuple(dict(zip(self.possible_agents, s)) for s in zip(*spaces))
         return self._spaces
-
-    def _observation_space(self, L: int, V: int) -> gymnasium.spaces.Dict:
-        spaces = {"observation": gymnasium.spaces.Box(0, V - 1, (L,), np.int64),
-                  "length": gymnasium.spaces.Box(0, L, (1,), np.int64)}
-        if self.step_mode == "token":
-            spaces["action_mask"] = gymnasium.spaces.Box(0, 1, (V,), np.int8)
-        return gymnasium.spaces.Dict(spaces)
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.observation_spaces[agent]

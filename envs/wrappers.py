@@ -39,6 +39,7 @@ import gymnasium
 import numpy as np
 
 from envs import protocol as P
+from envs.search_team import agent_spaces
 
 MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
@@ -91,12 +92,8 @@ class SingleRoleEnv(gymnasium.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'ansi' or 'human', got {render_mode!r}")
         self.raw, self.role, self.others, self.render_mode = raw, role, others, render_mode
-        L, V = raw.config.max_context_tokens, raw.vocab_size
-        self.observation_space = gymnasium.spaces.Dict({
-            "observation": gymnasium.spaces.Box(0, V - 1, (L,), np.int64),
-            "length": gymnasium.spaces.Box(0, L, (1,), np.int64),
-        })
-        self.action_space = gymnasium.spaces.Sequence(gymnasium.spaces.Discrete(V), stack=True)
+        self.observation_space, self.action_space = agent_spaces(raw.config.max_context_tokens,
+                                                                 raw.vocab_size)
         self._controlled = frozenset(self.controlled)
         self.agent: str | None = None
         """The controlled agent whose turn is next (None when the episode is over)."""
