@@ -144,6 +144,23 @@ def make_env(tokenizer, retriever):
     return make
 
 
+GOOD = {
+    "leader_0": ["<think>two hops</think><subtask>Where was Velmora Quist born?</subtask>"
+                 "<subtask>Which country is Port Velm in?</subtask>",
+                 "<select>2</select>"],
+    "searcher_0": ["<search>Velmora Quist born</search>", "<summary>Port Velm</summary>"],
+    "searcher_1": ["oops", "<search>Port Velm city</search>", "<search>Ostria</search>",
+                   "<summary>Port Velm is in Ostria.</summary>"],
+    "answerer_0": ["<answer>Ostria</answer>"],
+    "answerer_1": ["<answer>the Ostrian Republic</answer>"],
+    "answerer_2": ["<answer>Kesh</answer>"],
+    "answerer_3": ["no tags", "<answer>Kesh</answer>"],
+    "answerer_4": ["<answer>ostria.</answer>"],
+}
+"""A hierarchical episode's scripted turns, by agent: two Searchers (one turn invalid), five
+Answerers (three right), one of them invalid once (tests/test_env_flow.py computes its rewards)."""
+
+
 def run_script(env, script):
     """Step ``env`` with each agent's scripted turns in order; returns the Episode."""
     script = {a: list(turns) for a, turns in script.items()}
@@ -167,3 +184,66 @@ def tiny_dirs(tmp_path_factory, tokenizer):
         tokenizer.save_pretrained(path)
         out[name] = str(path)
     return out
+
+
+TINY_TRAIN = dict(steps=3, questions_per_step=1, group_size=2, learning_rate=1e-3, max_turn_tokens=8,
+            max_context_tokens=512, max_waves=1, max_searchers=1, max_searcher_turns=2, num_candidates=2,
+            val_per_dataset=1, val_datasets=("nq",), eval_every=100, save_every=2, max_row_tokens=512,
+            generation_batch_size=8, minibatches=2)
+"""A Trainer's settings small enough for a unit test (:func:`make_trainer`)."""
+
+
+def make_trainer(tmp_path, tiny_dirs, resume=False, **kw):
+    """A Trainer of ``tiny_dirs``' policy and Teacher on the keyword world, ``TINY_TRAIN``
+    with ``kw`` over it, writing under ``tmp_path / "run"``."""
+    from algos.config import TrainConfig
+    from algos.trainer import Trainer
+
+    cfg = TrainConfig(**{**TINY_TRAIN, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / "run"),
+                         "teacher": tiny_dirs["teacher"], **kw})
+    return Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD), resume=resume)
+
+
+def cut_in_half(file):
+    """``file`` cut to its first half, as a write killed midway leaves it."""
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path, tiny_dirs, torch_one_thread):
+    """A run directory with complete checkpoints at steps 0 and 2 (same weights)."""
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=4)
+    older = trainer.save()
+    trainer.step = 2
+    return older, trainer.save()
+
+
+@pytest.fixture
+def nothing_builds(monkeypatch):
+    """Starting the training pipeline or the SFT (the only ways to a model load or a micro
+    base build) fails the test."""
+    import algos.commands.sft
+    import algos.commands.train
+
+    def fail(*args, **kwargs):
+        pytest.fail("the run started although it should have been refused first")
+
+    monkeypatch.setattr(algos.commands.train, "run_pipeline", fail)
+    monkeypatch.setattr(algos.commands.sft, "main", fail)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """``import vllm`` gives tests/fake_vllm.py, an engine with vLLM's interface."""
+    import sys
+
+    import fake_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)  # whatever the code under test sets is undone afterwards
+    fake_vllm.BUILT.clear()
+    yield fake_vllm
+    fake_vllm.shutdown_all()

@@ -95,16 +95,6 @@ def test_benchmarks_run_refuses_an_unknown_dataset_before_any_episode(tmp_path, 
     assert not (tmp_path / "r").exists()
 
 
-@pytest.fixture
-def nothing_builds(monkeypatch):
-    import algos.commands.train
-
-    def fail(*args, **kwargs):
-        pytest.fail("the run started although its questions do not load")
-
-    monkeypatch.setattr(algos.commands.train, "run_pipeline", fail)
-
-
 def test_algos_train_refuses_a_deep_line_in_one_line(tmp_path, capsys, nothing_builds):
     from algos.__main__ import main
 

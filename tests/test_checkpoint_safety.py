@@ -12,27 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import cut_in_half, make_trainer
 from safetensors.torch import load_file, save_file
-from test_trainer import _trainer
 
 from agents.models import tiny_causal_lm
 
 MLP = "model.layers.0.mlp.down_proj.weight"
-
-
-@pytest.fixture
-def two_checkpoints(tmp_path, tiny_dirs, torch_one_thread):
-    """A run directory with complete checkpoints at steps 0 and 2 (same weights)."""
-    trainer = _trainer(tmp_path, tiny_dirs, steps=4)
-    older = trainer.save()
-    trainer.step = 2
-    newest = trainer.save()
-    return older, newest
-
-
-def _cut(file):
-    data = file.read_bytes()
-    file.write_bytes(data[: len(data) // 2])
 
 
 def _rewrite(file, change):
@@ -47,8 +32,8 @@ def test_a_cut_newest_checkpoint_falls_back_to_the_previous_one_on_resume(tmp_pa
                                                                            capsys, name, why):
     """Its weights or its config cut: the resumed run starts from the checkpoint before."""
     older, newest = two_checkpoints
-    _cut(newest / name)
-    resumed = _trainer(tmp_path, tiny_dirs, resume=True, steps=4)
+    cut_in_half(newest / name)
+    resumed = make_trainer(tmp_path, tiny_dirs, resume=True, steps=4)
     assert resumed.step == 0 and resumed.model_path == str(older)
     err = capsys.readouterr().err
     assert f"skipping checkpoint step_000002: {newest / name}: {why}" in err
@@ -61,10 +46,10 @@ def test_a_damaged_newest_trainer_state_falls_back_to_the_previous_checkpoint(tm
     older, newest = two_checkpoints
     state = newest / "trainer_state.pt"
     if damage == "cut":
-        _cut(state)
+        cut_in_half(state)
     else:
         state.write_bytes(os.urandom(4096))
-    resumed = _trainer(tmp_path, tiny_dirs, resume=True, steps=4)
+    resumed = make_trainer(tmp_path, tiny_dirs, resume=True, steps=4)
     assert resumed.step == 0 and resumed.model_path == str(older)
     assert f"skipping checkpoint step_000002: {state}: " in capsys.readouterr().err
 
@@ -72,20 +57,20 @@ def test_a_damaged_newest_trainer_state_falls_back_to_the_previous_checkpoint(tm
 def test_with_no_complete_checkpoint_resume_is_refused_in_one_line_naming_the_file(tmp_path, tiny_dirs,
                                                                                  two_checkpoints):
     older, newest = two_checkpoints
-    _cut(newest / "model.safetensors")
+    cut_in_half(newest / "model.safetensors")
     (older / "trainer_state.pt").write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(ValueError, match="no usable checkpoint") as info:
-        _trainer(tmp_path, tiny_dirs, resume=True, steps=4)
+        make_trainer(tmp_path, tiny_dirs, resume=True, steps=4)
     assert "\n" not in str(info.value) and str(newest / "model.safetensors") in str(info.value)
 
 
 def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs, torch_one_thread):
     from algos.engine.checkpoint import load_model
 
-    path = _trainer(tmp_path, tiny_dirs, steps=1).save()
+    path = make_trainer(tmp_path, tiny_dirs, steps=1).save()
     _rewrite(path / "model.safetensors", lambda t: t.pop(MLP))
     with pytest.raises(ValueError, match=f"{path / 'model.safetensors'}: tensor '{MLP}' is missing"):
-        _trainer(tmp_path, tiny_dirs, resume=True, steps=1)
+        make_trainer(tmp_path, tiny_dirs, resume=True, steps=1)
     # loaded directly, transformers' loading info is checked: never initialised at random
     with pytest.raises(ValueError, match=f"{path}: tensor '{MLP}' is missing"):
         load_model(str(path))
@@ -94,14 +79,14 @@ def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path, tiny_dirs,
 def test_a_checkpoint_holding_a_nan_is_refused_at_load(tmp_path, tiny_dirs, torch_one_thread):
     from algos.engine.checkpoint import load_model
 
-    path = _trainer(tmp_path, tiny_dirs, steps=1).save()
+    path = make_trainer(tmp_path, tiny_dirs, steps=1).save()
 
     def poison(tensors):
         tensors[MLP][0, 0] = float("nan")
 
     _rewrite(path / "model.safetensors", poison)
     with pytest.raises(ValueError, match=f"tensor '{MLP}' holds non-finite values") as info:
-        _trainer(tmp_path, tiny_dirs, resume=True, steps=1)
+        make_trainer(tmp_path, tiny_dirs, resume=True, steps=1)
     assert str(path / "model.safetensors") in str(info.value)
     with pytest.raises(ValueError, match=f"{path}: tensor '{MLP}' holds non-finite values"):
         load_model(str(path))

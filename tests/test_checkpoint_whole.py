@@ -10,19 +10,9 @@ import json
 
 import pytest
 import torch
-from test_checkpoint_safety import _cut
-from test_trainer import _trainer
+from conftest import cut_in_half
 
 from agents.models import tiny_causal_lm
-
-
-@pytest.fixture
-def two_checkpoints(tmp_path, tiny_dirs, torch_one_thread):
-    """A run directory with complete checkpoints at steps 0 and 2 (same weights)."""
-    trainer = _trainer(tmp_path, tiny_dirs, steps=4)
-    older = trainer.save()
-    trainer.step = 2
-    return older, trainer.save()
 
 
 def _usable(run):
@@ -77,13 +67,13 @@ def test_fewer_layers_in_the_config_than_in_the_weights_falls_back(tmp_path, tok
 def test_a_damaged_tokenizer_falls_back(two_checkpoints, damage):
     older, newest = two_checkpoints
     if damage == "cut tokenizer.json":
-        _cut(newest / "tokenizer.json")
+        cut_in_half(newest / "tokenizer.json")
         file, why = "tokenizer.json", "not JSON"
     elif damage == "tokenizer.json not a tokenizer":
         (newest / "tokenizer.json").write_text('{"model": {"type": "nothing"}}')
         file, why = "tokenizer.json", "not a tokenizer"
     elif damage == "cut tokenizer_config":
-        _cut(newest / "tokenizer_config.json")
+        cut_in_half(newest / "tokenizer_config.json")
         file, why = "tokenizer_config.json", "not JSON"
     elif damage == "no tokenizer_config":
         (newest / "tokenizer_config.json").unlink()
@@ -105,7 +95,7 @@ def test_a_damaged_tokenizer_falls_back(two_checkpoints, damage):
 def test_a_damaged_train_config_falls_back(two_checkpoints, damage):
     older, newest = two_checkpoints
     if damage == "cut":
-        _cut(newest / "train_config.json")
+        cut_in_half(newest / "train_config.json")
     else:
         (newest / "train_config.json").write_text("[1, 2]")
     chosen, notes = _usable(newest.parents[1])
@@ -130,7 +120,7 @@ def test_every_shard_is_verified_the_second_one_too(two_checkpoints, torch_one_t
     older, newest = two_checkpoints
     shards = _reshard(newest)
     verify_checkpoint(newest)  # whole, in shards, it passes
-    _cut(shards[1])
+    cut_in_half(shards[1])
     chosen, notes = _usable(newest.parents[1])
     assert chosen == older
     assert notes[0].startswith(f"--resume: skipping checkpoint step_000002: {shards[1]}: unreadable safetensors")

@@ -2,8 +2,7 @@
 searches of a batch with one retriever call (the AEC step takes the same turn path)."""
 
 import pytest
-from conftest import QUESTION, WORLD, Item, KeywordRetriever
-from test_env_flow import GOOD
+from conftest import GOOD, QUESTION, WORLD, Item, KeywordRetriever
 
 from agents import RoleRouter, collect
 from envs import search_team_v0

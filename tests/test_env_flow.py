@@ -2,23 +2,9 @@
 
 import numpy as np
 import pytest
-from conftest import QUESTION, run_script
+from conftest import GOOD, QUESTION, run_script
 
 from envs.episode import Episode, load_episodes, save_episodes
-
-GOOD = {
-    "leader_0": ["<think>two hops</think><subtask>Where was Velmora Quist born?</subtask>"
-                 "<subtask>Which country is Port Velm in?</subtask>",
-                 "<select>2</select>"],
-    "searcher_0": ["<search>Velmora Quist born</search>", "<summary>Port Velm</summary>"],
-    "searcher_1": ["oops", "<search>Port Velm city</search>", "<search>Ostria</search>",
-                   "<summary>Port Velm is in Ostria.</summary>"],
-    "answerer_0": ["<answer>Ostria</answer>"],
-    "answerer_1": ["<answer>the Ostrian Republic</answer>"],
-    "answerer_2": ["<answer>Kesh</answer>"],
-    "answerer_3": ["no tags", "<answer>Kesh</answer>"],
-    "answerer_4": ["<answer>ostria.</answer>"],
-}
 
 
 def test_hierarchical_episode_rewards_by_hand(make_env):

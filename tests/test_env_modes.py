@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from test_env_flow import GOOD
+from conftest import GOOD
 
 
 def _streams(tokenizer):

@@ -8,9 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from conftest import run_script
-from test_env_flow import GOOD
-from test_trainer import _trainer
+from conftest import GOOD, make_trainer, run_script
 
 from agents.hf import HFPolicy
 from agents.models import tiny_causal_lm
@@ -36,7 +34,7 @@ class Payload:
 
 
 def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1)
     path = trainer.save()
     state = load_checkpoint(path, trainer.optimizer)  # our own state loads with weights_only=True
     assert state["step"] == 0 and isinstance(state["python_rng"], tuple)
@@ -45,14 +43,14 @@ def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path, tiny_dirs):
     with pytest.raises(ValueError, match=r"trainer_state\.pt: refusing to load"):
         load_checkpoint(path)
     with pytest.raises(ValueError, match="refusing to load"):
-        _trainer(tmp_path, tiny_dirs, resume=True)
+        make_trainer(tmp_path, tiny_dirs, resume=True)
     assert RAN == []
     pickle.loads(pickle.dumps(Payload()))  # the payload is live: plain unpickling runs it
     assert RAN == ["unpickled"]
 
 
 def test_a_checkpoint_with_non_finite_weights_is_never_written(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1)
     good = trainer.save()
     with torch.no_grad():
         next(trainer.model.parameters())[0].fill_(float("nan"))
@@ -76,7 +74,7 @@ def _same(a, b):
 
 
 def test_a_nan_in_the_second_minibatch_undoes_the_first(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=3, minibatches=2)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=3, minibatches=2)
     trainer.train_step()  # AdamW now has moments that a half-applied step would change
     before = _state(trainer)
     steps = []
@@ -101,7 +99,7 @@ def test_a_nan_in_the_second_minibatch_undoes_the_first(tmp_path, tiny_dirs):
 
 
 def test_nan_gradients_with_a_finite_loss_are_not_applied(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=3, minibatches=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=3, minibatches=1)
     trainer.train_step()
     before = _state(trainer)
     param = trainer.model.get_output_embeddings().weight
@@ -113,7 +111,7 @@ def test_nan_gradients_with_a_finite_loss_are_not_applied(tmp_path, tiny_dirs):
 
 
 def test_skipped_steps_do_not_count(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=4, save_every=2)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=4, save_every=2)
     original = trainer.engine.chunk_loss
     failed = []
 
@@ -164,7 +162,7 @@ def _scored_rows(make_env, tokenizer, trainer):
 @pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
 def test_the_objective_does_not_depend_on_chunking(tmp_path, tiny_dirs, make_env, tokenizer, aggregation):
     """Same rows, KL on: one chunk and one chunk per row give the same loss and gradient."""
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1, kl_coef=1.0, aggregation=aggregation)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1, kl_coef=1.0, aggregation=aggregation)
     with torch.no_grad():  # a policy away from old and Teacher: ratios and KLs are not trivial
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(5)))

@@ -15,20 +15,6 @@ from algos.commands.preflight import PreflightError, check_retriever
 from algos.config import BOOLEANS
 
 
-@pytest.fixture
-def nothing_builds(monkeypatch):
-    """Starting the training pipeline or the SFT (the only ways to a model load or a micro
-    base build) fails the test."""
-    import algos.commands.sft
-    import algos.commands.train
-
-    def fail(*args, **kwargs):
-        pytest.fail("the run started although its settings are bad")
-
-    monkeypatch.setattr(algos.commands.train, "run_pipeline", fail)
-    monkeypatch.setattr(algos.commands.sft, "main", fail)
-
-
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

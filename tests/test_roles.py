@@ -7,9 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import run_script
-from test_env_flow import GOOD
-from test_trainer import _trainer
+from conftest import GOOD, make_trainer, run_script
 
 from algos import advantages as A
 from algos import roles
@@ -150,7 +148,7 @@ def test_the_trainer_runs_a_new_signal_and_loads_what_its_row_asks_for(new_signa
 
     from agents.scripted import ScriptedPolicy
 
-    trainer = _trainer(tmp_path / "clipped", tiny_dirs, steps=1, searcher_signal="opd_clipped", beta=5.0,
+    trainer = make_trainer(tmp_path / "clipped", tiny_dirs, steps=1, searcher_signal="opd_clipped", beta=5.0,
                        max_turn_tokens=64, max_context_tokens=1024, max_row_tokens=1024)
     assert trainer.critic is None and trainer.teacher is not None
     trainer.train_questions = [QUESTION]
@@ -160,7 +158,7 @@ def test_the_trainer_runs_a_new_signal_and_loads_what_its_row_asks_for(new_signa
     assert np.isfinite(metrics["losses/policy"]) and metrics["losses/tokens"] > 0
     (role_names, values), = new_signals.CALLS
     assert role_names == ["searcher"] and values and all(np.all(np.abs(v) <= 1.0) for v in values)
-    critic_run = _trainer(tmp_path / "critic", tiny_dirs, steps=1, searcher_signal="half_critic")
+    critic_run = make_trainer(tmp_path / "critic", tiny_dirs, steps=1, searcher_signal="half_critic")
     assert critic_run.critic is not None  # loaded because the row says so
 
 

@@ -9,8 +9,7 @@ import weakref
 from pathlib import Path
 
 import pytest
-from test_trainer import _trainer
-from test_vllm_policy import fake_vllm  # noqa: F401 (a fixture)
+from conftest import make_trainer
 
 from agents.backends import BACKENDS, HFBackend, PolicyBackend, RolloutBackend, as_backend
 from agents.registry import ROLLOUT_BACKENDS
@@ -21,7 +20,7 @@ from algos.trainer import NonFiniteLoss
 
 def test_one_table_names_every_backend_and_each_keeps_the_contract(tmp_path, tiny_dirs):
     assert BACKENDS == {"hf": HFBackend, "vllm": VLLMPolicy} and ROLLOUT_BACKENDS == ("hf", "vllm")
-    trainer = _trainer(tmp_path, tiny_dirs)
+    trainer = make_trainer(tmp_path, tiny_dirs)
     assert isinstance(trainer.backend, HFBackend) and isinstance(trainer.backend, RolloutBackend)
     assert trainer.policy is trainer.backend and not trainer.engine_sleeps
     # HF on the trainer's own model: the weights are already there, nothing is copied
@@ -55,7 +54,7 @@ def test_the_engine_gets_the_runs_length_dtype_and_memory_share(tmp_path, tiny_d
     """B5 + W2: ``max_model_len`` is the env's longest context plus a turn (not the model's
     own, 262,144 tokens for the paper's model), the dtype is the learner's, the memory share
     and further settings come from the config."""
-    trainer = _trainer(tmp_path, tiny_dirs, rollout_backend="vllm", vllm_gpu_memory_utilization=0.45,
+    trainer = make_trainer(tmp_path, tiny_dirs, rollout_backend="vllm", vllm_gpu_memory_utilization=0.45,
                        vllm_kwargs={"enforce_eager": True})
     cfg = trainer.config
     [built] = fake_vllm.BUILT
@@ -64,7 +63,7 @@ def test_the_engine_gets_the_runs_length_dtype_and_memory_share(tmp_path, tiny_d
     assert built["gpu_memory_utilization"] == 0.45 and built["enforce_eager"] is True
     assert built["model"] == tiny_dirs["policy"] and built["seed"] == cfg.seed and built["enable_sleep_mode"]
     trainer.close()
-    longer = _trainer(tmp_path / "longer", tiny_dirs, rollout_backend="vllm", vllm_kwargs={"max_model_len": 4096})
+    longer = make_trainer(tmp_path / "longer", tiny_dirs, rollout_backend="vllm", vllm_kwargs={"max_model_len": 4096})
     assert fake_vllm.BUILT[-1]["max_model_len"] == 4096
     longer.close()
 
@@ -96,7 +95,7 @@ def test_a_skipped_step_leaves_the_engine_awake_with_the_unchanged_weights(tmp_p
     """B2: the engine sleeps through scoring and the update; when the update is skipped
     (NonFiniteLoss) the unchanged weights wake it, so the next rollout generates (the fake
     refuses generate while asleep, and after a level-2 sleep until weights are loaded)."""
-    trainer = _trainer(tmp_path, tiny_dirs, rollout_backend="vllm")
+    trainer = make_trainer(tmp_path, tiny_dirs, rollout_backend="vllm")
     trainer.engine_sleeps = True  # as on a GPU
 
     def skipped(rows):
@@ -123,13 +122,13 @@ def test_a_skipped_step_leaves_the_engine_awake_with_the_unchanged_weights(tmp_p
 def test_close_frees_the_engine_and_the_models_so_another_trainer_can_build(tmp_path, tiny_dirs,
                                                                             fake_vllm):  # noqa: F811
     """B3: one sleep-mode engine per process (the fake asserts as vLLM does)."""
-    first = _trainer(tmp_path / "a", tiny_dirs, rollout_backend="vllm")
+    first = make_trainer(tmp_path / "a", tiny_dirs, rollout_backend="vllm")
     with pytest.raises(AssertionError, match="one instance per process"):
-        _trainer(tmp_path / "b", tiny_dirs, rollout_backend="vllm")
+        make_trainer(tmp_path / "b", tiny_dirs, rollout_backend="vllm")
     model = weakref.ref(first.model)
     first.close()
     assert first.backend is None and first.optimizer is None and model() is None
-    second = _trainer(tmp_path / "c", tiny_dirs, rollout_backend="vllm")
+    second = make_trainer(tmp_path / "c", tiny_dirs, rollout_backend="vllm")
     assert second.backend.engine.engine_state()["pid"] == os.getpid()
     second.close()
 

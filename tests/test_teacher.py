@@ -3,9 +3,7 @@ the rows' own token ids (no re-tokenisation), Searchers always and the other rol
 
 import numpy as np
 import torch
-from conftest import WORLD, KeywordRetriever, run_script
-from test_env_flow import GOOD
-from test_trainer import TINY
+from conftest import GOOD, TINY_TRAIN, WORLD, KeywordRetriever, run_script
 
 from agents.models import tiny_causal_lm
 from algos.batch import rows_from_episodes
@@ -32,7 +30,7 @@ def test_the_base_teacher_is_the_policys_start_and_frozen(tiny_dirs):
 
 def test_a_stage_one_run_directory_stands_for_its_latest_checkpoint(tmp_path, tiny_dirs):
     policy_dir = tiny_dirs["policy"]
-    cfg = TrainConfig(**TINY, stage="teacher", model=policy_dir, out_dir=str(tmp_path / "teacher"))
+    cfg = TrainConfig(**TINY_TRAIN, stage="teacher", model=policy_dir, out_dir=str(tmp_path / "teacher"))
     trainer = Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD))
     with torch.no_grad():  # stands in for two steps of Stage I
         for p in trainer.model.parameters():

@@ -6,30 +6,17 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import WORLD, KeywordRetriever
-from test_env_flow import GOOD
+from conftest import GOOD, TINY_TRAIN, WORLD, KeywordRetriever, make_trainer
 
-from agents.logprobs import token_logprobs
 from agents.hf import HFPolicy
-from agents.sampling import Sampling
+from agents.logprobs import token_logprobs
 from agents.models import tiny_causal_lm
+from agents.sampling import Sampling
 from algos.advantages import AdvantageContext
 from algos.batch import pad_rows, rows_from_episodes, score_rows
 from algos.config import TrainConfig
 from algos.losses import policy_loss
 from algos.roles import assign_advantages, rules_for
-from algos.trainer import Trainer
-
-TINY = dict(steps=3, questions_per_step=1, group_size=2, learning_rate=1e-3, max_turn_tokens=8,
-            max_context_tokens=512, max_waves=1, max_searchers=1, max_searcher_turns=2, num_candidates=2,
-            val_per_dataset=1, val_datasets=("nq",), eval_every=100, save_every=2, max_row_tokens=512,
-            generation_batch_size=8, minibatches=2)
-
-
-def _trainer(tmp_path, tiny_dirs, resume=False, **kw):
-    cfg = TrainConfig(**{**TINY, "model": tiny_dirs["policy"], "out_dir": str(tmp_path / "run"),
-                         "teacher": tiny_dirs["teacher"], **kw})
-    return Trainer(cfg, progress=False, retriever=KeywordRetriever(WORLD), resume=resume)
 
 
 def _scripted_groups(make_env, n=2):
@@ -92,12 +79,12 @@ def test_teacher_equal_to_policy_gives_zero_opd_and_kl(tmp_path, tiny_dirs, make
     assert searchers and all(np.all(r.advantages == 0.0) for r in searchers)
     # and through the trainer: the same checkpoint as policy and Teacher, KL exactly 0
     same = {"policy": tiny_dirs["policy"], "teacher": tiny_dirs["policy"]}
-    metrics = _trainer(tmp_path, same, steps=1).train_step()
+    metrics = make_trainer(tmp_path, same, steps=1).train_step()
     assert metrics["losses/kl_teacher"] == 0.0 and metrics["losses/tokens"] > 0
 
 
 def test_one_update_moves_every_parameter_and_the_loss_is_finite(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     metrics = trainer.train_step()
     assert np.isfinite(metrics["losses/policy"]) and metrics["losses/kl_teacher"] > 0
@@ -106,7 +93,7 @@ def test_one_update_moves_every_parameter_and_the_loss_is_finite(tmp_path, tiny_
 
 
 def test_frozen_embeddings_stay_while_everything_else_moves(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1, freeze_embeddings=True)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1, freeze_embeddings=True)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train_step()
     unchanged = [n for n, p in trainer.model.named_parameters() if torch.equal(before[n], p.detach())]
@@ -117,12 +104,12 @@ def test_resume_continues_exactly(tmp_path, tiny_dirs):
     def losses(metrics):
         return [metrics["losses/policy"], metrics["losses/kl_teacher"]]
 
-    straight = _trainer(tmp_path / "a", tiny_dirs)
+    straight = make_trainer(tmp_path / "a", tiny_dirs)
     losses_a = [losses(straight.train_step()) for _ in range(3)]
-    first = _trainer(tmp_path / "b", tiny_dirs)
+    first = make_trainer(tmp_path / "b", tiny_dirs)
     losses_b = [losses(first.train_step()) for _ in range(2)]
     first.save()
-    resumed = _trainer(tmp_path / "b", tiny_dirs, resume=True)
+    resumed = make_trainer(tmp_path / "b", tiny_dirs, resume=True)
     assert resumed.step == 2
     losses_b.append(losses(resumed.train_step()))
     assert np.allclose(losses_b, losses_a, atol=1e-6, rtol=0)
@@ -139,10 +126,10 @@ def test_config_errors_explain():
 
 
 def test_a_fresh_run_refuses_a_directory_that_holds_one(tmp_path, tiny_dirs):
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1)
     trainer.log_metrics({"val/avg@1": 0.5}, step=0)
     with pytest.raises(FileExistsError, match="--resume"):
-        _trainer(tmp_path, tiny_dirs, steps=1)
+        make_trainer(tmp_path, tiny_dirs, steps=1)
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1  # nothing lost
 
 
@@ -156,7 +143,7 @@ def test_updates_keep_what_the_model_declares_frozen(tmp_path, tiny_dirs, tokeni
     declare_frozen(model, ["model.layers.0.*", "model.layers.1.self_attn.k_proj.weight[0:8]"])
     model.save_pretrained(tmp_path / "declared")
     tokenizer.save_pretrained(tmp_path / "declared")
-    trainer = _trainer(tmp_path, {**tiny_dirs, "policy": str(tmp_path / "declared")}, steps=1)
+    trainer = make_trainer(tmp_path, {**tiny_dirs, "policy": str(tmp_path / "declared")}, steps=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     assert trainer.train_step()["losses/tokens"] > 0
     params = dict(trainer.model.named_parameters())
@@ -167,7 +154,7 @@ def test_updates_keep_what_the_model_declares_frozen(tmp_path, tiny_dirs, tokeni
     assert moved("model.layers.1.mlp.down_proj.weight")
     # weight decay would move what a zero gradient keeps: refused, naming the setting
     with pytest.raises(ValueError, match="weight_decay=0.01.*declares frozen"):
-        _trainer(tmp_path / "decay", {**tiny_dirs, "policy": str(tmp_path / "declared")}, weight_decay=0.01)
+        make_trainer(tmp_path / "decay", {**tiny_dirs, "policy": str(tmp_path / "declared")}, weight_decay=0.01)
 
 
 def test_token_logprobs_at_a_temperature_are_the_sampling_distributions(tokenizer):
@@ -200,7 +187,7 @@ def test_the_learner_scores_at_the_rollout_temperature(tmp_path, tiny_dirs, monk
 
     monkeypatch.setattr(algos.batch, "token_logprobs", recording)
     monkeypatch.setattr(algos.engine.update, "token_logprobs", recording)
-    _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
+    make_trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7).train_step()
     assert seen and set(seen) == {0.7}
 
 
@@ -209,7 +196,7 @@ def test_one_sampling_reaches_the_rollouts_their_records_and_validation(tmp_path
     episode records it, and validation's sampler differs from it only in ``val_temperature``."""
     import algos.trainer
 
-    trainer = _trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7, top_p=0.9, val_temperature=0.0)
+    trainer = make_trainer(tmp_path, tiny_dirs, steps=1, temperature=0.7, top_p=0.9, val_temperature=0.0)
     cfg = trainer.config
     assert cfg.sampling == Sampling(0.7, 0.9, 8) and cfg.val_sampling == Sampling(0.0, 0.9, 8)
     assert trainer.backend.policy.sampling == cfg.sampling
@@ -226,7 +213,7 @@ def test_validation_writes_per_question_records_that_benchmarks_compare_reads(tm
     from algos.trainer import validation_path
     from benchmarks.__main__ import main
 
-    trainer = _trainer(tmp_path, tiny_dirs, val_per_dataset=3, val_runs=2)
+    trainer = make_trainer(tmp_path, tiny_dirs, val_per_dataset=3, val_runs=2)
     em = trainer.validate()
     path = validation_path(tmp_path / "run", 0)
     records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -240,7 +227,7 @@ def test_validation_writes_per_question_records_that_benchmarks_compare_reads(tm
 def test_the_pipeline_summary_compares_each_stage_with_its_base(tmp_path, tiny_dirs):
     from algos.commands.train import run_pipeline
 
-    overrides = {**TINY, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
+    overrides = {**TINY_TRAIN, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
     lines = []
     summary = run_pipeline("micro", tmp_path, stages=("teacher", "team"), overrides=overrides, progress=False,
                            log=lines.append, retriever=KeywordRetriever(WORLD))
@@ -262,7 +249,7 @@ def test_resuming_a_stage_that_stopped_before_its_first_checkpoint_says_so(tmp_p
     stage = tmp_path / "teacher"
     stage.mkdir()
     (stage / "metrics.jsonl").write_text('{"step": 0, "val/avg@1": 0.5}\n')
-    overrides = {**TINY, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
+    overrides = {**TINY_TRAIN, "model": tiny_dirs["policy"], "steps": 1, "val_per_dataset": 3}
     with pytest.raises(FileNotFoundError, match="stopped before its first checkpoint"):
         run_pipeline("micro", tmp_path, stages=("teacher",), overrides=overrides, resume=True, progress=False,
                      log=lambda _: None, retriever=KeywordRetriever(WORLD))
@@ -280,7 +267,7 @@ def test_command_line_overrides_are_typed_and_a_small_training_set_is_the_first_
         parse_overrides(["stepz=5"])
     with pytest.raises(ValueError, match="train_per_dataset=0"):
         TrainConfig(stage="teacher", train_per_dataset=0)
-    trainer = _trainer(tmp_path, tiny_dirs, train_datasets=("nq", "popqa"), train_per_dataset=2,
+    trainer = make_trainer(tmp_path, tiny_dirs, train_datasets=("nq", "popqa"), train_per_dataset=2,
                        val_split="train", val_per_dataset=2, val_datasets=("nq", "popqa"))
     from envs.data import load_qa
 
@@ -295,7 +282,7 @@ def test_pass_rate_filter_keeps_the_questions_some_but_not_all_workflows_got_rig
 
     import algos.trainer
 
-    trainer = _trainer(tmp_path, tiny_dirs, pass_rate_filter=4, train_per_dataset=3)
+    trainer = make_trainer(tmp_path, tiny_dirs, pass_rate_filter=4, train_per_dataset=3)
     pool = list(trainer.train_questions)
     right = [0, 1, 4, 2, 4, 3]  # right counts of 4, question by question
     asked = []
@@ -316,7 +303,7 @@ def test_pass_rate_filter_keeps_the_questions_some_but_not_all_workflows_got_rig
 
     # a resumed run reads the kept questions back and samples nothing
     trainer.save()
-    resumed = _trainer(tmp_path, tiny_dirs, resume=True, pass_rate_filter=4, train_per_dataset=3)
+    resumed = make_trainer(tmp_path, tiny_dirs, resume=True, pass_rate_filter=4, train_per_dataset=3)
     monkeypatch.setattr(algos.trainer, "collect", lambda *a, **k: pytest.fail("a resumed run re-sampled the filter"))
     resumed.filter_by_pass_rate()
     assert [q.id for q in resumed.train_questions] == [q.id for q in expected]
@@ -327,7 +314,7 @@ def test_pass_rate_filter_that_keeps_nothing_says_so(tmp_path, tiny_dirs, monkey
 
     import algos.trainer
 
-    trainer = _trainer(tmp_path, tiny_dirs, pass_rate_filter=2, train_per_dataset=1)
+    trainer = make_trainer(tmp_path, tiny_dirs, pass_rate_filter=2, train_per_dataset=1)
     monkeypatch.setattr(algos.trainer, "collect",
                         lambda env_fn, sampler, questions, g, seed, progress: [[SimpleNamespace(team_em=0.0)] * g
                                                                                for _ in questions])

@@ -195,21 +195,6 @@ def test_a_restored_state_goes_on_with_the_seeds_of_an_uninterrupted_run(tokeniz
 
 
 @pytest.fixture
-def fake_vllm(monkeypatch):
-    import sys
-
-    import fake_vllm
-
-    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
-    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
-        monkeypatch.setenv(name, "unset")
-        monkeypatch.delenv(name)  # whatever the code under test sets is undone afterwards
-    fake_vllm.BUILT.clear()
-    yield fake_vllm
-    fake_vllm.shutdown_all()
-
-
-@pytest.fixture
 def model_dir(tmp_path, tokenizer):
     """What the engine loads: here only a config naming the EOS the fake answers with."""
     import json
