@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -83,10 +83,6 @@ class JsonlCorpus(Sequence[Passage]):
             return Passage.from_row(row)
         except ValueError as e:
             raise ValueError(f"{self.where(n)}: malformed corpus row: {e}") from None
-
-    def __iter__(self) -> Iterator[Passage]:
-        for n in range(len(self)):
-            yield self[n]
 
     def row(self, n: int) -> Any:
         """Row ``n`` decoded from JSON, exactly as stored (every key kept)."""

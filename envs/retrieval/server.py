@@ -109,11 +109,6 @@ class CorpusDocuments:
         self._rows: list[Mapping[str, Any]] | None = None
         self._corpus: JsonlCorpus | None = None
 
-    def __len__(self) -> int:
-        if self._index is None:
-            return len(self._corpus)
-        return len(self._index)
-
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> CorpusDocuments:
         """Index in-memory rows (``{"id", "contents", ...}`` or ``{"id", "title", "text"}``)."""
