@@ -12,16 +12,10 @@ from agents.base import Action, Observation, Policy
 from agents.collect import collect
 from agents.router import RoleRouter
 
-_LAZY = {
-    "HFPolicy": "agents.hf",
-    "load_causal_lm": "agents.models",
-    "tiny_causal_lm": "agents.models",
-    "ScriptedPolicy": "agents.scripted",
-    "RandomPolicy": "agents.simple",
-    "HumanPolicy": "agents.simple",
-    "OpenAIPolicy": "agents.openai_chat",
-    "make_policy": "agents.registry",
-}
+_LAZY = {"HFPolicy": "agents.hf", "load_causal_lm": "agents.models",
+         "tiny_causal_lm": "agents.models", "ScriptedPolicy": "agents.scripted",
+         "RandomPolicy": "agents.simple", "HumanPolicy": "agents.simple",
+         "OpenAIPolicy": "agents.openai_chat", "make_policy": "agents.registry"}
 
 __all__ = ["Action", "Observation", "Policy", "RoleRouter", "collect", *_LAZY]
 
