@@ -16,8 +16,9 @@ A spec's own settings win over the command line's, and those over the model's de
 The keys are :data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line
 naming the spec, before anything loads. A temperature is 0 (greedy) or at least
 :func:`min_temperature` (2.9e-36: below it, logits up to :data:`LOGIT_BOUND` divided by it
-overflow float32, where the samplers divide them); a top-p is in (0, 1], 1 included. Kinds that do not sample (``scripted``, ``random``, ...) refuse a query
-and ignore the command line's settings.
+overflow float32, where the samplers divide them); a top-p is in (0, 1], 1 included. Kinds
+that do not sample (``scripted``, ``random``, ...) refuse a query and ignore the command
+line's settings.
 
 >>> parse_sampling("temperature=0.7&top_p=0.9", "hf:smollm2?temperature=0.7&top_p=0.9")
 Sampling(temperature=0.7, top_p=0.9, max_new_tokens=None)
@@ -213,10 +214,9 @@ def generation_defaults(model: Any) -> tuple[float, float, str]:
     fields (``top_k``, repetition penalties) are not applied by the policies here."""
     config = getattr(model, "generation_config", None)
     if config is not None and getattr(config, "do_sample", False):
-        temperature = getattr(config, "temperature", None)
-        top_p = getattr(config, "top_p", None)
-        return (1.0 if temperature is None else float(temperature), 1.0 if top_p is None else float(top_p),
-                "generation_config")
+        temperature, top_p = (getattr(config, k, None) for k in ("temperature", "top_p"))
+        return (1.0 if temperature is None else float(temperature),
+                1.0 if top_p is None else float(top_p), "generation_config")
     return 0.0, 1.0, "greedy (the generation config does not sample)"
 
 
