@@ -141,10 +141,10 @@ def token_spans(seg: Segment, turns: Sequence[tuple[int, int, int]], tv: TokenVa
     number)``), every token a span."""
     role = html.escape(seg.role, quote=True)
     adv_scale = scales.adv.get(seg.role, 1.0)
-    spans = sorted(turns)
     parts: list[str] = []
 
-    def tokens(lo: int, hi: int) -> None:
+    def run(tag: str, lo: int, hi: int) -> None:  # one <span> of tokens lo..hi-1
+        parts.append(tag)
         for p in range(lo, hi):
             tid = seg.token_ids[p]
             mask = seg.loss_mask[p]
@@ -163,21 +163,16 @@ def token_spans(seg: Segment, turns: Sequence[tuple[int, int, int]], tv: TokenVa
                 f'<span class="{" ".join(classes)}" data-id="{tid}" data-role="{role}" data-mask="{mask}" '
                 f'data-adv="{_num(adv)}" data-teacher-logratio="{_num(ratio)}" data-old="{_num(old)}" '
                 f'data-loss="{_num(tv.loss[p])}" data-kl="{_num(tv.kl[p])}">{html.escape(piece)}</span>')
+        parts.append("</span>")
 
     at = 0
-    for start, end, k in spans:
+    for start, end, k in sorted(turns):
         if start > at:
-            parts.append('<span class="envrun">')
-            tokens(at, start)
-            parts.append("</span>")
-        parts.append(f'<span class="turn" id="{prefix}-t{k}" data-turn="{k}">')
-        tokens(start, end)
-        parts.append("</span>")
+            run('<span class="envrun">', at, start)
+        run(f'<span class="turn" id="{prefix}-t{k}" data-turn="{k}">', start, end)
         at = max(at, end)
     if at < len(seg.token_ids):
-        parts.append('<span class="envrun">')
-        tokens(at, len(seg.token_ids))
-        parts.append("</span>")
+        run('<span class="envrun">', at, len(seg.token_ids))
     return "".join(parts)
 
 
@@ -278,9 +273,8 @@ def render_page(shown: Sequence[tuple[Episode, EpisodeValues | None, str]], toke
     text = TokenText(tokenizer)
     views = [episode_view(n, ep, values, tv, tokenizer, text, scales, source)
              for n, ((ep, values, source), tv) in enumerate(zip(shown, tvs))]
-    has = {"adv": any(v is not None for t in tvs for s in t for v in s.adv),
-           "teacher": any(v is not None for t in tvs for s in t for v in s.teacher_logratio),
-           "logp": any(v is not None for t in tvs for s in t for v in s.old)}
+    has = {mode: any(v is not None for t in tvs for s in t for v in getattr(s, name))
+           for mode, name in (("adv", "adv"), ("teacher", "teacher_logratio"), ("logp", "old"))}
     mode = next((m for m in ("adv", "teacher", "logp") if has[m]), "plain")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
