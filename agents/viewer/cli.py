@@ -158,9 +158,7 @@ def write_page(file: str | Path, index: int = 0, *, out: str | Path | None = Non
             raise ViewError(f"{compare} #{compare_index} is on another question ({ep2.question.get('question')!r}) "
                             f"than {file} #{index} ({ep.question.get('question')!r}): side by side needs the same one")
         shown.append((ep2, values2, f"{Path(compare).name} #{compare_index % len(others)}"))
-    records_of = [recorded_tokenizer(values, file)]
-    if compare is not None:
-        records_of.append(recorded_tokenizer(shown[1][1], compare))
+    records_of = [recorded_tokenizer(v, f) for (_, v, _), f in zip(shown, (file, compare))]
     if tokenizer is None or isinstance(tokenizer, str):
         tokenizer = _load_tokenizer(tokenizer, records_of[0], file)
     places = [f"{file} #{index}", f"{compare} #{compare_index}"]
