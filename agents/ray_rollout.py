@@ -1,31 +1,22 @@
 """Rollout workers on Ray: N actors that each hold env copies, a policy backend and a client of
 one shared retriever, and return the same :class:`~envs.episode.Episode` records as
-:func:`agents.collect.collect` (``pip install -e .[distributed]``).
+:func:`agents.collect.collect` (``pip install -e .[distributed]``; docs/scaleout.md).
 
-The unit of work is a question group (the G workflows of one question). A group is sampled
-with its own seed (:func:`group_seed`), and its env copies are reset with the seeds
-``collect`` gives them, so which worker rolls a group, and how many workers there are,
-changes nothing: :func:`collect_groups` is the one-process run that the pool equals, token
-for token. (Plain ``collect`` batches all groups through one sampler; its Episodes follow
-the same distribution but are other draws.)
+The unit of work is a question group (the G workflows of one question), sampled with its own
+seed (:func:`group_seed`) and reset with the seeds ``collect`` gives it, so which worker rolls
+a group, and how many workers there are, changes nothing: :func:`collect_groups` is the
+one-process run that the pool equals, token for token. (Plain ``collect`` batches all groups
+through one sampler: the same distribution, other draws.) The trainer's weights reach each
+worker once per version through Ray's object store (:meth:`RayRolloutPool.push_weights`); the
+retriever is an http(s) URL that every worker calls, or one :class:`RetrieverActor`.
 
-The trainer pushes its weights after each update (:meth:`RayRolloutPool.push_weights`: one
-copy in Ray's object store, fetched by each worker once per version). The retriever is not
-copied per worker: an http(s) URL (the project's retrieval server) is reached by each worker
-over HTTP; anything else lives in one :class:`RetrieverActor` that every worker asks.
-
-A worker that dies (its process killed, out of memory, its node gone: any of
-:func:`lost_worker_errors`) is restarted with the current weights and the group it held is
-rolled again from its seed, so the Episodes are as if it had not died;
-``rollout/worker_restarts`` and ``rollout/rerolled_groups`` count it.
-A worker that does not answer within ``timeout_s`` is killed and treated the same way.
-After ``max_restarts`` restarts in one :meth:`~RayRolloutPool.collect` the pool raises
-rather than loop.
-
-Workers generate with HF on the CPU, ``threads`` torch threads each (the trainer gives one):
-on a GPU run, N workers take generation off the GPU (vLLM inside workers is not wired). The
-retriever actor runs on the driver's node (a spec names a path there); the workers' code and
-the weights' model config must import on every node (docs/scaleout.md).
+A worker that dies (any of :func:`lost_worker_errors`) or does not answer within ``timeout_s``
+is restarted with the current weights and its group rolled again from its seed, so the
+Episodes are as if it had not died (``rollout/worker_restarts``, ``rollout/rerolled_groups``);
+after ``max_restarts`` restarts in one :meth:`~RayRolloutPool.collect` the pool raises. Workers
+generate with HF on the CPU, ``threads`` torch threads each (vLLM inside workers is not wired);
+the retriever actor runs on the driver's node, and the workers' code and the weights' model
+config must import on every node.
 
 >>> pool = RayRolloutPool(2, model=model, tokenizer=tok, env_kwargs=kw, retriever=r)  # doctest: +SKIP
 >>> pool.push_weights(model); groups = pool.collect(questions, 5, seed=0)             # doctest: +SKIP
@@ -267,7 +258,6 @@ class RayRolloutPool:
         self.workers = [self._start() for _ in range(num_workers)]
         self.version = -1
         self._weights: Any = None
-        self.restarts_total = 0
         self.last_stats: dict[str, float] = {}
         self.push_weights(model)
 
@@ -293,7 +283,7 @@ class RayRolloutPool:
         queue = list(range(len(questions)))
         idle = list(range(self.num_workers))
         pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (worker, question index)
-        restarts = rerolled = 0
+        restarts = 0  # each restart re-rolls the group its worker held
         started = time.perf_counter()
         while queue or pending:
             while queue and idle:
@@ -327,9 +317,8 @@ class RayRolloutPool:
                 self.workers[w] = self._start()
                 idle.append(w)
                 queue.insert(0, i)
-                rerolled += 1
-        self.restarts_total += restarts
-        self.last_stats = {"rollout/worker_restarts": float(restarts), "rollout/rerolled_groups": float(rerolled),
+        self.last_stats = {"rollout/worker_restarts": float(restarts),
+                           "rollout/rerolled_groups": float(restarts),
                            "rollout/workers": float(self.num_workers),
                            "perf/ray_collect_s": time.perf_counter() - started}
         return results  # type: ignore[return-value]
