@@ -193,10 +193,8 @@ parser, :func:`check_policy`, :func:`make_policy` and the help of every command 
 def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None, *,
                     samples: bool = False, usage: str | None = None) -> None:
     """Teach :func:`make_policy` the spec ``kind:<arg>``, and :func:`check_policy` its
-    ``check`` (a later registration of the same kind replaces the earlier one).
-    ``samples``: the factory takes ``sampling=`` (the spec's and the command line's
-    settings), and the kind's specs may carry a query string. ``usage``: how the help
-    writes the spec (default ``kind:<arg>``)."""
+    ``check`` (a later registration of the same kind replaces the earlier one); ``samples``
+    and ``usage`` (default ``kind:<arg>``) as :class:`PolicyKind`'s."""
     if not kind.isidentifier() or kind in ROLES:
         raise ValueError(f"policy kind {kind!r} must be an identifier other than a role name")
     POLICY_KINDS[kind] = PolicyKind(factory, usage or f"{kind}:<arg>", check, samples)
@@ -272,9 +270,6 @@ ROLLOUT_BACKENDS = tuple(BACKENDS)
 
 
 def make_rollout_policy(backend: str, model: Any, tokenizer: Any, **sampling: Any) -> Any:
-    """A learner's rollout backend (``agents.backends``: the table of ``rollout_backend``
-    values): ``model`` is a model object for ``hf`` and a directory for ``vllm`` (the engine
-    reads the files itself); ``sampling``: ``temperature``, ``top_p``, ``max_new_tokens``,
-    ``seed`` and ``batch_size`` (HF's generation batch; vLLM batches everything it is
-    given), and for ``vllm`` its engine settings."""
+    """A learner's rollout backend: :func:`agents.backends.make_backend` (the table of
+    ``rollout_backend`` values, what ``model`` is for each, and their settings)."""
     return make_backend(backend, model, tokenizer, **sampling)
