@@ -255,12 +255,10 @@ class RetrievalServer:
     Args:
         retriever: any Retriever; called from one worker thread only.
         max_batch: most queries per ``retriever.search`` call; a bigger request is served
-            over several calls, taking turns with the other requests waiting. The batch in
-            flight is what a newly arrived request waits for first, so on a CPU encoder
-            (where a query costs about the same in any batch) a small ``max_batch`` keeps
-            small requests fast under load (4: a one-query request beside six of 1,024
-            queries waits about 3x its time alone, docs/retrieval_server.md); on a GPU, where
-            64 queries cost about what one does, use 64.
+            over several calls, taking turns with the other requests waiting. A new request
+            waits for the batch in flight: on a CPU encoder 4 keeps small requests fast under
+            load; on a GPU, where 64 queries cost what one does, use 64
+            (docs/retrieval_server.md has the measurements).
         batch_wait_s: how long the batcher waits for more requests to join a batch.
         default_topk: ``topk`` when a request leaves it out, null or 0 (Search-R1's ``--topk``).
         max_topk: largest ``topk`` accepted.
