@@ -6,27 +6,9 @@ hub dataset when ``root`` is None, or the built-in synthetic world when ``root``
 the styles of the seven benchmarks; ``write_flashrag`` writes it out as files.
 """
 
-from envs.data.items import (
-    DATASETS,
-    MULTI_HOP,
-    SINGLE_HOP,
-    QAItem,
-    read_jsonl,
-    write_jsonl,
-)
+from envs.data.items import DATASETS, MULTI_HOP, SINGLE_HOP, QAItem, read_jsonl, write_jsonl
 from envs.data.qa import load_qa
 from envs.data.synthwiki import SynthWiki, build_world, default_world, write_flashrag
 
-__all__ = [
-    "DATASETS",
-    "MULTI_HOP",
-    "SINGLE_HOP",
-    "QAItem",
-    "SynthWiki",
-    "build_world",
-    "default_world",
-    "load_qa",
-    "read_jsonl",
-    "write_flashrag",
-    "write_jsonl",
-]
+__all__ = ["DATASETS", "MULTI_HOP", "SINGLE_HOP", "QAItem", "SynthWiki", "build_world",
+           "default_world", "load_qa", "read_jsonl", "write_flashrag", "write_jsonl"]

@@ -8,15 +8,5 @@ from envs.retrieval.passage import MemoRetriever, Passage, Retriever, load_corpu
 from envs.retrieval.remote import RemoteRetriever, RetrievalError
 from envs.retrieval.server import RetrievalServer
 
-__all__ = [
-    "DenseRetriever",
-    "MemoRetriever",
-    "Passage",
-    "RemoteRetriever",
-    "RetrievalError",
-    "RetrievalServer",
-    "Retriever",
-    "default_encoder_path",
-    "load_corpus",
-    "make_retriever",
-]
+__all__ = ["DenseRetriever", "MemoRetriever", "Passage", "RemoteRetriever", "RetrievalError",
+           "RetrievalServer", "Retriever", "default_encoder_path", "load_corpus", "make_retriever"]

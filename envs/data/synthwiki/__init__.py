@@ -94,14 +94,8 @@ from envs.data.synthwiki.questions import COMPARISON_STYLES, draw_questions
 from envs.data.synthwiki.render import render
 from envs.data.synthwiki.world import ORG_KINDS, SPLITS, SynthWiki, make_entities
 
-__all__ = [
-    "COMPARISON_STYLES",
-    "SPLITS",
-    "SynthWiki",
-    "build_world",
-    "default_world",
-    "write_flashrag",
-]
+__all__ = ["COMPARISON_STYLES", "SPLITS", "SynthWiki", "build_world", "default_world",
+           "write_flashrag"]
 
 
 def build_world(
