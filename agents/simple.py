@@ -99,9 +99,7 @@ def newest_message(obs: Observation) -> str:
     env's structure (``obs.messages``); for an observation built without messages, its
     task or question from ``obs.info``."""
     text = last_user_message(obs.messages)
-    if text:
-        return text
-    return str(obs.info.get("task") or obs.info.get("question") or "")
+    return text or str(obs.info.get("task") or obs.info.get("question") or "")
 
 
 class HumanPolicy:
