@@ -7,9 +7,7 @@ spec is written (``python -m agents play --help`` lists them); ``leader=...,sear
 mixes them per role (:class:`agents.router.RoleRouter`).
 
 An LM kind (``hf``, ``openai``, ``ckpt``) takes sampling settings in a query string,
-``hf:smollm2?temperature=0.7&top_p=0.9&max_new_tokens=128``, per role too; unset ones come
-from the command line (``--temperature``, ...), then the model's generation config (greedy
-when it has none that samples): see :mod:`agents.sampling`.
+``hf:smollm2?temperature=0.7&top_p=0.9``, per role too: see :mod:`agents.sampling`.
 
 A layer above ``agents`` adds its own kinds with :func:`register_policy` (the benchmarks
 add ``ckpt:<run dir>``, a learner's checkpoint), so the table grows in one place.
