@@ -49,16 +49,9 @@ class LoadReport:
         return 1000 * s[min(len(s) - 1, int(q * len(s)))]
 
 
-def run_load(
-    url: str,
-    queries: Sequence[str],
-    requests: int = 2000,
-    threads: int = 16,
-    topk: int = 3,
-    queries_per_request: int = 1,
-    time_limit_s: float = 60.0,
-    timeout_s: float = 30.0,
-) -> LoadReport:
+def run_load(url: str, queries: Sequence[str], requests: int = 2000, threads: int = 16,
+             topk: int = 3, queries_per_request: int = 1, time_limit_s: float = 60.0,
+             timeout_s: float = 30.0) -> LoadReport:
     """Send up to ``requests`` POSTs to ``url`` from ``threads`` threads, stopping early at
     ``time_limit_s``; each request carries ``queries_per_request`` queries cycled from
     ``queries``. A request counts as ok when it gets 200 and one result list per query."""
@@ -69,23 +62,14 @@ def run_load(
     deadline = start + time_limit_s
 
     def worker() -> None:
-        while time.perf_counter() < deadline:
-            i = next(counter)
-            if i >= requests:
-                return
-            batch = [
-                queries[(i * queries_per_request + j) % len(queries)]
-                for j in range(queries_per_request)
-            ]
-            body = json.dumps({"queries": batch, "topk": topk, "return_scores": True}).encode()
-            req = urllib.request.Request(
-                url, data=body, headers={"Content-Type": "application/json"}
-            )
+        while time.perf_counter() < deadline and (i := next(counter)) < requests:
+            batch = [queries[(i * queries_per_request + j) % len(queries)]
+                     for j in range(queries_per_request)]
             t0 = time.perf_counter()
             error = None
             try:
-                with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                    result = json.loads(resp.read())["result"]
+                payload = {"queries": batch, "topk": topk, "return_scores": True}
+                result = json.loads(_post(url, payload, timeout_s))["result"]
                 if len(result) != len(batch) or any(len(hits) == 0 for hits in result):
                     error = f"bad answer shape for request {i}"
             except Exception as e:  # count everything a client would see as a failure
@@ -126,50 +110,15 @@ class FairnessReport:
 
 
 def _post(url: str, payload: dict, timeout_s: float) -> bytes:
-    req = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-    )
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         return resp.read()
 
 
-def _small_client(url: str, queries: Sequence[str], requests: int, time_limit_s: float,
-                  topk: int) -> LoadReport:
-    """One client sending one-query requests one after another."""
-    report = LoadReport(sent=0, ok=0)
-    start = time.perf_counter()
-    for i in range(requests):
-        if time.perf_counter() - start > time_limit_s:
-            break
-        t0 = time.perf_counter()
-        try:
-            result = json.loads(_post(url, {"queries": [queries[i % len(queries)]], "topk": topk,
-                                            "return_scores": True}, 300))["result"]
-            error = None if len(result) == 1 and result[0] else f"bad answer shape for request {i}"
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-        report.sent += 1
-        if error is None:
-            report.ok += 1
-            report.latencies_s.append(time.perf_counter() - t0)
-        else:
-            report.error_count += 1
-            report.errors.append(error)
-    report.seconds = time.perf_counter() - start
-    return report
-
-
-def run_fairness(
-    url: str,
-    queries: Sequence[str],
-    greedy: int = 6,
-    greedy_queries: int = 1024,
-    greedy_topk: int = 100,
-    small_requests: int = 100,
-    small_topk: int = 3,
-    time_limit_s: float = 60.0,
-    settle_s: float = 2.0,
-) -> FairnessReport:
+def run_fairness(url: str, queries: Sequence[str], greedy: int = 6, greedy_queries: int = 1024,
+                 greedy_topk: int = 100, small_requests: int = 100, small_topk: int = 3,
+                 time_limit_s: float = 60.0, settle_s: float = 2.0) -> FairnessReport:
     """A one-query client's latencies alone (``small_requests`` requests, one at a time), then
     beside ``greedy`` threads that each send ``greedy_queries`` queries at ``greedy_topk`` per
     request, back to back, starting ``settle_s`` before the small client does. Each phase
@@ -177,7 +126,12 @@ def run_fairness(
     parsed, so their clients cost this process little. The greedy threads stop when the
     small client is done; a greedy request still waiting then is abandoned (its client
     times out after ``time_limit_s``), so stop the server after this returns."""
-    alone = _small_client(url, queries, small_requests, time_limit_s, small_topk)
+
+    def small_client() -> LoadReport:  # one client sending one-query requests one after another
+        return run_load(url, queries, small_requests, threads=1, topk=small_topk,
+                        time_limit_s=time_limit_s, timeout_s=300)
+
+    alone = small_client()
     stop = threading.Event()
     lock = threading.Lock()
     done: list[int] = [0]
@@ -207,7 +161,7 @@ def run_fairness(
     for t in pool:
         t.start()
     time.sleep(settle_s)
-    beside = _small_client(url, queries, small_requests, time_limit_s, small_topk)
+    beside = small_client()
     stop.set()
     return FairnessReport(alone, beside, done[0], errors[:10])
 
@@ -230,48 +184,26 @@ def _refuse(reason: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default=None, help="load this server instead of starting one")
-    parser.add_argument(
-        "--corpus", default=None, help="JSONL corpus (default: the synthetic world)"
-    )
-    parser.add_argument(
-        "--index",
-        default="flat",
-        choices=("flat", "hnsw", "ivf"),
-        help="index of the server this command starts (default flat; not with --url)",
-    )
-    parser.add_argument(
-        "--requests", type=int, default=2000, help="requests to send in all (default 2000)"
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=16,
-        help="client threads sending requests at once, each one at a time (default 16)",
-    )
-    parser.add_argument("--topk", type=int, default=3, help="passages asked for per query (default 3)")
-    parser.add_argument(
-        "--queries-per-request", type=int, default=1, help="queries in each request (default 1)"
-    )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=45.0,
-        help="seconds after which no new request is sent (default 45)",
-    )
-    parser.add_argument(
-        "--fairness",
-        action="store_true",
-        help="measure a one-query client alone and beside --greedy maximal clients instead",
-    )
-    parser.add_argument(
-        "--greedy", type=int, default=6, help="greedy clients for --fairness (default 6)"
-    )
-    parser.add_argument(
-        "--small-requests",
-        type=int,
-        default=100,
-        help="one-query requests per phase of --fairness (default 100)",
-    )
+    parser.add_argument("--corpus", default=None,
+                        help="JSONL corpus (default: the synthetic world)")
+    parser.add_argument("--index", default="flat", choices=("flat", "hnsw", "ivf"), help="index of "
+                        "the server this command starts (default flat; not with --url)")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="requests to send in all (default 2000)")
+    parser.add_argument("--threads", type=int, default=16, help="client threads sending requests "
+                        "at once, each one at a time (default 16)")
+    parser.add_argument("--topk", type=int, default=3,
+                        help="passages asked for per query (default 3)")
+    parser.add_argument("--queries-per-request", type=int, default=1,
+                        help="queries in each request (default 1)")
+    parser.add_argument("--time-limit", type=float, default=45.0,
+                        help="seconds after which no new request is sent (default 45)")
+    parser.add_argument("--fairness", action="store_true", help="measure a one-query client "
+                        "alone and beside --greedy maximal clients instead")
+    parser.add_argument("--greedy", type=int, default=6,
+                        help="greedy clients for --fairness (default 6)")
+    parser.add_argument("--small-requests", type=int, default=100,
+                        help="one-query requests per phase of --fairness (default 100)")
     from envs.retrieval.__main__ import add_server_args, server_settings
 
     add_server_args(parser.add_argument_group("the server this command starts (not with --url)"))
@@ -299,65 +231,46 @@ def main(argv: list[str] | None = None) -> int:
         rows = None if args.corpus else world.corpus
         retriever = DenseRetriever(args.corpus or rows, index=args.index)
         how = "loaded from cache" if retriever.loaded_from_cache else "encoded"
-        print(
-            f"retriever: {len(retriever)} passages, {retriever.index_kind}, {how} in {time.perf_counter() - t0:.1f} s"
-        )
+        print(f"retriever: {len(retriever)} passages, {retriever.index_kind}, {how} in "
+              f"{time.perf_counter() - t0:.1f} s")
         # A corpus file's stored rows are read from retriever.corpus_source; the world's are given.
         server = RetrievalServer(retriever, port=0, documents=rows, **settings)
         server.start()
         url = server.url
         retriever.search(queries[:1])  # warm up outside the timed run
     before = _health(url)
-    if args.fairness:
-        return _fairness(url, queries, args, before, server)
     try:
-        report = run_load(
-            url,
-            queries,
-            requests=args.requests,
-            threads=args.threads,
-            topk=args.topk,
-            queries_per_request=args.queries_per_request,
-            time_limit_s=args.time_limit,
-        )
-    finally:
-        after = _health(url)
-        if server is not None:
-            server.stop()
-    print(
-        f"{report.ok}/{args.requests} requests ok, {report.error_count} errors, {args.threads} threads, "
-        f"{report.seconds:.1f} s: {report.requests_per_s:.0f} requests/s; latency "
-        f"p50 {report.latency_ms(0.5):.1f} ms, p99 {report.latency_ms(0.99):.1f} ms"
-    )
-    batches = after.get("batches", 0) - before.get("batches", 0)
-    if batches:
-        print(
-            f"mean batch: {(after['queries'] - before['queries']) / batches:.1f} queries per search call over {batches} calls"
-        )
-    for error in report.errors:
-        print("error:", error)
-    return 0 if report.error_count == 0 else 1
-
-
-def _fairness(url: str, queries: Sequence[str], args: argparse.Namespace, before: dict,
-              server) -> int:
-    try:
-        report = run_fairness(url, queries, greedy=args.greedy, small_requests=args.small_requests,
+        if args.fairness:
+            report = run_fairness(url, queries, greedy=args.greedy,
+                                  small_requests=args.small_requests, time_limit_s=args.time_limit)
+        else:
+            report = run_load(url, queries, requests=args.requests, threads=args.threads,
+                              topk=args.topk, queries_per_request=args.queries_per_request,
                               time_limit_s=args.time_limit)
     finally:
         after = _health(url)
         if server is not None:
             server.stop()
+    if args.fairness:
+        return _fairness(report, args, after.get("queries", 0) - before.get("queries", 0))
+    print(f"{report.ok}/{args.requests} requests ok, {report.error_count} errors, {args.threads} "
+          f"threads, {report.seconds:.1f} s: {report.requests_per_s:.0f} requests/s; latency p50 "
+          f"{report.latency_ms(0.5):.1f} ms, p99 {report.latency_ms(0.99):.1f} ms")
+    batches = after.get("batches", 0) - before.get("batches", 0)
+    if batches:
+        mean = (after["queries"] - before["queries"]) / batches
+        print(f"mean batch: {mean:.1f} queries per search call over {batches} calls")
+    for error in report.errors:
+        print("error:", error)
+    return 0 if report.error_count == 0 else 1
+
+
+def _fairness(report: FairnessReport, args: argparse.Namespace, served: int) -> int:
     for name, r in (("alone", report.alone), (f"beside {args.greedy} greedy", report.beside)):
-        print(
-            f"one-query client {name}: {r.ok}/{r.sent} ok in {r.seconds:.1f} s; latency "
-            f"p50 {r.latency_ms(0.5):.1f} ms, p99 {r.latency_ms(0.99):.1f} ms"
-        )
-    served = after.get("queries", 0) - before.get("queries", 0)
-    print(
-        f"greedy: {report.greedy_requests} requests of 1024 queries answered meanwhile; "
-        f"{served} queries searched in all"
-    )
+        print(f"one-query client {name}: {r.ok}/{r.sent} ok in {r.seconds:.1f} s; latency "
+              f"p50 {r.latency_ms(0.5):.1f} ms, p99 {r.latency_ms(0.99):.1f} ms")
+    print(f"greedy: {report.greedy_requests} requests of 1024 queries answered meanwhile; "
+          f"{served} queries searched in all")
     print(f"p99 ratio (beside / alone): {report.p99_ratio:.1f}")
     for error in report.alone.errors + report.beside.errors + report.greedy_errors:
         print("error:", error)
