@@ -39,21 +39,16 @@ def write_corpus(path: Path, n: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     vocab = ["".join(rng.choice(letters, size=rng.integers(3, 10))) for _ in range(8_000)]
-    pool = [
-        " ".join(vocab[i] for i in rng.integers(0, len(vocab), WORDS_PER_SENTENCE)) + "."
-        for _ in range(SENTENCE_POOL)
-    ]
+    pool = [" ".join(vocab[i] for i in rng.integers(0, len(vocab), WORDS_PER_SENTENCE)) + "."
+            for _ in range(SENTENCE_POOL)]
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for start in range(0, n, 100_000):
             picks = rng.integers(0, SENTENCE_POOL, (min(100_000, n - start), SENTENCES_PER_PASSAGE))
-            lines = []
             for j, row in enumerate(picks):
                 title = f"Passage {start + j}"
-                body = " ".join(pool[i] for i in row)
-                contents = f'"{title}"\n{title} {body}'
-                lines.append(json.dumps({"id": str(start + j), "contents": contents}) + "\n")
-            f.writelines(lines)
+                contents = f'"{title}"\n{title} ' + " ".join(pool[i] for i in row)
+                f.write(json.dumps({"id": str(start + j), "contents": contents}) + "\n")
     os.replace(tmp, path)
 
 
@@ -70,11 +65,7 @@ def prepare(workdir: Path, n: int, dim: int) -> dict[str, str]:
     """Write (or reuse) the corpus, the index file and the old loader's embedding cache."""
     import faiss
 
-    from envs.retrieval.dense import (
-        corpus_hash,
-        default_encoder_path,
-        embedding_cache_key,
-    )
+    from envs.retrieval.dense import corpus_hash, default_encoder_path, embedding_cache_key
     from envs.retrieval.passage import load_corpus
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -95,9 +86,8 @@ def prepare(workdir: Path, n: int, dim: int) -> dict[str, str]:
     marker = workdir / f"old-cache-{n}-{dim}.txt"
     if not marker.is_file():
         print("seeding the old loader's embedding cache", file=sys.stderr)
-        key = embedding_cache_key(
-            corpus_hash(load_corpus(corpus)), str(default_encoder_path()), "", "model"
-        )
+        key = embedding_cache_key(corpus_hash(load_corpus(corpus)), str(default_encoder_path()), "",
+                                  "model")
         target = cache / key / "embeddings.npy"
         target.parent.mkdir(parents=True, exist_ok=True)
         header = np.lib.format.open_memmap(target, mode="w+", dtype=np.float32, shape=(n, dim))
@@ -123,12 +113,10 @@ def _proc_status() -> dict[str, int]:
 
 def measure(loader: str, files: dict[str, str], queries: int, batch: int) -> dict[str, float]:
     """Run in the child process: build the retriever ``loader`` names and time it."""
-    from envs.retrieval.dense import DenseRetriever
+    from envs.retrieval.dense import DenseRetriever, default_encoder_path, load_encoder
 
     base = _proc_status()["VmRSS"]
     # the encoder is loaded before the clock starts: both loaders need it, neither owns it
-    from envs.retrieval.dense import default_encoder_path, load_encoder
-
     load_encoder(str(default_encoder_path()))
     with_encoder = _proc_status()["VmRSS"]
     if loader == "new-cold":  # the first start over a corpus builds its offset table
@@ -139,12 +127,8 @@ def measure(loader: str, files: dict[str, str], queries: int, batch: int) -> dic
         r = DenseRetriever(files["corpus"], index="flat", cache_dir=files["cache"])
         assert r.loaded_from_cache, "the old loader's cache was not seeded: it would encode"
     else:
-        r = DenseRetriever(
-            files["corpus"],
-            index_file=files["index_file"],
-            mmap_index=loader in ("new-mmap", "new-cold"),
-            cache_dir=files["cache"],
-        )
+        r = DenseRetriever(files["corpus"], index_file=files["index_file"],
+                           mmap_index=loader in ("new-mmap", "new-cold"), cache_dir=files["cache"])
     startup_s = time.perf_counter() - start
     after_start = _proc_status()
     texts = [f"what is known about passage {i} and its words" for i in range(queries)]
@@ -155,17 +139,11 @@ def measure(loader: str, files: dict[str, str], queries: int, batch: int) -> dic
     search_s = time.perf_counter() - start
     end = _proc_status()
     mib = 1 << 20
-    return {
-        "loader": loader,
-        "passages": len(r),
-        "startup_s": round(startup_s, 2),
-        "rss_encoder_mib": round((with_encoder - base) / mib),
-        "rss_after_startup_mib": round(after_start["VmRSS"] / mib),
-        "rss_end_mib": round(end["VmRSS"] / mib),
-        "peak_rss_mib": round(end["VmHWM"] / mib),
-        "queries_per_s": round(queries / search_s, 1),
-        "hits": hits,
-    }
+    return {"loader": loader, "passages": len(r), "startup_s": round(startup_s, 2),
+            "rss_encoder_mib": round((with_encoder - base) / mib),
+            "rss_after_startup_mib": round(after_start["VmRSS"] / mib),
+            "rss_end_mib": round(end["VmRSS"] / mib), "peak_rss_mib": round(end["VmHWM"] / mib),
+            "queries_per_s": round(queries / search_s, 1), "hits": hits}
 
 
 def run_child(loader: str, files: dict[str, str], queries: int, batch: int) -> dict:
