@@ -6,16 +6,10 @@ that does the same work.
     python -m benchmarks perf --model smollm2 --out perf-smollm2.json
     python -m benchmarks perf --quick --scaleout    # + Ray workers and torchrun ranks (issue 15)
 
-Every timing figure is a ratio of two costs measured in the same run: the sides run
-interleaved (A, B, A, B, ...) after one untimed warm-up of each, ``reps`` times, and the
-figure is the median of the per-pair ratios (the range over the pairs is kept too), so a
-machine shared with other jobs shifts both sides alike. torch and faiss run on one thread
-for the same reason (``--threads`` to change it; recorded); the load average at the start is
-recorded. Cost ratios are
-``mopd / bare`` (above 1: mopd is slower by that factor); speedups are ``slow / fast``;
-shares are fractions of one timed run. ``before`` sides run the code this release replaced
-(full-vocabulary logits and log-softmax, a 49k float64 CDF per step, a tail decode per
-row per step), kept in ``baselines`` so that before and after are measured in one run.
+Every timing figure is a ratio of two costs measured in the same run, interleaved, on one
+thread: docs/performance.md says how, and what the bare and ``before`` sides are. Cost ratios
+are ``mopd / bare`` (above 1: mopd is slower by that factor); speedups are ``slow / fast``;
+shares are fractions of one timed run.
 
 The bare side of each figure is the minimal implementation of the same work:
 
@@ -67,11 +61,8 @@ Elsewhere the scripted team plays (fast, deterministic). The scaling runs use a 
 always dispatches every wave and every Searcher slot, so the cost follows the setting. A
 random model never writes a valid turn: Leader retries, then Answerers.
 
-Modules: ``cli`` (``python -m benchmarks perf``), ``runner`` (the sections in order, the model
-under measurement, the ``--scaleout`` add-on), ``settings`` (sizes and presets), ``harness``
-(interleaved timing, figures, peak memory), ``baselines`` (the bare and ``before`` sides), and
-one module per section: ``rollouts`` (decoding and batched collects), ``learner``,
-``retrieval`` (its docstring says why most of its passages are random vectors), ``scaling``.
+Modules: ``cli``, ``runner`` (the sections in order, the ``--scaleout`` add-on), ``settings``,
+``harness`` (interleaved timing), ``baselines`` (the bare and ``before`` sides), one per section.
 """
 
 import os
