@@ -32,8 +32,6 @@ NAMES = {"nq": "NQ", "triviaqa": "TriviaQA", "popqa": "PopQA", "hotpotqa": "Hotp
 QUICK = {"limit": 20, "runs": 4}
 
 
-
-
 def build_policy(spec: str, seed: int = 0, sampling: Sampling | None = None) -> Any:
     """A policy from its spec: ``agents.registry.make_policy``, which knows ``ckpt:<dir>``
     once this module is imported (kept as a name for callers of the suite). ``sampling``:

@@ -149,7 +149,6 @@ def bare_forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, targets: tor
         model.get_output_embeddings()(hidden[predictors])  # (N, V)
 
 
-
 @contextlib.contextmanager
 def full_vocabulary_logits():
     """The learner's log-probs as before this release: every trained token's logits at once."""

@@ -152,7 +152,6 @@ class TimedEnvFn:
         return env
 
 
-
 @dataclass
 class Bench:
     """What every section shares: the model, the env's parts, the settings."""

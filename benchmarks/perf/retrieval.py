@@ -55,7 +55,6 @@ class SyntheticRetriever(DenseRetriever):
         return self._index
 
 
-
 def retrieval(bench: Bench, dim: int, queries: list[str]) -> None:
     """Search at 100k and 1M passages (random vectors): DenseRetriever against faiss alone
     on precomputed query vectors, flat against the approximate kinds (end to end and faiss

@@ -36,7 +36,6 @@ class FullBudgetTeam:
         return "".join(f"<subtask>{tasks[i % len(tasks)]}</subtask>" for i in range(slots))
 
 
-
 def scaling(bench: Bench) -> None:
     """Rollout cost against G, waves and Searchers (passage count: in :func:`retrieval`)."""
     from agents.collect import collect

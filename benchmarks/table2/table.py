@@ -364,7 +364,6 @@ def _environment(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     return groups[0]["environment"] if len(groups) == 1 else {"differs": groups}
 
 
-
 def _read_plan(out: Path) -> dict[str, Any]:
     try:
         return json.loads((out / "ablation.json").read_text(encoding="utf-8"))
