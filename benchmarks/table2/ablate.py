@@ -73,20 +73,15 @@ def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retri
 
 def adopt_step0(trainer: Any, source: Path) -> bool:
     """Give ``trainer`` (an ``algos.trainer.Trainer`` at step 0, nothing validated yet) the
-    step-0 validation of the run in ``source`` instead of computing it, when that run has
-    one and is of the same :func:`step0_key`; returns whether it did.
-
-    ``source`` qualifies when it finished (its ``run.json``), checkpointed (a checkpoint's
-    ``train_config.json``) or started under :func:`train_run` (its :data:`STARTED_FILE`), and
-    the config recorded there has ``trainer.config``'s key (the same base weights' path
-    included), and its step-0 validation is done (its metrics row): so a variant started
-    while another of its seed is still training takes what that one has done. A run that
-    recorded no config is not read. Then the trainer gets what its own
-    ``Trainer.validate`` at step 0 writes: the per-question records (copied), the sample
-    of the same episodes with this run's per-token values (its Teacher's, its role rules',
-    ``Trainer.keep_sample``) and the metrics row (``val/avg@1`` and whatever else the
-    source logged at step 0); and, with ``pass_rate_filter``, the questions the source's filter
-    kept (``train_questions.json``: ``Trainer.filter_by_pass_rate`` reads it instead of sampling)."""
+    step-0 validation of the run in ``source`` instead of computing it; returns whether it did.
+    ``source`` qualifies when the config it recorded (its ``run.json``, a checkpoint's
+    ``train_config.json`` or its :data:`STARTED_FILE`) has ``trainer.config``'s
+    :func:`step0_key` (the base weights' path included) and its step-0 validation is done (its
+    metrics row): so a variant started while another of its seed still trains takes what that
+    one has done. The trainer then gets what its own ``Trainer.validate`` at step 0 writes: the
+    per-question records, the sample of the same episodes with this run's per-token values
+    (``Trainer.keep_sample``), the metrics row and, with ``pass_rate_filter``, the questions
+    the source's filter kept (``train_questions.json``)."""
     from agents.viewer.records import ViewError, read_records
     from algos.engine.checkpoint import latest_checkpoint
     from algos.samples import sample_path
@@ -195,20 +190,15 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
                  train: TrainFn = train_run, retriever: Any = None,
                  build: Callable[..., str] | None = None) -> dict[str, Any]:
     """Run (or finish) every run of the ablation; returns the plan with each run's record
-    and writes it to ``<out>/ablation.json``. First logs the work left
-    (:func:`describe_work`). ``base_seeds``: see :func:`plan_runs`.
-
-    ``threads``: torch's and faiss's intra-op threads in every process, the base's build
-    included (:func:`algos.reproducible.run_threads`: a run repeats bit for bit at the same
-    count; on a busy machine one thread per process is also the faster choice, two threads
-    on two shared cores wait on each other). ``jobs``: runs at once, each in its own
-    process (a seed's variants wait for its Teacher); with 1 every run is in this process.
-    ``train``: the per-run trainer (:func:`train_run`; tests give a fake, which must be a
-    module-level function when ``jobs > 1``). With ``jobs > 1`` the missing bases are built
-    in worker processes too, a seed's runs starting once its base is built (``build``: what a
-    worker calls, ``build(model, seed=b, progress=False)``, by default
-    :func:`algos.commands.presets.prepare_model`; tests give a module-level fake). ``retriever``: used by
-    every run instead of the config's (tests; ``jobs=1`` only). ``out`` is locked for the whole ablation
+    and writes it to ``<out>/ablation.json``, after logging the work left
+    (:func:`describe_work`). ``base_seeds``: see :func:`plan_runs`. ``threads``: torch's and
+    faiss's intra-op threads in every process, a base's build included
+    (:func:`algos.reproducible.run_threads`). ``jobs``: runs at once, each in its own process,
+    the missing bases built in worker processes too (``build(model, seed=b, progress=True)``,
+    by default :func:`algos.commands.presets.prepare_model`); with 1, all in this process.
+    ``train``: the per-run trainer (:func:`train_run`). Tests give fakes for ``train`` and
+    ``build`` (module-level functions when ``jobs > 1``) and a ``retriever`` for every run
+    (``jobs=1`` only). ``out`` is locked for the whole ablation
     (:func:`algos.commands.runlock.run_lock`): a second ablation into it raises
     :class:`algos.commands.runlock.RunLockedError` naming the first."""
     if retriever is not None and jobs > 1:
@@ -371,15 +361,12 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                       built: Callable[[tuple[str, int], str], list[Run]],
                       build: Callable[..., str] | None = None) -> None:
     """Up to ``jobs`` tasks at once, a fresh process each (its memory is returned when it
-    ends): first the missing ``bases`` ((model, base seed), about 20 minutes of one core each
-    for micro; output in ``<out>/base-<model>-seed<b>.log``), then the runs, a run starting
-    once its base is built and the run it needs finished. So a base left over when the
-    others are built (three bases, two jobs) is built beside the first runs, not alone. A
-    fresh run whose step-0 validation another run is computing waits until it is done
-    (:func:`step0_done`) and takes it, while other tasks go first.
-    ``built(key, path)``: the runs with that base attached, once it is built. ``build``: what
-    a worker calls to build a base (:func:`_build_base_in_child`). A failure stops the
-    ablation after the tasks in flight finished (their work is kept)."""
+    ends): first the missing ``bases`` ((model, base seed); output in
+    ``<out>/base-<model>-seed<b>.log``), then the runs, a run starting once its base is built
+    (``built(key, path)`` attaches it) and the run it needs finished, so a base left over
+    (three bases, two jobs) is built beside the first runs. A fresh run whose step-0
+    validation another run is computing waits for it (:func:`step0_done`) while other tasks
+    go first. A failure stops the ablation after the tasks in flight (their work is kept)."""
     pending: list[Run | tuple[str, int]] = [*bases, *runs]
     unbuilt = set(bases)
     running: dict[Future, Run | tuple[str, int]] = {}

@@ -85,20 +85,15 @@ def write_gzip_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
 
 def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
     """Put the finished runs of a written table (its ``table2.json`` and the three archives
-    beside it) back into the ablation directory ``out``, as the runs left them for the table
+    beside it) back into the ablation directory ``out`` as the runs left them for the table
     (``run.json``, ``metrics.jsonl``, the step-0 and final validation records, the skip
-    probability; the marked question sets, :data:`algos.mechanism.QUESTION_SUBSETS_FILE`), without
-    their checkpoints; returns the runs restored. A later ``python -m
-    benchmarks ablate`` with the same settings and ``--out`` takes them as finished and
-    trains only the rest, and ``python -m benchmarks table2 out`` tables them all: an
-    ablation longer than one machine's life goes on from the committed archives.
-
-    A run already in ``out`` is left as it is. A seed's Teacher is restored only when all the
-    planned variants of that seed are (the ablation's ``--variants``; its checkpoint, which a
-    missing variant would start from, is not in the archives): otherwise the ablation trains
-    it again. ``out`` gets the table's plan (``ablation.json``) when it has none, so the
-    ablation refuses other settings as it would for its own runs. Raises ValueError naming
-    the file that is missing or not an archive of this table."""
+    probability, the marked question sets :data:`algos.mechanism.QUESTION_SUBSETS_FILE`),
+    without checkpoints; returns the runs restored. docs/table2.md ("What it writes") says how
+    an ablation goes on from there. A run already in ``out`` is left as it is; a seed's
+    Teacher is restored only when all the planned variants of its seed are (a missing variant
+    starts from its checkpoint, which the archives lack); ``out`` gets the table's plan
+    (``ablation.json``) when it has none, so the ablation refuses other settings. Raises
+    ValueError naming the file that is missing or not an archive of this table."""
     from algos.trainer import validation_path
 
     table_json, out = Path(table_json), Path(out)

@@ -1,32 +1,11 @@
 """The runs of the paper's Table 2 (the Searcher-signal ablation): for each seed one Stage-I
-Teacher, then Stage II once per variant, each run in its own directory; every run of a seed
-starts from that seed's base. By default a recipe builds one base per seed, so the spread
-over seeds includes the base's; ``base_seeds=K`` (``--base-seeds K``) makes training seed
-``s`` start from the base built for seed ``s % K`` (``TrainConfig.base_seed``): 6 seeds over
-3 bases cost 3 builds, and the seeds that share a base are not independent in its draw
-(``benchmarks.table2`` lists which share one).
-
-Variants (Leader and Answerer objectives fixed: GRPO with the KL toward the Teacher; only
-the Searchers' signal or the Teacher changes): one per Searcher signal of the table of role
-rules (``algos.roles``; ``opd``, the method, first), each taught by the seed's Stage-I run,
-and ``base``: on-policy distillation from the base model.
-
-Every run of a seed has the same ``seed``: the same training questions in the same order,
-the same rollout and validation sampler seeds, validated on the same held-out questions at
-the same steps. Seeds that share a base still differ by their ``seed``.
-
-Layout under ``out``::
-
-    ablation.json                the plan (preset, seeds, base seeds, variants, settings), each
-                                 seed's base and each run's state
-    seed<S>/teacher/             Stage I
-    seed<S>/<variant>/           Stage II; run.json when it finished (wall time, steps, files,
-                                 base seed and weights, whose step-0 validation it reused)
-
-Resuming: a finished run (its ``run.json``) is never repeated; a run with a checkpoint
-continues from it (the Trainer's ``--resume``); a run killed before its first checkpoint
-starts again. So a killed ablation loses at most the runs in progress (a step-0 validation
-is reused only from a run that finished or checkpointed, whose recorded config has the key).
+Teacher, then Stage II once per variant (:data:`VARIANT_SETTINGS`), each run in its own
+directory (``seed<S>/teacher/``, ``seed<S>/<variant>/``, its ``run.json`` once finished) and
+every run of a seed from that seed's base (``base_seeds=K``: seed ``s`` from the base built for
+seed ``s % K``, ``TrainConfig.base_seed``). docs/table2.md ("What runs", "What it writes") says
+what the variants are, what stays the same between them, what the directory holds and how a
+killed ablation resumes: a finished run is never repeated, a run with a checkpoint continues,
+a run killed before its first checkpoint starts again.
 
 :mod:`benchmarks.table2.ablate` runs them (``python -m benchmarks ablate``), and
 :mod:`benchmarks.table2.table` tables them.

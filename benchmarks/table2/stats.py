@@ -1,25 +1,13 @@
 """The comparisons a Table 2 makes and their statistics (:mod:`benchmarks.table2.table` builds
-the table): each variant minus ``opd`` with the question-paired bootstrap and the
-interval over seeds, the two-choice questions set apart, and how many comparisons the table
-makes with their p-values raw and Holm-adjusted, seeds or bases as the unit.
-
-A comparison (``vs_opd``) holds the point estimate (the difference of the two variants'
-mean macro avg@k), each shared seed's difference, and two intervals, each labelled with
-what it covers:
-
-- ``questions_paired`` (:data:`algos.report.QUESTIONS_PAIRED`): ``benchmarks compare``'s
-  bootstrap (:func:`benchmarks.metrics.paired_macro_difference`), questions paired by
-  (dataset, id) and resampled within each dataset, a question's value its correctness
-  averaged over the seeds both variants finished (a question is resampled with all its seeds
-  at once). The runs are held fixed: would these runs differ on new questions?
-- ``over_seeds`` (:data:`algos.report.OVER_SEEDS`): the per-seed differences as the
-  sample, a Student-t interval and the exact sign test over seeds
-  (:func:`benchmarks.seed_stats.seed_interval`): does the training recipe differ?
-
-Two-choice questions (:func:`is_two_choice`: the synthetic HotpotQA ``comparison`` and
-2Wiki ``comparison``/``bridge_comparison`` styles, whose answer is one of two names in the
-question) can be right by guessing; ``without_two_choice`` repeats the figures and the
-comparison on the other questions.
+the table): each variant minus ``opd`` (``vs_opd``: the difference of the mean macro avg@k,
+each shared seed's difference) with two intervals, each labelled with what it covers,
+``questions_paired`` (:data:`algos.report.QUESTIONS_PAIRED`,
+:func:`benchmarks.metrics.paired_macro_difference` over questions pooled across seeds) and
+``over_seeds`` (:data:`algos.report.OVER_SEEDS`, :func:`benchmarks.seed_stats.seed_interval`);
+the same without the two-choice questions (:func:`is_two_choice`, ``without_two_choice``); and
+how many comparisons the table makes with their p-values raw and Holm-adjusted, seeds or
+bases as the unit. docs/table2.md ("Two intervals, two questions") says what each interval
+answers.
 """
 
 from __future__ import annotations

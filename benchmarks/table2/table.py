@@ -5,26 +5,13 @@ macro difference to ``opd`` with two intervals that answer two questions, and th
     python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # train, then this
     python -m benchmarks table2 runs/table2                                  # this alone
 
-:func:`build_table` builds what ``table2.json`` holds: the seeds, the variants, each variant's
-figures (mean over seeds and per seed), its comparison with ``opd``, the same without the
-two-choice questions, each run's wall time (and their sum, ``runs_wall_s``), config, base seed
-and weights, whether its step-0 validation was computed or reused, continuous endpoints, the
-machine and library versions. :func:`benchmarks.table2.render.write_table2` writes it with
-``table2.md``, ``curves.png`` and the archives of every run's per-question records, metrics and
-record (:mod:`benchmarks.table2.archive`); ``docs/table2.md`` says what each file holds.
-
-Figures come from each run's last validation (the same held-out questions for every run),
-except the invalid-turn rate, which the validation records do not carry: it is the training
-rollouts' rate at the last step (``team/invalid_rate``). A variant's figure is the mean of
-its seeds' figures; each seed's figure is a macro over the datasets (Table 1's metrics,
-:func:`benchmarks.metrics.summarize`).
-
-Seeds and bases: each training seed is the unit of the seed-level statistics (the figures'
-mean over seeds, ``over_seeds``). When the ablation shares bases (``--base-seeds K``: seed
-``s`` trains from the base of seed ``s % K``), the seeds that share a base are not
-independent in the base's draw: ``over_seeds`` then covers the training seeds' variation
-around K drawn bases, not a new base's. ``table2.json`` keeps each run's ``base_seed`` and
-base weights' hash (``bases``: per seed) and ``table2.md`` lists which seeds share a base.
+:func:`build_table` builds what ``table2.json`` holds and
+:func:`benchmarks.table2.render.write_table2` writes it with ``table2.md``, ``curves.png`` and
+the archives (:mod:`benchmarks.table2.archive`); docs/table2.md ("What it writes") says what
+each holds. Figures come from each run's last validation, but the invalid-turn rate: the
+training rollouts' at the last step (``team/invalid_rate``). Each training seed is the unit of
+the statistics over seeds; seeds that share a base (``--base-seeds``) are not independent in
+its draw, so ``table2.json`` keeps each run's base and ``table2.md`` lists who shares one.
 """
 
 from __future__ import annotations
