@@ -1,38 +1,20 @@
 """The data-parallel learner on ``torch.distributed``: what a Trainer does differently under
-``torchrun --nproc-per-node K -m algos train ...``.
+``torchrun --nproc-per-node K -m algos train ...`` (``docs/scaleout.md``, "The data-parallel
+learner", has the measurements).
 
-One step on K ranks equals the one-process step on the same global batch:
+One step on K ranks equals the one-process step on the same global batch: every rank holds
+every row; scoring is split by token count and gathered; each minibatch's rows are split by
+token count (:meth:`Dist.shard`) and each rank divides its loss by the *whole minibatch's*
+token count (``algos.losses.Totals``), so the ranks' gradients are summed
+(:meth:`Dist.all_reduce_grads`), not averaged (K per-rank means would weight a short rank's
+tokens more). Why not ``DistributedDataParallel``'s wrapper: it all-reduces inside each
+backward and needs the same number of backward calls on every rank, but a rank's share of
+rows can take a different number of memory-bounded chunks; the sum is what DDP computes,
+once per minibatch, in one flat buffer.
 
-- every rank holds every row of the batch (rows are small: token ids and masks); the
-  scoring (old log-probs, Teacher) is split across ranks by token count and the scores are
-  gathered, so the advantages are computed identically everywhere;
-- each minibatch's rows are split across ranks by token count (:meth:`Dist.shard`); each
-  rank divides its loss by the *whole minibatch's* token count (``algos.losses.Totals``),
-  so the ranks' gradients add up to the one-process gradient: they are summed
-  (:meth:`Dist.all_reduce_grads`), not averaged (averaging K per-rank token means would
-  weight a short rank's tokens more: the normalisation must be global);
-- the summed gradient is the same on every rank, so clipping and AdamW keep the replicas
-  equal; rank 0 writes metrics, validation records and checkpoints, and a checkpoint holds
-  the whole model and optimizer, so ``--resume`` works at any world size.
-
-Why not ``DistributedDataParallel``'s wrapper: it all-reduces inside each backward and needs
-the same number of backward calls on every rank, but a rank's share of rows by token count
-can take a different number of memory-bounded chunks. The sum above is what DDP computes,
-once per minibatch, in one flat buffer. FSDP2 (``TrainConfig.fsdp``) needs lock-step
-forwards on every rank; :func:`fully_shard_model` wraps a model for it, and the helpers at the
-end of this file give the Trainer its gathered replica (:func:`copy_into`), frozen masks on
-the shards (:func:`sharded_masks`) and a checkpoint's optimizer state in one process's layout
-(:func:`full_optimizer_state`); see ``docs/scaleout.md``.
-
-The Trainer always holds a :class:`Dist` (:func:`this_process`): outside torchrun a
-:class:`OneProcess`, rank 0 of 1, whose collectives are the identity, so the Trainer tells the
-one-process story and calls them unconditionally. How the trained model lies on the ranks is
-chosen once (:func:`layout_for`): :class:`Replicated` (one process, or the summed gradients
-above) or :class:`Sharded` (FSDP2: sharding, lock-step chunk padding, the loss scaled by the
-world, frozen masks on the shards, the gathered replica and optimizer state).
-
-A rank that raises stops the job: :func:`run_main` prints ``rank R of K failed: <error>``
-and exits non-zero, and torchrun then stops the other ranks.
+The Trainer always holds a :class:`Dist` (:func:`this_process`; outside torchrun a
+:class:`OneProcess` whose collectives are the identity), and how the trained model lies on
+the ranks is chosen once (:func:`layout_for`): :class:`Replicated` or :class:`Sharded` (FSDP2).
 """
 
 from __future__ import annotations
@@ -51,9 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "apply_masks", "copy_into", "from_env",
-           "full_optimizer_state", "full_state", "fully_shard_model", "layout_for", "load_full_optimizer_state",
-           "local_norm", "local_tensor", "run_main", "shard_by_tokens", "sharded_masks", "this_process"]
+__all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "apply_masks",
+           "copy_into", "from_env", "full_optimizer_state", "fully_shard_model", "layout_for",
+           "load_full_optimizer_state", "local_norm", "local_tensor", "run_main", "shard_by_tokens",
+           "sharded_masks", "this_process"]
 
 
 DIST_TIMEOUT_S = 2 * 3600
@@ -326,14 +309,8 @@ def fully_shard_model(model: Any, mp_policy: Any = None) -> Any:
     """FSDP2: shard each decoder layer, then the whole model, over the default process group
     (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place).
     ``mp_policy``: a ``MixedPrecisionPolicy`` (``algos.engine.precision.Precision.fsdp_policy``;
-    None: compute in the parameters' dtype).
-
-    Runs on CPU with gloo (torch 2.13; ``tests/scaleout_fsdp_step.py`` checks a step against
-    one process). The reduce-scatter *averages* the ranks' gradients: a rank whose loss is
-    divided by the whole batch's token count multiplies it by the world size to get the
-    one-process gradient (summing instead, ``set_gradient_divide_factor(1)``, needs a
-    PREMUL_SUM reduction that gloo refuses). Every rank must run the same number of
-    forwards and backwards: each one gathers or scatters parameters collectively."""
+    None: compute in the parameters' dtype). Its reduce-scatter *averages* the ranks'
+    gradients, and every rank must run as many forwards and backwards (``docs/scaleout.md``)."""
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError as err:  # torch < 2.6
@@ -364,14 +341,6 @@ def run_main(main: Callable[[], int]) -> int:
 
 
 # ---------------------------------------------------------------------- FSDP2 inside the Trainer
-
-
-def full_state(model: Any) -> dict[str, torch.Tensor]:
-    """The whole (unsharded) state dict of an FSDP2 ``model``, on every rank (a collective:
-    every rank calls it)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
 def copy_into(full_model: Any, sharded: Any) -> None:
@@ -522,14 +491,11 @@ class Replicated:
 
 
 class Sharded(Replicated):
-    """FSDP2 (``TrainConfig.fsdp``): each rank holds a shard of the trained model
-    (:func:`fully_shard_model`) and a gathered plain replica for generation, scoring,
-    validation and checkpoints, refreshed after every update (:func:`copy_into`). Every rank
-    runs as many chunks per minibatch (each forward and backward gathers and scatters
-    collectively; a rank with fewer runs zero-loss padding), a non-finite value on one rank
-    stops all together, each loss is multiplied by the world size (the reduce-scatter averages,
-    the step needs the sum), frozen parts are masked on the shards (:func:`sharded_masks`), and
-    the optimizer state is gathered for a checkpoint in one process's layout."""
+    """FSDP2 (``TrainConfig.fsdp``): each rank holds a shard of the trained model and a gathered
+    replica, refreshed after every update (:func:`copy_into`); every rank runs as many chunks
+    per minibatch (zero-loss padding), each loss is multiplied by the world size (the
+    reduce-scatter averages), frozen parts are masked on the shards and the optimizer state is
+    gathered for a checkpoint in one process's layout (``docs/scaleout.md``)."""
 
     chunk_elements = 0  # the model's own forward: FSDP2 gathers parameters in the root module's
 
