@@ -1,30 +1,14 @@
 """verifiers traces of ``mopd-search-team`` back into mopd's Episodes and learner rows, so
 that episodes played through verifiers (``vf-eval``, prime-rl's orchestrator) train with
-mopd's own per-role GRPO and the Searchers' on-policy distillation.
-
-A verifiers episode (one line of a run's ``traces.jsonl``, or an ``Episode`` object) holds
-one trace per mopd segment. ``SearchTeamEnv.finalize``
-(``integrations/verifiers/mopd_search_team``) recorded on each its role reward
-(``rewards["role"]``), its segment (``info["mopd_segment"]``: index, agent, role, wave,
-the env's token ids, loss mask and log-probs) and the episode without its segments
-(``info["mopd_episode"]``). :func:`episode_from_verifiers` rebuilds the Episode;
-:func:`groups_from_verifiers` groups Episodes as the learner's GRPO groups (by the
-consumer's ``group.id`` when it set one, else by task: ``-r G`` gives G episodes of a
-question); :func:`rows_from_verifiers` gives the groups and their rows. ``Trainer.learn(groups)`` takes the
+mopd's own per-role GRPO and the Searchers' on-policy distillation (``docs/ecosystems.md``,
+"verifiers", has the mapping). ``Trainer.learn(groups)`` takes :func:`groups_from_verifiers`'
 groups as it takes ``agents.collect``'s.
 
-Which tokens a segment trains on (``tokens``):
-
-- ``mopd``: the env's own (its chat format, as ``agents.collect`` records them). Right for
-  a learner whose model reads mopd's chat format; the learner scores old and Teacher
-  log-probs itself.
-- ``trace``: the trace's own (the model's chat template, as verifiers' training client
-  renders it): its one branch's ``token_ids``, ``mask`` (sampled tokens) and ``logprobs``.
-  Eval traces carry none (chat relays give text only).
-- ``auto``: ``trace`` when every trace carries token ids, else ``mopd``.
-
-Reads plain JSON records: verifiers need not be installed (its extra conflicts with
-others'). A trace or episode object is read through its ``model_dump``.
+Which tokens a segment trains on (``tokens``): ``mopd``, the env's own (its chat format; the
+learner scores old and Teacher log-probs itself); ``trace``, the trace's one branch
+(``token_ids``, ``mask`` of sampled tokens and ``logprobs``: eval traces carry none); ``auto``,
+``trace`` when every trace carries token ids, else ``mopd``. Reads plain JSON records (a trace
+or episode object through its ``model_dump``): verifiers need not be installed.
 
 A record is data from outside: every malformed one raises the documented ValueError (never
 an IndexError, KeyError, TypeError or AttributeError, and never a loop): wrong types, node
@@ -126,7 +110,9 @@ def episode_from_verifiers(record: Any, tokens: str = "mopd") -> Episode:
     if sorted(segments) != list(range(len(segments))):
         raise ValueError(f"verifiers episode {name}: the traces hold segments {sorted(segments)}, "
                          f"not 0..{len(segments) - 1}")
-    return _with_segments(summary, [segments[i] for i in range(len(segments))])
+    episode = Episode.from_dict({**summary, "segments": []})
+    episode.segments = [segments[i] for i in range(len(segments))]
+    return episode
 
 
 def groups_from_verifiers(records: Iterable[Any], tokens: str = "auto", *,
@@ -141,7 +127,8 @@ def groups_from_verifiers(records: Iterable[Any], tokens: str = "auto", *,
     if skip_failed:
         records = [r for r in records if r.get("ok")]
     if tokens == "auto":
-        tokens = "trace" if records and all(_has_tokens(t) for r in records for t in _traces_of(r)) else "mopd"
+        traces = [t for r in records if isinstance(r.get("traces"), list) for t in r["traces"]]
+        tokens = "trace" if records and all(_has_tokens(t) for t in traces) else "mopd"
     groups: dict[str, list[Episode]] = {}
     for r in records:
         group, task = r.get("group") or {}, r.get("task") or {}
@@ -209,11 +196,6 @@ def _dicts(value: Any, what: str, limit: int) -> list[dict[str, Any]]:
     if bad is not None:
         raise ValueError(f"{what}: item {bad} is a {type(value[bad]).__name__}, not an object")
     return value
-
-
-def _traces_of(record: dict[str, Any]) -> list[Any]:
-    traces = record.get("traces")
-    return traces if isinstance(traces, list) else []
 
 
 def _type_ok(value: Any, kind: str) -> bool:
@@ -289,12 +271,6 @@ def _segment(seg: dict[str, Any], trace: dict[str, Any], tokens: str, label: str
             raise ValueError(f"trace {label} carries no token ids (an eval relay's text only): use tokens='mopd'")
         fields["token_ids"], fields["loss_mask"], fields["logprobs"] = trace_tokens(trace)
     return Segment(**fields)
-
-
-def _with_segments(summary: dict[str, Any], segments: Sequence[Segment]) -> Episode:
-    ep = Episode.from_dict({**summary, "segments": []})
-    ep.segments = list(segments)
-    return ep
 
 
 def _has_tokens(trace: Any) -> bool:
