@@ -1,25 +1,10 @@
-"""The positive control for on-policy distillation (issue 43, ``docs/positive_control.md``):
-a Teacher planted to be better than its base *in the Searchers' behaviour*, built from that
-base by more SFT, checked on the test split before any Stage-II run, and put where
-``python -m benchmarks ablate --preset micro_control`` takes a seed's Teacher from.
-
-- The base is the ``micro`` preset's (:func:`~algos.recipes.micro.build.build_micro_base`
-  with its defaults, one per seed, the same cache entry): its imitated team skips the search
-  on 60% of its Searcher tasks, so greedily its Searchers never search (0.020 avg@1 on the
-  dev questions, all two-choice guesses).
-- The Teacher (:func:`build_teacher`) is that base continued by SFT on the episodes of the
-  scripted team that never skips the search (``skip_search=0``), right episodes only, with
-  the loss on the Searchers' own tokens only (:data:`~algos.recipes.micro.settings.CONTROL_TEACHER`):
-  its Leader and Answerer are trained on nothing new, so what it does better it does through
-  its Searchers, the role OPD trains. A model, scored with log-probs like any Teacher.
-- :func:`check_teacher` measures it the way the ablation will (greedy H-MAS avg@1 on the
-  test split, the Stage-II validation's questions and sampler seeds) beside its base, and the
-  base's team with the Teacher's Searchers (:class:`RoleRouter`): the part of the lead that
-  lives in the Searchers.
-- :func:`plant` writes each seed's Teacher into ``<ablation>/seed<S>/teacher/`` as a finished
-  run (its ``run.json`` says ``planted``), so the ablation's Stage-II variants take it as the
-  seed's Teacher and never train a Stage-I one; the table reads its lead from its two
-  validations (base at step 0, Teacher at the last SFT step).
+"""The positive control for on-policy distillation (issue 43; ``docs/positive_control.md`` has
+the design and its measurements): a Teacher planted to be better than its base *in the
+Searchers' behaviour* (:func:`build_teacher`: the ``micro`` base continued by SFT on the
+scripted team that never skips the search), measured the way the ablation will beside its
+base and beside the base's team with its Searchers (:func:`check_teacher`), and written where
+``python -m benchmarks ablate --preset micro_control`` takes a seed's Teacher from
+(:func:`plant`).
 
     python -m algos.recipes.micro.control plant --out ~/mopd-runs/control --seeds 0,1,2,3
     python -m benchmarks ablate --preset micro_control --variants opd,base,none --seeds 4 \\
@@ -41,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
+import agents.router
 from algos.recipes.micro.settings import CONTROL_PRESET, CONTROL_TEACHER, ENV
+from envs import protocol as P
 
 PLANTED = "planted"
 """The key of a planted Teacher's ``run.json`` that says how it was made."""
@@ -54,21 +41,12 @@ CHECK_FILE = "teacher_check.json"
 """A planted Teacher's measurements (test and dev, base, Teacher, base team with its Searchers)."""
 
 
-class RoleRouter:
+class RoleRouter(agents.router.RoleRouter):
     """A team whose Searchers are one token policy and whose other roles (Leader, Answerer)
-    another: ``searcher.act`` gets the Searchers' observations, ``team.act`` the rest, each
-    in order. Both must share the tokenizer."""
+    another (``agents.router.RoleRouter``). Both must share the tokenizer."""
 
     def __init__(self, searcher: Any, team: Any):
-        self.searcher, self.team = searcher, team
-
-    def act(self, observations: Sequence[Any]) -> list[Any]:
-        from envs import protocol as P
-
-        mine = [o.role == P.SEARCHER for o in observations]
-        searched = iter(self.searcher.act([o for o, m in zip(observations, mine) if m]) if any(mine) else [])
-        others = iter(self.team.act([o for o, m in zip(observations, mine) if not m]) if not all(mine) else [])
-        return [next(searched) if m else next(others) for m in mine]
+        super().__init__({P.SEARCHER: searcher}, default=team)
 
 
 def teacher_settings(**overrides: Any) -> dict[str, Any]:
@@ -338,7 +316,6 @@ def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 
     from agents.models import load_causal_lm
     from algos.engine.checkpoint import resolve_model_path
     from algos.recipes.micro.episodes import micro_env_fn, questions
-    from envs import protocol as P
     from envs.retrieval.factory import default_retriever
 
     student_model, tokenizer = load_causal_lm(resolve_model_path(str(student)))
@@ -451,19 +428,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     overrides = {} if args.roles is None else {"roles": None if args.roles == "all" else tuple(args.roles.split(","))}
+    progress = not args.no_progress
+    if args.command in ("kl", "plant") and args.out is None:
+        parser.error(f"{args.command} needs --out (the ablation's directory)")
     with run_threads(args.threads):
         if args.command == "kl":
-            if args.out is None:
-                parser.error("kl needs --out (the ablation's directory)")
-            run_searcher_kl(args.out, progress=not args.no_progress)
+            run_searcher_kl(args.out, progress=progress)
             return 0
         if args.command == "plant":
-            if args.out is None:
-                parser.error("plant needs --out (the ablation's directory)")
             from algos.commands.runlock import run_lock
 
             with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
-                plant(args.out, seeds, progress=not args.no_progress, **overrides)
+                plant(args.out, seeds, progress=progress, **overrides)
             return 0
         from algos.commands.presets import prepare_model
 
@@ -471,13 +447,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.design == "skipping":
                 from algos.recipes.micro.build import build_searching_base
 
-                teacher = build_searching_base(seed=seed, progress=not args.no_progress)
-                base = build_skipping_base(seed, skip_search=args.skip, progress=not args.no_progress)
+                teacher = build_searching_base(seed=seed, progress=progress)
+                base = build_skipping_base(seed, skip_search=args.skip, progress=progress)
             else:
-                base = prepare_model("micro", seed=seed, progress=not args.no_progress)
-                teacher = build_teacher(base, seed=seed, progress=not args.no_progress, **overrides)
+                base = prepare_model("micro", seed=seed, progress=progress)
+                teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
             check = check_teacher(seed, base, teacher, splits=tuple(args.splits.split(",")),
-                                  progress=not args.no_progress)
+                                  progress=progress)
             check.pop("_records")
             print(json.dumps({"design": args.design, "settings": teacher_settings(**overrides), **check}), flush=True)
             _log(True, f"[seed{seed}] {_summary(check)}")
