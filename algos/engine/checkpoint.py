@@ -9,13 +9,9 @@ pickled object could run code on ``--resume``). A model with a non-finite weight
 written.
 
 Checked when chosen: ``--resume`` takes the newest checkpoint that :func:`verify_checkpoint`
-passes, verified whole: ``config.json`` parsed and its sizes sane, every weight file (every
-shard) readable, every tensor the config's model has present with the shape the config gives
-it and none it lacks, every weight finite; the tokenizer files parsed (``tokenizer.json``
-loadable, its ids inside the config's vocabulary); ``trainer_state.pt`` loadable with
-``weights_only=True`` and ``train_config.json`` parsed. A damaged newer one is skipped with a
-logged line naming its file and why (:func:`usable_checkpoint`), and a run with no usable
-checkpoint is refused in one line naming the file (:class:`CheckpointError`).
+passes, verified whole (model, tokenizer, trainer state and config); a damaged newer one is
+skipped with a logged line naming its file and why (:func:`usable_checkpoint`), and a run
+with no usable checkpoint is refused in one line naming the file (:class:`CheckpointError`).
 
 Contained: the ``latest`` pointer, a shard index's file names and the ``step_*`` folders are
 names read from files; each goes through :func:`envs.paths.contained`, so a pointer naming
