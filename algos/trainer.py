@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from agents.backends import RolloutBackend, as_backend
 from agents.collect import collect
@@ -94,7 +95,8 @@ class Trainer:
         self.progress = progress and self.is_main
         checkpoint = None
         if resume:  # the newest checkpoint that verifies; a damaged newer one is skipped, rank 0 says which and why
-            checkpoint = usable_checkpoint(self.out) if self.is_main else usable_checkpoint(self.out, log=_quiet)
+            quiet = {} if self.is_main else {"log": lambda line: None}
+            checkpoint = usable_checkpoint(self.out, **quiet)
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         if not resume and (self.out / "metrics.jsonl").exists():
@@ -248,7 +250,8 @@ class Trainer:
             self.log_metrics({"val/avg@1": self.validate()}, step=0)
         if cfg.pass_rate_filter:
             self.filter_by_pass_rate()
-        bar = _bar(cfg.steps, self.step, self.progress, "train " + cfg.stage)
+        bar = tqdm(total=cfg.steps, initial=self.step, desc="train " + cfg.stage, unit="step",
+                   disable=not self.progress)
         while self.step < cfg.steps:  # a skipped (non-finite) step does not count
             try:
                 metrics = self.train_step()
@@ -526,19 +529,9 @@ def rollout_metrics(groups: Sequence[Sequence[Episode]], rows: Sequence[Row],
     return metrics
 
 
-def _quiet(line: str) -> None:
-    """The log of a rank other than 0."""
-
-
 def _tensorboard(path: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional; metrics.jsonl always exists
         return None
     return SummaryWriter(str(path))
-
-
-def _bar(total: int, done: int, show: bool, desc: str) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc=desc, unit="step", disable=not show)
