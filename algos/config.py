@@ -216,8 +216,10 @@ class TrainConfig:
             raise bad("teacher", "Stage I trains the Teacher; it has none itself")
         for name in ("steps", "questions_per_step", "minibatches", "max_turn_tokens", "eval_every",
                      "save_every", "keep_checkpoints", "max_nonfinite", "generation_batch_size", "val_runs",
-                     "sample_episodes"):
-            if getattr(self, name) < 1:
+                     "sample_episodes", "val_per_dataset", "max_context_tokens", "max_waves",
+                     "max_searchers", "max_searcher_turns", "num_candidates", "top_k",
+                     "max_tokens_per_batch", "max_row_tokens"):
+            if getattr(self, name) < 1:  # a negative limit would slice from the end, not refuse
                 raise bad(name, "must be >= 1")
         if self.sample_every < 0:
             raise bad("sample_every", "must be >= 0 (0: keep no samples)")
@@ -245,11 +247,6 @@ class TrainConfig:
             raise bad("max_grad_norm", "must be > 0")
         if not 0 <= self.critic_em_weight <= 1:
             raise bad("critic_em_weight", "must be in [0, 1]")
-        for name in ("val_per_dataset", "max_context_tokens", "max_waves", "max_searchers",
-                     "max_searcher_turns", "num_candidates", "top_k", "max_tokens_per_batch",
-                     "max_row_tokens"):
-            if getattr(self, name) < 1:  # a negative limit would slice from the end, not refuse
-                raise bad(name, "must be >= 1")
         from envs.retrieval.dense import INDEX_KINDS  # faiss: only once a config is made
 
         if self.retriever_index not in INDEX_KINDS:
