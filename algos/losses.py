@@ -88,19 +88,11 @@ class LossOutput:
     """Mean ``old - new`` log-prob over loss tokens (how far the update moved)."""
 
 
-def policy_loss(
-    logp_BT: torch.Tensor,
-    old_logp_BT: torch.Tensor,
-    advantages_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    clip_eps: float = 0.2,
-    ref_logp_BT: torch.Tensor | None = None,
-    kl_mask_BT: torch.Tensor | None = None,
-    kl_coef: float = 1e-3,
-    aggregation: str = "token-mean",
-    totals: Totals | None = None,
-) -> LossOutput:
+def policy_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, advantages_BT: torch.Tensor,
+                mask_BT: torch.Tensor, *, clip_eps: float = 0.2,
+                ref_logp_BT: torch.Tensor | None = None, kl_mask_BT: torch.Tensor | None = None,
+                kl_coef: float = 1e-3, aggregation: str = "token-mean",
+                totals: Totals | None = None) -> LossOutput:
     """Clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps) A)`` aggregated over ``mask``
     tokens, plus ``kl_coef * k3`` aggregated over ``kl_mask`` tokens. Old log-probs,
     advantages and the reference log-probs are constants (detached here).

@@ -127,22 +127,10 @@ def _losses(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return loss, float(-logp.detach()[is_target].mean())
 
 
-def sft(
-    model: Any,
-    episodes: Iterable[Episode],
-    *,
-    epochs: int = 1,
-    lr: float = 1e-4,
-    batch_tokens: int = 8192,
-    max_len: int | None = None,
-    warmup: float = 0.05,
-    weight_decay: float = 0.0,
-    context_weight: float = 0.0,
-    dedupe: bool = True,
-    rows: Sequence[Row] = (),
-    seed: int = 0,
-    progress: bool = True,
-) -> list[float]:
+def sft(model: Any, episodes: Iterable[Episode], *, epochs: int = 1, lr: float = 1e-4,
+        batch_tokens: int = 8192, max_len: int | None = None, warmup: float = 0.05,
+        weight_decay: float = 0.0, context_weight: float = 0.0, dedupe: bool = True,
+        rows: Sequence[Row] = (), seed: int = 0, progress: bool = True) -> list[float]:
     """Train ``model`` in place on the generated tokens of ``episodes``; the loss of every
     optimizer step, in order (the masked tokens' mean NLL).
 

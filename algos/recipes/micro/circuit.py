@@ -78,20 +78,11 @@ distance ``d = b`` with a margin of at least 12 (after the 1/sqrt(head_dim) scal
 other distance below 1,100."""
 
 
-def wire_induction_heads(
-    model: Any,
-    *,
-    prev_heads: Sequence[int] = (0, 1),
-    induction_heads: Sequence[int] = (0, 1, 2, 3),
-    prev_write: float = 1.5,
-    match_scale: float = 1.7,
-    copy_write: float = 3.75,
-    out_scale: float = 3.0,
-    embed_std: float = 0.2,
-    lookup_heads: Sequence[int] = (),
-    lookup_layer: int = 2,
-    seed: int = 0,
-) -> Any:
+def wire_induction_heads(model: Any, *, prev_heads: Sequence[int] = (0, 1),
+                         induction_heads: Sequence[int] = (0, 1, 2, 3), prev_write: float = 1.5,
+                         match_scale: float = 1.7, copy_write: float = 3.75, out_scale: float = 3.0,
+                         embed_std: float = 0.2, lookup_heads: Sequence[int] = (),
+                         lookup_layer: int = 2, seed: int = 0) -> Any:
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
     ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``

@@ -9,13 +9,8 @@ from typing import Any
 MODEL = "micro"
 """The model name the preset trains: the SFT-warmed micro base (``RECIPE.prepare_model``)."""
 
-ENV: dict[str, int] = {
-    "max_turn_tokens": 64,
-    "max_context_tokens": 1024,
-    "max_waves": 2,
-    "max_searchers": 2,
-    "max_searcher_turns": 3,
-}
+ENV: dict[str, int] = {"max_turn_tokens": 64, "max_context_tokens": 1024, "max_waves": 2,
+                       "max_searchers": 2, "max_searcher_turns": 3}
 """SearchTeam arguments of the micro preset (with the micro tokenizer): the scripted team's
 SFT episodes and the RL trainers use the same env shape. Three Searcher turns = at most
 two searches and a summary, the scripted Searcher's budget."""

@@ -119,19 +119,15 @@ def train_micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(PROTOCOL_TOKENS),
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        min_frequency=2,
-        show_progress=False,
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(PROTOCOL_TOKENS),
+                                  special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  min_frequency=2, show_progress=False)
     bpe.train_from_iterator(texts, trainer)
     bpe.add_tokens([AddedToken(t, normalized=False, special=False) for t in PROTOCOL_TOKENS])
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, pad_token=PAD, eos_token=IM_END,
-        additional_special_tokens=[IM_START], clean_up_tokenization_spaces=False,
-    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token=PAD, eos_token=IM_END,
+                                  additional_special_tokens=[IM_START],
+                                  clean_up_tokenization_spaces=False)
     tok.chat_template = CHATML_TEMPLATE
     return tok
 

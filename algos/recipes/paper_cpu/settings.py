@@ -26,15 +26,8 @@ QWEN3: dict[str, Any] = dict(hidden_size=192, intermediate_size=512, num_hidden_
 the tokenizer and :data:`ENV`): Qwen3-4B's ratios (3 query heads per KV head, head_dim apart
 from hidden / heads, tied embeddings, its RoPE base) at 2.4M parameters."""
 
-ENV: dict[str, int] = {
-    "max_turn_tokens": 24,
-    "max_context_tokens": 1024,
-    "max_waves": 3,
-    "max_searchers": 3,
-    "max_searcher_turns": 4,
-    "num_candidates": 5,
-    "top_k": 3,
-}
+ENV: dict[str, int] = {"max_turn_tokens": 24, "max_context_tokens": 1024, "max_waves": 3,
+                       "max_searchers": 3, "max_searcher_turns": 4, "num_candidates": 5, "top_k": 3}
 """SearchTeam arguments: the paper's team (TrainConfig's defaults) with short turns and
 contexts."""
 

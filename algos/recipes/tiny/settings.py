@@ -8,14 +8,8 @@ from typing import Any
 MODEL = "tiny"
 """The model name the preset trains: the SFT-warmed tiny base (``RECIPE.prepare_model``)."""
 
-ENV: dict[str, int] = {
-    "max_turn_tokens": 48,
-    "max_context_tokens": 768,
-    "max_waves": 1,
-    "max_searchers": 2,
-    "max_searcher_turns": 2,
-    "num_candidates": 2,
-}
+ENV: dict[str, int] = {"max_turn_tokens": 48, "max_context_tokens": 768, "max_waves": 1,
+                       "max_searchers": 2, "max_searcher_turns": 2, "num_candidates": 2}
 """SearchTeam arguments of the tiny preset (micro tokenizer): one wave, two Searchers with
 one search each, two candidates; the smallest team in which every role acts."""
 
