@@ -93,12 +93,10 @@ def _run(args: argparse.Namespace) -> int:
     check_run(args.policy, data=args.data, corpus=args.corpus, retriever_url=args.retriever_url)
     check_datasets(args.data, datasets, args.split)
     print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
-    limit, runs = args.limit, args.runs
-    if args.quick:
-        limit = limit or QUICK["limit"]
-        runs = runs or QUICK["runs"]
+    limit = (args.limit or QUICK["limit"]) if args.quick else args.limit
+    runs = args.runs or (QUICK["runs"] if args.quick else 4)
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
-              split=args.split, runs=runs or 4, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
+              split=args.split, runs=runs, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
               seed=args.seed, env_kwargs=env_kwargs, progress=not args.no_progress,
               threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args))
     return 0
@@ -122,17 +120,15 @@ def _compare(args: argparse.Namespace) -> int:
     from benchmarks.suite import label_of, markdown_table, plot_results
 
     loaded = [_load(d) for d in args.results]
-    base_meta = loaded[-1][0].get("meta", {})
-    for d, (s, _) in zip(args.results[:-1], loaded[:-1]):
+    base, base_meta = args.results[-1], loaded[-1][0].get("meta", {})
+    for d, (s, _) in zip(args.results[:-1], [] if args.allow_different_settings else loaded[:-1]):
         meta = s.get("meta", {})
-        if args.allow_different_settings:
-            continue
+        prompts = [m.get("prompts", P.DEFAULT_PROMPTS) for m in (meta, base_meta)]
         if not same_settings(meta.get("sampling"), base_meta.get("sampling")):
-            differ = (f"({describe_team(meta.get('sampling'))}) and {args.results[-1]} "
+            differ = (f"({describe_team(meta.get('sampling'))}) and {base} "
                       f"({describe_team(base_meta.get('sampling'))}) sampled differently")
-        elif meta.get("prompts", P.DEFAULT_PROMPTS) != base_meta.get("prompts", P.DEFAULT_PROMPTS):
-            differ = (f"({meta.get('prompts', P.DEFAULT_PROMPTS)} prompts) and {args.results[-1]} "
-                      f"({base_meta.get('prompts', P.DEFAULT_PROMPTS)} prompts) were prompted differently")
+        elif prompts[0] != prompts[1]:
+            differ = f"({prompts[0]} prompts) and {base} ({prompts[1]} prompts) were prompted differently"
         else:
             continue
         print(f"python -m benchmarks compare: error: {d} {differ}; pass --allow-different-settings "
@@ -140,17 +136,16 @@ def _compare(args: argparse.Namespace) -> int:
         return 2
     rows = [(f"{label_of(s)} ({Path(d).name})", s) for d, (s, _) in zip(args.results, loaded)]
     print(markdown_table(rows))
-    base_records = loaded[-1][1]
     status = 0
     for d, (_, records) in zip(args.results[:-1], loaded[:-1]):
+        pair = f"\n{Path(d).name} - {Path(base).name}:"
         try:
-            ci = paired_macro_difference(records, base_records, n_resamples=args.resamples, seed=args.seed)
+            ci = paired_macro_difference(records, loaded[-1][1], n_resamples=args.resamples, seed=args.seed)
         except ValueError as err:  # no shared question: nothing to pair
-            print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: no paired CI, {err} "
-                  "(compare runs over the same questions)", file=sys.stderr)
+            print(f"{pair} no paired CI, {err} (compare runs over the same questions)", file=sys.stderr)
             status = 2
             continue
-        print(f"\n{Path(d).name} - {Path(args.results[-1]).name}: macro avg@k {100 * ci['difference']:+.2f} "
+        print(f"{pair} macro avg@k {100 * ci['difference']:+.2f} "
               f"points, paired bootstrap 95% CI [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}] "
               f"over {ci['questions']} shared questions")
     if args.out:
