@@ -93,12 +93,11 @@ def check_datasets(data: str, datasets: Sequence[str], split: str) -> None:
 
     from envs.terminal import terminal_safe
 
-    root = "synthetic" if data == "synthetic" else data
     for name in datasets:
         try:  # the whole file, past any --limit: a run must not end halfway on a bad row
             with warnings.catch_warnings():  # rows left out are reported when the run loads them
                 warnings.simplefilter("ignore")
-                load_qa(name, split, root=root)
+                load_qa(name, split, root=data)
         except FileNotFoundError:
             continue
         except ValueError as err:
@@ -160,7 +159,6 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
     agent = build_policy(policy, seed, sampling)
     tokenizer = policy_tokenizer(agent)
     retriever, retriever_desc = build_retriever(data, corpus, retriever_url)
-    root = "synthetic" if data == "synthetic" else data
     env_kwargs = dict(env_kwargs or {})
     records, skipped = [], []
     kept = 0  # episodes written to the partial file so far
@@ -168,7 +166,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
     try:
         for name in datasets:
             try:
-                questions = load_qa(name, split, root=root, limit=limit)
+                questions = load_qa(name, split, root=data, limit=limit)
             except FileNotFoundError as err:
                 skipped.append(name)
                 log(f"skipping {name}: {err}")
@@ -186,7 +184,7 @@ def _run_suite(policy: str, out_dir: str | Path, workflow: str, data: str, datas
             if keep_episodes and groups:
                 save_episodes(partial, [ep for eps in groups for ep in eps], append=first > 0)
         if not records:
-            raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {root}")
+            raise PreflightError(f"no questions found for {list(datasets)} ({split}) under {data}")
         summary = summarize(records)
         summary["meta"] = {"policy": policy, "workflow": workflow, "data": data, "split": split, "runs": runs,
                            "limit": limit, "retriever": retriever_desc, "top_k": env_kwargs.get("top_k", 3),
