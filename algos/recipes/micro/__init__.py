@@ -1,17 +1,9 @@
-"""The micro recipe: a 5M-parameter team that trains on 2 CPU cores in minutes.
-
-- ``settings``: the model name, env shape and training settings (the one definition);
-- ``tokenizer``: a 4k-token byte-level BPE fitted to the synthetic world and the protocol;
-- ``circuit``: the hand-wired copy circuit and lookup heads, and what of them stays frozen;
-- ``model``: the tiny Llama over that tokenizer, wired;
-- ``episodes``: the scripted team's episodes the base imitates;
-- ``measure``: team statistics and the Searchers' skip probability;
-- ``build``: the SFT-warmed base, built once and cached.
-- ``seeds``: the spread over seeds (a base per seed, both stages, pooled summaries).
+"""The micro recipe: a 5M-parameter team that trains on 2 CPU cores in minutes. Its modules,
+notes and measurements: ``README.md`` in this folder.
 
 :data:`RECIPE` (and :data:`SEARCH_RECIPE`, its base searching; :data:`FACTS_RECIPE`, its base
-also answering from memory) is the recipe as the preset registry (``algos.commands.presets.RECIPES``) and the
-command line see it. Notes and measurements: ``README.md`` in this folder.
+also answering from memory) is the recipe as the preset registry
+(``algos.commands.presets.RECIPES``) and the command line see it.
 """
 
 from __future__ import annotations

@@ -14,15 +14,10 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
     vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
     arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
 
-    ``induction`` wires a copy circuit into layers 0 and 1 (:mod:`algos.recipes.micro.circuit`): a quarter
-    of layer 0's heads look 1, 2, ... positions back, and half of layer 1's copy the token
-    that followed an earlier occurrence of the last tokens. The model then copies names out
-    of its context before any training; learned from scratch, that circuit did not form
-    within the build's budget. It needs tied embeddings, query/key
-    biases and a RoPE base at which only two frequency pairs turn (``ROPE_THETA``), so the
-    config has those. ``lookup`` (with ``induction``) also wires half of layer 2's heads as
-    lookup heads, which learn where in the context to start copying (the first token of
-    an answer)."""
+    ``induction`` wires the copy circuit (:mod:`algos.recipes.micro.circuit`) into a quarter of
+    layer 0's heads and half of layer 1's; it needs tied embeddings, query/key biases and
+    ``ROPE_THETA``, so the config has those. ``lookup`` (with ``induction``) also wires half of
+    layer 2's heads as lookup heads."""
     from agents.models import tiny_causal_lm
     from algos.recipes.micro.circuit import ROPE_THETA, wire_induction_heads
 
