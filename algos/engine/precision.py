@@ -4,15 +4,9 @@
 state stay float32 whatever it is: at the paper's learning rate (1e-6) an AdamW step is
 about 1e-6 per element, while bfloat16's spacing near a typical weight (0.02) is 1.2e-4,
 so a bfloat16 parameter would keep about 2% of its updates (measured: 1.9%) and the
-policy would barely move while every loss curve looks normal. With a lower compute dtype:
-
-- the trained model is loaded in float32 (:attr:`Precision.param_dtype`);
-- its forwards run under ``torch.autocast`` with the compute dtype on the run's device
-  (:meth:`Precision.compute`): matmuls in bfloat16, reductions and norms in float32;
-- under FSDP2 the sharded model gathers its parameters in the compute dtype and reduces
-  gradients in float32 (:meth:`Precision.fsdp_policy`);
-- on CUDA, the float32 matmuls that remain (the chunked output layer, ``agents.logprobs``) may use
-  TF32 (``torch.set_float32_matmul_precision("high")``, :meth:`Precision.configure`).
+policy would barely move while every loss curve looks normal. With a lower compute dtype the
+trained model is loaded in float32 and its forwards run under ``torch.autocast``
+(:meth:`Precision.compute`, :meth:`Precision.fsdp_policy`, :meth:`Precision.configure`).
 
 Frozen models (the Teacher, the Prompted Critic's base) load in the compute dtype: they are
 only read. ``dtype="float32"`` changes nothing: no autocast, no global setting, the same

@@ -140,9 +140,7 @@ class Update:
         (default: :func:`totals_of` ``mb``), so neither the loss nor the gradient depends on
         ``max_tokens_per_batch`` or the world size; then the ranks' gradients and means are
         summed. Returns the minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``,
-        ``loss``). A non-finite chunk loss on any rank raises :class:`NonFiniteLoss` on all.
-        Under FSDP2 every rank runs as many chunks (each forward and backward gathers and
-        scatters parameters collectively): a rank with fewer runs ``mb[0]`` with a zero loss."""
+        ``loss``). A non-finite chunk loss on any rank raises :class:`NonFiniteLoss` on all."""
         totals = totals if totals is not None else totals_of(mb)
         mine = sorted(self.layout.dist.shard(list(mb)), key=lambda r: len(r.token_ids))  # less padding
         chunks: list[list[Row] | None] = list(batches_by_tokens(mine, self.settings.max_tokens_per_batch))
