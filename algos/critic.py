@@ -24,11 +24,7 @@ class PromptedCritic:
         self.tokenizer = tokenizer
         self.chat = ChatFormat(tokenizer)
         self.batch_size = batch_size
-        self.yes = self._first_id("Yes")
-        self.no = self._first_id("No")
-
-    def _first_id(self, word: str) -> int:
-        return self.chat.encode(word)[0]
+        self.yes, self.no = (self.chat.encode(word)[0] for word in ("Yes", "No"))
 
     def prompt(self, question: str, task: str, report: str) -> list[int]:
         user = (f"Question: {question}\nSub-task: {task}\nReport: {report or '(empty)'}\n"

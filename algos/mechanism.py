@@ -56,13 +56,11 @@ class SearchFirst:
     def __init__(self, policy: Any, search_token: int):
         self.policy, self.search_token = policy, int(search_token)
 
-    def _forced(self, o: Any) -> bool:
-        return o.role == P.SEARCHER and not o.info.get("queries") and o.max_new_tokens > 1
-
     def act(self, observations: Sequence[Any]) -> list[Any]:
         from agents.base import Action
 
-        forced = [self._forced(o) for o in observations]
+        forced = [o.role == P.SEARCHER and not o.info.get("queries") and o.max_new_tokens > 1
+                  for o in observations]
         asked = [replace(o, token_ids=np.append(np.asarray(o.token_ids, np.int64), self.search_token),
                          max_new_tokens=o.max_new_tokens - 1) if f else o
                  for o, f in zip(observations, forced, strict=True)]
@@ -123,8 +121,7 @@ def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 200
 
     mixed_counts = counts[mixed] if mixed.any() else np.array([0.0])
     return {
-        "groups": len(groups),
-        "group_size": max(len(g) for g in groups),
+        "groups": len(groups), "group_size": max(len(g) for g in groups),
         "cov_searches_em": float(counts.mean()), "cov_searches_em_ci95": interval(counts),
         "cov_searched_em": float(any_search.mean()), "cov_searched_em_ci95": interval(any_search),
         "cov_searches_em_mixed_groups": float(mixed_counts.mean()),

@@ -18,13 +18,10 @@ def team_stats(episodes: Sequence[Any]) -> dict[str, float]:
         return {}
     n = len(episodes)
     turns = sum(ep.turns for ep in episodes)
-    stats = {
-        "episodes": float(n),
-        "team_em": sum(ep.team_em for ep in episodes) / n,
-        "final_em": sum(ep.final_em for ep in episodes) / n,
-        "invalid_rate": sum(ep.invalid_turns for ep in episodes) / max(1, turns),
-        "searches": sum(ep.num_searches for ep in episodes) / n,
-    }
+    stats = {"episodes": float(n), "team_em": sum(ep.team_em for ep in episodes) / n,
+             "final_em": sum(ep.final_em for ep in episodes) / n,
+             "invalid_rate": sum(ep.invalid_turns for ep in episodes) / max(1, turns),
+             "searches": sum(ep.num_searches for ep in episodes) / n}
     by_dataset: dict[str, list[float]] = {}
     for ep in episodes:
         by_dataset.setdefault(ep.question.get("dataset", ""), []).append(ep.team_em)
