@@ -358,13 +358,11 @@ class Trainer:
         return stats
 
     def filter_by_pass_rate(self) -> None:
-        """``pass_rate_filter`` G: keep the training questions on which G workflows of the
-        starting model got R_EM right some but not all of the times. Rank 0 samples them once,
-        before the first step, as it validates: with its own seeded sampler at the rollout
-        temperature (the rollouts' sampler is not advanced, so a run that takes the file from
-        another run of the same starting model and seed trains as if it had computed it), and
-        writes ``train_questions.json`` (each kept question's ``dataset``, ``id`` and right
-        count, and the pool's size); every rank, and a run that resumes, reads that file."""
+        """``TrainConfig.pass_rate_filter``. Rank 0 samples once, as it validates, with its own
+        seeded sampler (the rollouts' is not advanced, so a run that takes the file from another
+        run of the same starting model and seed trains as if it had computed it), and writes
+        ``train_questions.json`` (each kept question's ``dataset``, ``id`` and right count, and
+        the pool's size); every rank, and a run that resumes, reads that file."""
         cfg = self.config
         path = self.out / "train_questions.json"
         by_id = {(q.dataset, q.id): q for q in self.train_questions}
