@@ -68,14 +68,6 @@ def _open_lock(path: Path) -> int:
     return fd
 
 
-def _write_record(fd: int, record: dict[str, Any]) -> None:
-    """The lock file holds exactly ``record`` afterwards: emptied first, so no byte of a longer
-    earlier record is left behind it."""
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
-    os.fsync(fd)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -149,7 +141,9 @@ def run_lock(out_dir: str | Path, *, log: Callable[[str], None] = print,
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "command": command if command is not None else shlex.join(sys.orig_argv),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        _write_record(fd, record)
+        os.ftruncate(fd, 0)  # emptied first: no byte of a longer earlier record is left behind
+        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+        os.fsync(fd)
         yield record
     finally:
         try:

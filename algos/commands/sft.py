@@ -137,22 +137,18 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     episodes = load_episodes(args.episodes)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
     with run_lock(out):  # one run per --out: a second is refused naming the first (algos.commands.runlock)
-        return _fine_tune(args, given, episodes, out, progress)
-
-
-def _fine_tune(args: argparse.Namespace, given: dict[str, Any], episodes: Any, out: Path, progress: bool) -> int:
-    model, tokenizer = starting_model(args.model)
-    settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
-                "max_len": args.max_len, "seed": args.seed}
-    started = time.perf_counter()
-    losses = sft(model, episodes, progress=progress, **settings)
-    with quiet_progress():
-        model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    record = {"episodes": str(args.episodes), "model": args.model, **settings, "threads": args.threads,
-              "steps": len(losses), "losses": losses,
-              "seconds": round(time.perf_counter() - started, 1)}
-    (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
-    first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
-    print(f"{len(losses)} steps, loss {first:.3f} -> {last:.3f}; saved to {out}")
+        model, tokenizer = starting_model(args.model)
+        settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
+                    "max_len": args.max_len, "seed": args.seed}
+        started = time.perf_counter()
+        losses = sft(model, episodes, progress=progress, **settings)
+        with quiet_progress():
+            model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        record = {"episodes": str(args.episodes), "model": args.model, **settings,
+                  "threads": args.threads, "steps": len(losses), "losses": losses,
+                  "seconds": round(time.perf_counter() - started, 1)}
+        (out / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
+        first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
+        print(f"{len(losses)} steps, loss {first:.3f} -> {last:.3f}; saved to {out}")
     return 0
