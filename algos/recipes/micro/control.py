@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -64,16 +63,16 @@ def build_teacher(base: str | Path, *, seed: int, progress: bool = True, build: 
     ``cache_dir("models", "control-teacher-<key>")``, the key holding the base's weights'
     hash, the settings, the seed and the arithmetic (threads, versions, CPU kernel set);
     ``control_teacher.json`` records them, the SFT's steps and losses and its time."""
+    from algos.recipes.cache import build_dir
     from algos.recipes.micro.build import arithmetic
+    from algos.recipes.micro.tokenizer import Saver, save_atomically
     from algos.reproducible import current_threads, weight_hash
-    from envs.paths import cache_dir
 
     settings = teacher_settings(**overrides)
     base = Path(base)
     key = {"base_weight_hash": weight_hash(base), "seed": seed, **settings,
            **arithmetic(current_threads())}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:12]
-    target = cache_dir("models", f"control-teacher-{digest}")
+    target = build_dir("control-teacher", key)
     if (target / "control_teacher.json").is_file():
         return target
     if not build:
@@ -89,15 +88,8 @@ def build_teacher(base: str | Path, *, seed: int, progress: bool = True, build: 
     record = {"key": key, "base": str(base), "episodes": len(episodes), "steps": len(losses),
               "loss_first_100": float(np.mean(losses[:100])), "loss_last_100": float(np.mean(losses[-100:])),
               "seconds": round(time.perf_counter() - started, 1)}
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    record["weight_hash"] = weight_hash(tmp)
-    (tmp / "control_teacher.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    hashed = {"control_teacher.json": lambda saved: {**record, "weight_hash": weight_hash(saved)}}
+    save_atomically(Saver([model, tokenizer], hashed), target, replace=True)
     return target
 
 
