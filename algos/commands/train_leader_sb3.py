@@ -91,7 +91,7 @@ def evaluate_leader(env: LeaderMacroEnv, choose: Callable[[np.ndarray], int], qu
                     seed: int = 0) -> dict[str, float]:
     """One episode per question with ``choose(observation) -> macro-action``: mean return
     (the Leader's reward minus search costs), team EM, searches and waves per episode."""
-    returns, em, searches, waves = [], [], [], []
+    returns, infos = [], []
     for i, question in enumerate(questions):
         obs, _ = env.reset(seed=seed + i, options={"question": question})
         total, done, info = 0.0, False, {}
@@ -99,11 +99,9 @@ def evaluate_leader(env: LeaderMacroEnv, choose: Callable[[np.ndarray], int], qu
             obs, reward, done, _, info = env.step(choose(obs))
             total += reward
         returns.append(total)
-        em.append(info["team_em"])
-        searches.append(info["searches"])
-        waves.append(info["waves"])
-    return {"mean_reward": float(np.mean(returns)), "team_em": float(np.mean(em)),
-            "searches": float(np.mean(searches)), "waves": float(np.mean(waves)), "episodes": len(returns)}
+        infos.append(info)
+    means = {k: float(np.mean([i[k] for i in infos])) for k in ("team_em", "searches", "waves")}
+    return {"mean_reward": float(np.mean(returns)), **means, "episodes": len(returns)}
 
 
 def random_leader(env: LeaderMacroEnv, seed: int = 0) -> Callable[[np.ndarray], int]:
