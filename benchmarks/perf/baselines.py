@@ -9,6 +9,7 @@ import contextlib
 import inspect
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -66,29 +67,36 @@ def minimal_decode(model: Any, calls: Sequence[tuple[list[np.ndarray], list[int]
 def legacy_policy(policy: Any) -> Any:
     """``policy`` (an HFPolicy) with the decoding step this release replaced: a full
     log-softmax per step, the sampled token drawn from a float64 cumulative sum over the
-    whole vocabulary, and the generated tail decoded for stop strings at every step."""
+    whole vocabulary (in place of ``agents.hf.next_tokens`` while it acts), and the generated
+    tail decoded for stop strings at every step."""
+    import agents.hf
     from agents.hf import HFPolicy
     from agents.logprobs import nucleus_logprobs
 
+    def full_cdf_step(logits: torch.Tensor, temperature: float, top_p: float,
+                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits.float()
+        normaliser = logits.logsumexp(-1)
+        if not bool(torch.isfinite(normaliser).all()):
+            raise ValueError("non-finite logits")
+        if temperature == 0:
+            logp = logits.log_softmax(-1)
+            tokens = logp.argmax(-1)
+        else:
+            logp = (logits / temperature if temperature != 1 else logits).log_softmax(-1)
+            if top_p < 1:
+                logp = nucleus_logprobs(logp, top_p)
+            cdf = logp.exp().double().cumsum(-1)
+            total = cdf[:, -1:]
+            u = torch.rand(total.shape, generator=generator, dtype=torch.float64)
+            u = torch.minimum((u * total).clamp_min(torch.finfo(torch.float64).tiny), total)
+            tokens = torch.searchsorted(cdf, u).squeeze(-1)
+        return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
     class LegacyDecoding(HFPolicy):
-        def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            logits = logits.float()
-            normaliser = logits.logsumexp(-1)
-            if not bool(torch.isfinite(normaliser).all()):
-                raise ValueError("non-finite logits")
-            if self.temperature == 0:
-                logp = logits.log_softmax(-1)
-                tokens = logp.argmax(-1)
-            else:
-                logp = (logits / self.temperature if self.temperature != 1 else logits).log_softmax(-1)
-                if self.top_p < 1:
-                    logp = nucleus_logprobs(logp, self.top_p)
-                cdf = logp.exp().double().cumsum(-1)
-                total = cdf[:, -1:]
-                u = torch.rand(total.shape, generator=self.generator, dtype=torch.float64)
-                u = torch.minimum((u * total).clamp_min(torch.finfo(torch.float64).tiny), total)
-                tokens = torch.searchsorted(cdf, u).squeeze(-1)
-            return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        def act(self, observations: Sequence[Any]) -> list[Any]:
+            with mock.patch.object(agents.hf, "next_tokens", full_cdf_step):
+                return super().act(observations)
 
         def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
             tail = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)
