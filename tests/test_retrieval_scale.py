@@ -114,6 +114,22 @@ def test_lazy_corpus_errors_name_file_and_line(tmp_path):
         JsonlCorpus(gz)
 
 
+def test_the_id_mapped_reader_counts_lines_only_for_an_error(tmp_path, monkeypatch):
+    """``CorpusDocuments.from_file`` names a bad row's file and line, but it counts lines
+    (a read of the file up to the row) only for that row: counting for every row made the
+    load quadratic in the corpus size."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(f'{{"id": "{i}", "contents": "T\\nx"}}\n' for i in range(300)))
+    counted = []
+    real = JsonlCorpus.where
+    monkeypatch.setattr(JsonlCorpus, "where", lambda self, n: counted.append(n) or real(self, n))
+    assert CorpusDocuments.from_file(path).document("299")["id"] == "299" and counted == []
+    path.write_text(path.read_text() + '\n{"contents": "no id"}\n')
+    with pytest.raises(ValueError, match=rf"{path}:302: a corpus row needs an 'id'"):
+        CorpusDocuments.from_file(path)
+    assert counted == [300]
+
+
 # -- a prebuilt index file --------------------------------------------------------------------
 
 

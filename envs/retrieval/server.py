@@ -37,7 +37,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -135,8 +135,8 @@ class CorpusDocuments:
                     docs._rows.append(row)
             return docs
         docs._corpus = JsonlCorpus(path)
-        for n in range(len(docs._corpus)):
-            docs._add(docs._corpus.row(n), n, docs._corpus.where(n))
+        for n in range(len(docs._corpus)):  # where(n) rereads the file up to n: only for an error
+            docs._add(docs._corpus.row(n), n, lambda: docs._corpus.where(n))
         return docs
 
     @classmethod
@@ -146,12 +146,13 @@ class CorpusDocuments:
         docs._corpus, docs._index, docs.columns = corpus, None, None
         return docs
 
-    def _add(self, row: Mapping[str, Any], n: int, where: str) -> None:
-        if not isinstance(row, Mapping):
-            raise ValueError(f"{where}: a corpus row must be a JSON object")
+    def _add(self, row: Mapping[str, Any], n: int, where: str | Callable[[], str]) -> None:
+        """Index ``row`` as row ``n``; ``where`` (or what it returns) names it in an error."""
+        problem = ("a corpus row must be a JSON object" if not isinstance(row, Mapping)
+                   else "a corpus row needs an 'id'" if row.get("id", row.get("_id")) is None else None)
+        if problem:
+            raise ValueError(f"{where() if callable(where) else where}: {problem}")
         pid = row.get("id", row.get("_id"))
-        if pid is None:
-            raise ValueError(f"{where}: a corpus row needs an 'id'")
         self._index.setdefault(str(pid), n)  # DenseRetriever refuses repeated ids
         for key in row:
             self.columns.setdefault(key)
