@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
 
 TURNS = {
     "leader": ["<subtask>Where was Velmora Quist born?</subtask><subtask>Which country is Port Velm in?</subtask>",
@@ -22,25 +21,17 @@ TURNS = {
 }
 
 
-@dataclass(frozen=True)
-class _Passage:
-    id: str
-    title: str
-    text: str
-    score: float = 0.0
-
-
 class ConstantRetriever:
     """Answers every query with the same three passages: the retriever's cost is zero."""
 
-    passages = [_Passage(str(i), f"Title {i}", "Some encyclopedia text about a place. " * 6) for i in range(3)]
+    def __init__(self) -> None:
+        from envs.retrieval import Passage
+
+        self.passages = [Passage(str(i), f"Title {i}", "Some encyclopedia text about a place. " * 6)
+                         for i in range(3)]
 
     def search(self, queries, top_k=3):
         return [self.passages[:top_k] for _ in queries]
-
-
-def _turn_ids(tokenizer):
-    return {role: [tokenizer.encode(t, add_special_tokens=False) for t in ts] for role, ts in TURNS.items()}
 
 
 def _play(env, ids_by_role, token_mode: bool) -> int:
@@ -81,7 +72,8 @@ def main() -> None:
     from envs.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
-    ids = _turn_ids(tokenizer)
+    ids = {role: [tokenizer.encode(t, add_special_tokens=False) for t in turns]
+           for role, turns in TURNS.items()}
     for mode in ("turn", "token"):
         env = make_env(tokenizer=tokenizer, retriever=ConstantRetriever(), questions=["unused"], step_mode=mode)
         _play(env, ids, mode == "token")  # warm-up
