@@ -138,13 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"browser: {browser}")
         runs = []
         for i in range(args.runs):
-            runs.append(open_once(browser, page))
-            r = runs[-1]
+            runs.append(r := open_once(browser, page))
             print(f"  open {i + 1}: ready {r['ready_ms']} ms (script {r['script_ms']} ms), "
                   f"browser process {r['wall_s']:.2f} s", flush=True)
-    ready = [r["ready_ms"] for r in runs]
-    script = [r["script_ms"] for r in runs]
-    wall = [r["wall_s"] for r in runs]
+    ready, script, wall = ([r[key] for r in runs] for key in ("ready_ms", "script_ms", "wall_s"))
     print(f"ready ms: median {statistics.median(ready):.0f}, max {max(ready)}, min {min(ready)} "
           f"(script ms median {statistics.median(script):.0f}); browser process s: median "
           f"{statistics.median(wall):.2f}, max {max(wall):.2f}; over {len(runs)} opens of {tokens} tokens")
