@@ -107,10 +107,9 @@ class Trainer:
         # the trained model keeps float32 weights; cfg.dtype is what its forwards compute in
         self.precision = precision_for(cfg.device, cfg.dtype)
         self.precision.configure()
-        if checkpoint is not None:  # the checkpoint's weights win over any model given
-            model, tokenizer = load_model(str(checkpoint), cfg.device, self.precision.param_dtype_name)
-        elif model is None:
-            model, tokenizer = load_model(cfg.model, cfg.device, self.precision.param_dtype_name)
+        if checkpoint is not None or model is None:  # a checkpoint's weights win over any given
+            model, tokenizer = load_model(str(checkpoint or cfg.model), cfg.device,
+                                          self.precision.param_dtype_name)
         self.precision.prepare(model)
         if cfg.weight_decay > 0 and declared_frozen(model):
             raise ValueError(f"TrainConfig.weight_decay={cfg.weight_decay}: the model {cfg.model} declares frozen "
