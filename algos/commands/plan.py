@@ -388,8 +388,7 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
     from algos.engine.precision import fused_adamw
     from algos.roles import needs_critic, rules_for
 
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 1 << 20:
-        raise ValueError(f"gpus={gpus!r}: must be an integer in [1, {1 << 20:,}]")
+    _integer(gpus, "gpus", 1, 1 << 20)
     gpu_memory_gib = check_size(gpu_memory_gib, "gpu_memory_gib")
     if disk_gib is not None:
         disk_gib = check_size(disk_gib, "disk_gib")

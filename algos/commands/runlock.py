@@ -41,8 +41,7 @@ class RunLockedError(RuntimeError):
 
 
 class LockPathError(RunLockedError):
-    """``<out>/run.lock`` is not a plain file of its own (a symbolic link, a folder, a fifo, a
-    hard link to another file): refused, one line naming it, before anything is written. A
+    """``<out>/run.lock`` is not a plain file of its own (module docstring). A
     :class:`RunLockedError`, so every command that reports a held lock in one line reports this."""
 
 

@@ -128,8 +128,7 @@ def _run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...],
                 f"(base {base_em:.3f}, {'+' if trained_em >= base_em else ''}{trained_em - base_em:.3f}; "
                 f"{paired['better']} questions better, {paired['worse']} worse, sign test p = {paired['p_value']:.3g})")
             summary["stages"][stage] = {"workflow": cfg.workflow, "seed": cfg.seed, "base_seed": cfg.build_seed,
-                                        "base": base,
-                                        "steps": trainer.step, "base_em": base_em,
+                                        "base": base, "steps": trainer.step, "base_em": base_em,
                                         "trained_em": trained_em, "paired": paired, "out_dir": cfg.out_dir,
                                         "val_questions": len(trainer.val_questions)}
             engine = getattr(getattr(trainer, "backend", None), "engine_info", None)
