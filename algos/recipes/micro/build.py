@@ -134,13 +134,11 @@ def build_micro_base(
     copying of names and questions that valid turns need. ``retriever``: what the scripted
     team searches (default: ``envs.retrieval.factory.default_retriever()``, MiniLM over the
     synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's and
-    faiss's intra-op threads during the build (restored after; None: the command's choice,
-    :func:`algos.reproducible.current_threads`, 1 unless it said otherwise). The thread
-    count can change the order of floating-point sums (:mod:`algos.reproducible`), so it can
-    change the weights: it is part of the cache key, with the seed, the torch and transformers versions and the CPU's kernel
-    set (``torch.backends.cpu.get_cpu_capability()``), so that a base built otherwise is
-    never reused as if it were this one. ``micro_build.json`` records them and the weights'
-    :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
+    faiss's intra-op threads during the build (None: :func:`algos.reproducible.current_threads`);
+    they can change the weights (:mod:`algos.reproducible`), so with the seed and
+    :func:`arithmetic`'s versions and CPU kernel set they are part of the cache key, and a base
+    built otherwise is never reused as this one. ``micro_build.json`` records them and the
+    weights' :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
     ``build=False``: only find an existing build (``FileNotFoundError`` when there is none).
     """
     settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,

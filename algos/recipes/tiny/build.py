@@ -45,11 +45,9 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
     ``cache_dir("models", "tiny-sft-<key>")``, keyed by every setting. ``retriever``: what
     the scripted team searches (default: :class:`~envs.retrieval.lexical.WordOverlapRetriever`
     over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`.
-    ``threads``: torch's and faiss's intra-op threads during the build (None: the command's,
-    :func:`algos.reproducible.current_threads`); with the torch and transformers versions
-    and the CPU's kernel set (the micro build's ``arithmetic``) it is part of the key, and
-    ``tiny_build.json`` records it with the seed, so a run's summary names both
-    (:func:`algos.reproducible.describe_base`), as the micro preset's does.
+    ``threads``: the build's torch and faiss threads (None:
+    :func:`algos.reproducible.current_threads`), part of the key with the micro build's
+    ``arithmetic``, and recorded with the seed in ``tiny_build.json``, as the micro preset's.
     ``build=False``: only find an existing build (``FileNotFoundError`` when there is none)."""
     from algos.recipes.micro.build import arithmetic
     from algos.reproducible import current_threads, run_threads
