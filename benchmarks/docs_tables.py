@@ -1,11 +1,7 @@
 """The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
-(``docs/table2.json``: the six-seed ablation on ``micro_search``; ``docs/table2_facts/table2.json``:
-the six seeds on ``micro_facts``; ``docs/micro_seeds.json``;
-``docs/table2_micro/table2.json``: the first ablation, on ``micro``; ``docs/table2_mechanism.json``:
-the bases measured before training), so that no figure in them is typed by hand.
-
-Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page (:data:`BLOCKS`);
-``tests/test_committed_tables.py`` fails when a page's block differs from its rendering, and
+(:data:`BLOCKS` names each page's blocks and their sources), so that no figure in them is typed
+by hand. Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page;
+``tests/test_committed_tables.py`` fails when a block differs from its rendering, and
 
     python -m benchmarks table2 runs/table2 --publish docs   # the table and its archives
     python -m benchmarks table2 --render-docs
@@ -28,10 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def summary_table(table: Mapping[str, Any], *, per_seed: bool = True) -> str:
     """Table 2 in short (the top of ``docs/table2.md``; the README's without ``per_seed``):
-    per variant avg@k in points, the difference to ``opd`` with its question-paired
-    interval, the interval over seeds, each seed's difference and the searches per
-    validation workflow; avg@k without the two-choice questions when the table has them;
-    then what each interval covers."""
+    per variant the figures its header names, in points, avg@k without the two-choice
+    questions when the table has them, then what each interval covers."""
     rows = table["rows"]
     k = min(r["k"] for r in rows.values())
     subset = all(r.get("without_two_choice") for r in rows.values())
@@ -70,9 +64,7 @@ STAGE_NAMES = {"teacher": "I (Teacher)", "team": "II (team)"}
 def seeds_table(result: Mapping[str, Any]) -> str:
     """The seed distribution of a ``docs/micro_seeds.json`` (``python -m
     algos.recipes.micro.seeds collect``) as a markdown table (the README's "Train"
-    headline): per stage avg@1 before and after (mean [min, max] over seeds), the seeds that
-    improved with the exact sign test over seeds, and the pooled test labelled with what it
-    assumes."""
+    headline), one row a stage: avg@1 as mean [min, max] over seeds, then the tests."""
     lines = ["| stage | base avg@1 | trained | seeds up (sign test) | "
              "pooled, (seed, question) pairs assumed independent |", "|---|---|---|---|---|"]
     for stage, f in result["stages"].items():
@@ -90,19 +82,14 @@ def seeds_table(result: Mapping[str, Any]) -> str:
 def bases_table(mechanism: Mapping[str, Any]) -> str:
     """The ``micro_search`` bases measured before training (the entries of
     ``docs/table2_mechanism.json``'s ``bases`` that name their ``base_seed``; ``python -m
-    algos.recipes.micro.mechanism``) as a markdown table: greedy avg@1 with the right
-    questions, without the two-choice ones, with a retriever that finds nothing and with
-    Searchers that never skip; searches; the sampled groups' search share, R_EM, mixed share
-    and within-group covariance of searches with R_EM. A part not measured shows "-"."""
+    algos.recipes.micro.mechanism``) as a markdown table, one row a base and one column a
+    measurement, as the header names them ("-" where not measured)."""
     default_env = mechanism.get("environment") or {}
     vendors = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}
 
     def cpu(base: Mapping[str, Any]) -> str:
         vendor = (base.get("environment") or default_env).get("cpu_vendor", "")
         return vendors.get(vendor, vendor or "CPU not recorded")
-
-    def right(fig: Mapping[str, Any] | None) -> str:
-        return "-" if fig is None else f"{fig['macro_avg@1']:.3f} ({fig['right']})"
 
     bases = sorted((b for b in mechanism["bases"].values() if "base_seed" in b),
                    key=lambda b: (cpu(b), b["base_seed"]))
@@ -111,8 +98,8 @@ def bases_table(mechanism: Mapping[str, Any]) -> str:
              "cov(searches, R_EM) [95%] |", "|---|" + "---:|" * 7 + "---|"]
     for b in bases:
         greedy, first, sampled = b["greedy"], b.get("greedy_search_first"), b.get("sampled")
-        cells = [f"{b['base_seed']} ({b['weight_hash']}, {cpu(b)})", right(greedy),
-                 f"{greedy['macro_avg@1_not_two_choice']:.3f}", right(b.get("greedy_nothing_found")), right(first),
+        cells = [f"{b['base_seed']} ({b['weight_hash']}, {cpu(b)})", _right(greedy),
+                 f"{greedy['macro_avg@1_not_two_choice']:.3f}", _right(b.get("greedy_nothing_found")), _right(first),
                  f"{greedy['searches_per_workflow']:.2f} / "
                  + ("-" if first is None else f"{first['searches_per_workflow']:.2f}")]
         if sampled is None:
@@ -126,14 +113,8 @@ def bases_table(mechanism: Mapping[str, Any]) -> str:
 
 def closed_book_table(mechanism: Mapping[str, Any]) -> str:
     """The closed-book candidates (``docs/table2_mechanism.json``'s ``closed_book_candidates``:
-    bases that learnt geography facts, issue 30's item 1) as a markdown table: their build
-    settings and SFT size (with the closed-book practice episodes), the share of world 0's geography they state from memory, greedy
-    avg@1 (right) with the retriever, with one that finds nothing and from memory alone,
-    greedy searches per workflow, and the sampled groups' within-group covariance of searches
-    with R_EM ("-" where not measured)."""
-    def right(fig: Mapping[str, Any]) -> str:
-        return f"{fig['macro_avg@1']:.3f} ({fig['right']})"
-
+    bases that learnt geography facts, issue 30's item 1) as a markdown table, one row a base
+    and one column a measurement, as the header names them ("-" where not measured)."""
     lines = ["| base (weights) | worlds known | fact passes | skip (known tasks) | practice episodes | SFT steps | "
              "facts recalled | avg@1 (right) | retriever finds nothing | from memory alone | searches | "
              "cov(searches, R_EM) [95%] |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -142,11 +123,16 @@ def closed_book_table(mechanism: Mapping[str, Any]) -> str:
         known = s["known_worlds"] if s["known_worlds"] is not None else s["worlds"]
         skip = f"{s['skip_search']:g}" + ("" if s["skip_known"] is None else f" ({s['skip_known']:g})")
         cells = [f"{b['model']} ({b['weight_hash']})", ", ".join(map(str, known)), str(s["facts"]), skip,
-                 str(b.get("practised_episodes", 0)), f"{b['sft_steps']:,}", f"{b['fact_recall']['all']:.2f}", right(b["greedy"]),
-                 right(b["greedy_nothing_found"]), right(b["greedy_closed_book"]),
+                 str(b.get("practised_episodes", 0)), f"{b['sft_steps']:,}", f"{b['fact_recall']['all']:.2f}", _right(b["greedy"]),
+                 _right(b["greedy_nothing_found"]), _right(b["greedy_closed_book"]),
                  f"{b['greedy']['searches_per_workflow']:.2f}", _covariance(b.get("sampled"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _right(fig: Mapping[str, Any] | None) -> str:
+    """A greedy measurement's macro avg@1 and its count of right answers, or "-"."""
+    return "-" if fig is None else f"{fig['macro_avg@1']:.3f} ({fig['right']})"
 
 
 def _covariance(sampled: Mapping[str, Any] | None) -> str:
