@@ -125,7 +125,6 @@ def score_rows(model: Any, rows: Sequence[Row], *, max_tokens: int = 16384, pad_
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    out: list[np.ndarray] = []
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].token_ids))
     scored: dict[int, np.ndarray] = {}
     for chunk in batches_by_tokens([rows[i] for i in order], max_tokens):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from agents.logprobs import token_logprobs
 from algos.batch import Row, pad_rows
@@ -180,7 +181,7 @@ def sft(model: Any, episodes: Iterable[Episode], *, epochs: int = 1, lr: float =
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     device = next(model.parameters()).device
-    bar = _progress(total, progress)
+    bar = tqdm(total=total, desc="sft", unit="step", disable=not progress)
     losses: list[float] = []
     model.train()
     try:
@@ -202,9 +203,3 @@ def sft(model: Any, episodes: Iterable[Episode], *, epochs: int = 1, lr: float =
         bar.close()
         model.eval()
     return losses
-
-
-def _progress(total: int, show: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="sft", unit="step", disable=not show)

@@ -114,16 +114,13 @@ def _index(entry: str, text: str | None, shape: tuple[int, ...]) -> tuple[Any, .
     index: list[Any] = []
     for part, size in zip(parts, shape):
         match = _INDEX_PART.match(part)
-        if match is None:
+        start, colon, stop = match.groups() if match else (None, None, None)
+        if match is None or (not colon and (start is None or stop is not None)):
             raise ValueError(f"config.{FROZEN_KEY} entry {entry!r}: cannot read index {part.strip()!r}"
                              " (expected an integer or start:stop)")
-        start, colon, stop = match.groups()
         lo = None if start is None else int(start)
         hi = None if stop is None else int(stop)
         if not colon:
-            if lo is None or hi is not None:
-                raise ValueError(f"config.{FROZEN_KEY} entry {entry!r}: cannot read index "
-                                 f"{part.strip()!r} (expected an integer or start:stop)")
             if not -size <= lo < size:
                 raise ValueError(f"config.{FROZEN_KEY} entry {entry!r}: index {lo} is outside a "
                                  f"dimension of size {size}")
