@@ -1,8 +1,5 @@
-"""The frozen Teacher of Stage II (PAPER.md section 4) and how it scores the team's tokens.
-
-The Teacher is a Stage-I run (its latest checkpoint), any checkpoint or model path, or the
-base model itself (``--teacher base``). Its weights never change: every parameter is frozen
-and the model stays in eval mode.
+"""The frozen Teacher of Stage II (PAPER.md section 4, :func:`load_teacher`) and how it scores
+the team's tokens.
 
 It scores the exact token contexts the team produced. Each :class:`algos.batch.Row` holds its
 agent's token ids as the rollout wrote them (prompt, observations and generated turns), and the
