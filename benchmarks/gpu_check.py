@@ -21,6 +21,7 @@ Imports nothing outside the standard library until the pieces are found.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import sys
@@ -118,7 +119,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _required_by(dist: str, version_of: Callable[[str], Any], requires_of: Callable[[str], Any]) -> list[str]:
+def _required_by(dist: str, requires_of: Callable[[str], Any]) -> list[str]:
     """The distributions ``dist`` needs (its Requires-Dist without extras, markers evaluated where
     ``packaging`` can; an unevaluable marker is skipped rather than guessed)."""
     import re
@@ -176,7 +177,7 @@ def missing_requirements(modules: list[str], version_of: Callable[[str], Any] | 
             missing.append((dist, parent))
             continue
         try:
-            needs = _required_by(dist, version_of or metadata.version, requires_of)
+            needs = _required_by(dist, requires_of)
         except metadata.PackageNotFoundError:
             continue
         todo.extend((need, dist) for need in needs)
@@ -255,10 +256,8 @@ def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, Any]:
     trainer._push_weights = _timed(sync, trainer._push_weights)
     backend_obj = getattr(trainer, "backend", None) or trainer.policy
     if hasattr(backend_obj, "sleep"):
-        try:
+        with contextlib.suppress(AttributeError):  # no instance attributes: its sleep is in score_s
             backend_obj.sleep = _timed(sync, backend_obj.sleep)
-        except AttributeError:  # a backend without instance attributes: its sleep is in score_s
-            pass
     rows = []
     for _ in range(steps):
         sync.clear()

@@ -92,7 +92,7 @@ def test_this_machines_imports_are_all_accounted_for():
     covered = {gpu_check._normal(d) for m in needed for d in table.get(m, [])}
     todo = list(covered)
     while todo:  # the requirement closure, as missing_requirements walks it
-        for need in gpu_check._required_by(todo.pop(), importlib.metadata.version, importlib.metadata.requires):
+        for need in gpu_check._required_by(todo.pop(), importlib.metadata.requires):
             if gpu_check._normal(need) not in covered:
                 covered.add(gpu_check._normal(need))
                 todo.append(gpu_check._normal(need))
