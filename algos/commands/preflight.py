@@ -133,8 +133,7 @@ def _free_disk(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool,
-               free: Any = _free_disk) -> None:
+def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool, free: Any = _free_disk) -> None:
     """The checkpoints the stages write (``algos.commands.plan``: the float32 model and AdamW's moments,
     ``keep_checkpoints`` of each stage kept, the last stage's one more while it is written)
     must fit the disk under ``--out``; a resumed run needs room for one more. Refused in one

@@ -263,8 +263,7 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
     record = {
         "settings": settings, "sources": source_fingerprints(), "parameters": params, "episodes": len(episodes),
         "trained_episodes": len(kept), "practised_episodes": len(practised), "fact_rows": len(facts),
-        "scripted_train": scripted, "steps": len(losses),
-        "losses": losses,
+        "scripted_train": scripted, "steps": len(losses), "losses": losses,
         "seconds": {"collect": round(collected - started, 1),
                     "sft": round(time.perf_counter() - collected, 1),
                     "total": round(time.perf_counter() - started, 1),
