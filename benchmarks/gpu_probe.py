@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     targets = torch.zeros_like(ids, dtype=torch.bool)
     targets[:, 1:] = True
 
-    def peak() -> float:
+    def peak() -> float:  # once the device finished what was queued
+        if cuda:
+            torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() if cuda else _peak_rss()) / GIB
 
     print(f"gpu_probe: {args.shape} ({plan['params']:,} parameters), {ids.shape[0]} x {row} tokens, bfloat16 over "
@@ -111,14 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         with precision.compute(cache=False):
             logp = token_logprobs(model, ids, attention, targets)
         (-logp.mean()).backward()
-        if cuda:
-            torch.cuda.synchronize()
         backward = peak() - base
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         optimizer.step()
-        if cuda:
-            torch.cuda.synchronize()
         step_peak = peak() - base
         optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - start
