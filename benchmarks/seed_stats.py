@@ -1,12 +1,8 @@
 """Statistics over seeds: what a comparison of two training recipes says about the recipes,
-each seed (each trained run) one unit.
-
-A question-paired bootstrap (:func:`benchmarks.metrics.paired_macro_difference`) holds the
-runs fixed: it asks whether *these* runs would differ on new questions, and a run that is
-better or worse on every question at once (the seed's own luck) never enters it. The figures
-here take the per-seed differences as the sample: their mean, a Student-t interval (df =
-seeds - 1) and the exact sign test over seeds. With three seeds they are wide; that is the
-honest width of a claim about the training procedure.
+each seed (each trained run) one unit: the per-seed differences' mean, a Student-t interval
+(df = seeds - 1) and the exact sign test over seeds. With three seeds they are wide; that is
+the honest width of a claim about the training procedure. docs/table2.md ("Two intervals, two
+questions") says what the question-paired bootstrap answers instead.
 
 >>> got = seed_interval({"0": -0.0071, "1": 0.0, "2": -0.0071})
 >>> round(got["mean"], 5), got["sign_test"]["better"], got["sign_test"]["worse"]
