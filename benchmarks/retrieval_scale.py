@@ -3,18 +3,10 @@ today's loader (every passage a Python object, the index built from cached embed
 
     python -m benchmarks.retrieval_scale --passages 1000000 --workdir /tmp/mopd-scale
 
-Writes into ``--workdir`` (never the repository): a synthetic wiki-18-like corpus
-(``corpus.jsonl``, ~100-word passages with wiki-18's quoted titles), a flat
-inner-product faiss index over **random unit vectors** of the encoder's width (encoding a
-million passages would take about 50 minutes here; costs of loading and searching do not
-depend on what the vectors mean, but the hits do: they are noise), and for the old loader
-the same vectors as its embedding cache, so it is measured at its best (nothing encoded).
-
-Each loader runs in a fresh process (one thread) that reports its start-up time, its
-resident memory after start-up and at the end (VmRSS / peak VmHWM from /proc), and the
-queries per second of ``--queries`` real MiniLM-encoded queries sent in batches of
-``--batch`` (query encoding, faiss search and reading the hits' rows all included).
-docs/retrieval_scale.md has the figures and what 21M passages would need.
+Writes into ``--workdir`` (never the repository) a synthetic wiki-18-like corpus, a flat index
+over random unit vectors and, for the old loader, the same vectors as its embedding cache; then
+runs each loader in a fresh process and prints its start-up time, resident memory and
+queries/s. docs/retrieval_scale.md says what each figure covers and has the results.
 """
 
 from __future__ import annotations
