@@ -10,7 +10,7 @@ import tempfile
 from typing import Any
 
 from benchmarks.perf.baselines import bare_generate, minimal_decode
-from benchmarks.perf.harness import Bench, TimedPolicy, figure, interleaved
+from benchmarks.perf.harness import Bench, TimedPolicy, call, figure, interleaved
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention takes (0.32); a model with another one fails at the first
@@ -67,19 +67,13 @@ def vllm_rollouts(bench: Bench, dtype: str = "float32") -> None:
                         [params(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True) for _, n in live],
                         use_tqdm=False)
 
-            def run(policy: Any) -> Any:
-                def trial() -> None:
-                    collect(env_fn, policy, questions, s.group_size, seed=s.seed)
-                return trial
-
-            def minimal() -> None:
-                minimal_decode(bench.model, calls, hf.batch_size, pad, 0.0, 1.0, s.seed)
-
-            def generate() -> None:
-                bare_generate(bench.model, calls, hf.batch_size, pad, hf.eos_token_id)
-
-            t = interleaved({"hf": run(hf), "vllm": run(engine), "replay": replay, "minimal": minimal,
-                             "generate": generate}, s.reps)
+            t = interleaved({
+                "hf": call(collect, env_fn, hf, questions, s.group_size, seed=s.seed),
+                "vllm": call(collect, env_fn, engine, questions, s.group_size, seed=s.seed),
+                "replay": replay,
+                "minimal": call(minimal_decode, bench.model, calls, hf.batch_size, pad, 0.0, 1.0, s.seed),
+                "generate": call(bare_generate, bench.model, calls, hf.batch_size, pad, hf.eos_token_id),
+            }, s.reps)
         finally:
             engine.close()
     same = sum(a == b for call_a, call_b in zip(recorded.outputs, vllm_recorded.outputs)

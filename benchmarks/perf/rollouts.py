@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.perf.baselines import bare_generate, legacy_policy, minimal_decode
-from benchmarks.perf.harness import Bench, TimedEnvFn, TimedPolicy, Trial, figure, interleaved
+from benchmarks.perf.harness import Bench, TimedEnvFn, TimedPolicy, Trial, call, figure, interleaved
 
 
 def model_rollouts(bench: Bench, temperature: float, top_p: float = 1.0) -> None:
@@ -38,12 +38,11 @@ def model_rollouts(bench: Bench, temperature: float, top_p: float = 1.0) -> None
                     "output_tokens": sum(ep.output_tokens for g in groups for ep in g)}
         return trial
 
-    def minimal() -> None:
-        minimal_decode(bench.model, recorded.calls, policy.batch_size, pad, temperature, top_p, s.seed)
-
-    trials = {"collect": run(policy, None), "before": run(before, None), "minimal": minimal,
-              "generate": lambda: bare_generate(bench.model, recorded.calls, policy.batch_size, pad,
-                                                policy.eos_token_id, temperature, top_p)}
+    trials = {"collect": run(policy, None), "before": run(before, None),
+              "minimal": call(minimal_decode, bench.model, recorded.calls, policy.batch_size, pad,
+                              temperature, top_p, s.seed),
+              "generate": call(bare_generate, bench.model, recorded.calls, policy.batch_size, pad,
+                               policy.eos_token_id, temperature, top_p)}
     if mode == "greedy":
         trials["sequential"] = run(policy, 1)
     t = interleaved(trials, s.reps)
