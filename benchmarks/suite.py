@@ -120,16 +120,13 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               threads: int | None = None, keep_episodes: bool = True,
               sampling: Sampling | None = None) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
-    files into ``out_dir``: ``questions.jsonl`` (one record per question; ``episode_index``
-    lists its runs' lines in ``episodes.jsonl``), ``episodes.jsonl`` (every episode, dataset
-    by dataset in question and run order; ``keep_episodes=False`` skips it), ``summary.json``,
-    ``table.md`` and the plots. A run that cannot work raises ``PreflightError`` (one line,
-    see :func:`check_run`) before anything loads; ``out_dir`` is created only when there
-    are results to write, so a failed run leaves no empty folder behind. ``threads``: torch's
-    and faiss's intra-op threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1),
-    recorded in ``summary.json``'s ``meta``. ``sampling``: the command line's settings for
-    the LM policies whose spec sets none (``agents.sampling``); what each role sampled with
-    is ``meta["sampling"]`` and every episode's ``sampling``."""
+    files into ``out_dir`` (docs/benchmarks.md, "The synthetic suite", says what each holds;
+    ``keep_episodes=False`` skips ``episodes.jsonl``). A run that cannot work raises
+    ``PreflightError`` (one line, see :func:`check_run`) before anything loads; ``out_dir`` is
+    created only when there are results to write. ``threads``: torch's and faiss's intra-op
+    threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1). ``sampling``: the
+    command line's settings for the LM policies whose spec sets none (``agents.sampling``);
+    ``summary.json``'s ``meta`` records both, and every episode its ``sampling``."""
     from algos.reproducible import run_threads
 
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)

@@ -1,15 +1,10 @@
 """The retrieval section: ``DenseRetriever.search`` against faiss alone, flat against HNSW
 and IVF, query batching and cost against passage count, and recall@3 of the approximate
-indexes.
-
-The passage-count runs (100k and 1M passages) search synthetic passages whose vectors are
-seeded random unit vectors, not encodings (encoding 1M passages takes hours on 2 cores; a
-flat scan costs the same whatever its vectors hold, and random vectors are the hardest case
-for an approximate index: their recall there is a floor, not an estimate). Recall is
-measured on real embeddings instead: MiniLM over the synthetic world's corpus and over the
-real corpora in ``PerfSettings.realdata`` (``../shared/realdata``), with their own
-questions; there the IVF index is also run at the probe fraction it has at 1M passages
-(``nprobe=1``).
+indexes. The passage-count runs search seeded random unit vectors, not encodings (encoding 1M
+passages takes hours on 2 cores; a flat scan costs the same whatever its vectors hold), so
+their recall is a floor; recall is measured on MiniLM embeddings of the synthetic world's
+corpus and of the real corpora in ``PerfSettings.realdata``. docs/performance.md
+("Retrieval") says why, and what the figures were.
 """
 
 from __future__ import annotations
