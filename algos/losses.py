@@ -95,11 +95,9 @@ def policy_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, advantages_BT:
                 totals: Totals | None = None) -> LossOutput:
     """Clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps) A)`` aggregated over ``mask``
     tokens, plus ``kl_coef * k3`` aggregated over ``kl_mask`` tokens. Old log-probs,
-    advantages and the reference log-probs are constants (detached here).
-
-    ``totals``: when these rows are one chunk of a batch, the batch's :class:`Totals`; the
-    surrogate is then divided by the batch's loss tokens (rows) and the KL by the batch's
-    KL tokens (KL rows), so the chunks' losses sum to the batch's loss whatever the cut."""
+    advantages and the reference log-probs are constants (detached here). ``totals``: the
+    batch's :class:`Totals` when these rows are one chunk of it (module docstring); the KL is
+    divided by its KL tokens (KL rows)."""
     old = old_logp_BT.detach()
     adv = advantages_BT.detach()
     live = mask_BT > 0
