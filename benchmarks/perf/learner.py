@@ -4,6 +4,7 @@ peak memory per trained token before and after chunked log-probs), and the Teach
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from typing import Any
 
@@ -79,10 +80,12 @@ def learner(bench: Bench) -> None:
         bench.model.eval()
         if trainer.writer is not None:
             trainer.writer.close()
+    trl = ("not installed: no TRL figure" if importlib.util.find_spec("trl") is None else
+           "installed, not measured by this suite (docs/performance.md has a measured comparison)")
     bench.details["learner"] = {
         "rows": len(rows), "padded_shape": list(ids.shape), "trained_tokens": tokens,
         "context_tokens": int(mask.sum()), "max_tokens_per_batch": config.max_tokens_per_batch,
-        "memory": memory, "peers": {"trl": _trl_note()}}
+        "memory": memory, "peers": {"trl": trl}}
     bench.add("learner.update_vs_fwd_bwd", figure(
         t["update"], t["fwd_bwd"], f"Trainer.update / plain forward + cross_entropy + backward, same {len(rows)} "
         f"rows ({tokens} trained tokens); tokens/s ratio = 1 / this"))
@@ -101,12 +104,3 @@ def learner(bench: Bench) -> None:
         f"peak MB per trained token, Trainer.update / plain forward + cross_entropy + backward ({plain:.3f})"))
     bench.add("teacher.score_rows_vs_forward", figure(
         t["score"], t["forward"], "score_rows / a no-grad forward of the same rows as one padded batch"))
-
-
-def _trl_note() -> str:
-    """Whether the TRL peer could be run (it is not wired in; see docs/performance.md)."""
-    import importlib.util
-
-    if importlib.util.find_spec("trl") is None:
-        return "not installed: no TRL figure"
-    return "installed, not measured by this suite (docs/performance.md has a measured comparison)"

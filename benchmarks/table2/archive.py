@@ -124,11 +124,10 @@ def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
                     raise ValueError(f"{path}, row {lineno}: {key!r} is missing or not {_KINDS[ok]} "
                                      f"(got {_quote(row.get(key))}); not an archive of this table")
     mine_of: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        mine_of.setdefault(r["run"], []).append(r)
     metrics_of: dict[str, list[dict[str, Any]]] = {}
-    for m in metrics:
-        metrics_of.setdefault(m["run"], []).append(m)
+    for of, rows in ((mine_of, records), (metrics_of, metrics)):
+        for r in rows:
+            of.setdefault(r["run"], []).append(r)
     archived = {r["run"] for r in runs}
     complete = {s for s in seeds if all(run_name(s, v) in archived for v in planned)}
     # every name checked before anything is written: a hostile row refuses the whole restore
