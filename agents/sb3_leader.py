@@ -30,6 +30,7 @@ import numpy as np
 from agents.base import Observation
 from envs import protocol as P
 from envs.leader_view import FEATURES, LeaderMacro, Proposal, turn_text
+from envs.terminal import first_line
 
 MODEL_FILE, META_FILE = "leader.safetensors", "leader.json"
 SB3_ZIP = "leader.zip"
@@ -181,7 +182,7 @@ def saved_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
                 raise ValueError(bad % "no header of a sane size")
             header = json.loads(f.read(size))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ValueError(bad % _first_line(err)) from None
+        raise ValueError(bad % first_line(err)) from None
     if not isinstance(header, dict):
         raise ValueError(bad % "its header is not a JSON object")
     shapes = {}
@@ -295,7 +296,7 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not JSON ({_first_line(err)})") from None
+        raise ValueError(f"{path}: not JSON ({first_line(err)})") from None
     _check_settings(meta, path)
     return meta
 
@@ -309,7 +310,7 @@ def load_weights(path: str | Path, policy: Any) -> None:
     try:
         state = load_file(str(path), device="cpu")
     except Exception as err:  # safetensors raises its own errors for a bad header or a short file
-        raise ValueError(f"{path}: not a readable safetensors file ({_first_line(err)}); "
+        raise ValueError(f"{path}: not a readable safetensors file ({first_line(err)}); "
                          "retrain the Leader with `python -m algos train-leader-sb3 --out DIR`") from None
     _mismatch(path, {k: tuple(v.shape) for k, v in policy.state_dict().items()},
               {k: tuple(v.shape) for k, v in state.items()})
@@ -340,7 +341,7 @@ def resave_leader(path: str | Path) -> Path:
             data = json.loads(z.read("data"))
             state = torch.load(io.BytesIO(z.read("policy.pth")), weights_only=True, map_location="cpu")
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, pickle.UnpicklingError, RuntimeError) as err:
-        raise ValueError(f"{zip_path}: cannot re-save ({_first_line(err)}); retrain the Leader") from None
+        raise ValueError(f"{zip_path}: cannot re-save ({first_line(err)}); retrain the Leader") from None
     if not isinstance(meta, dict) or not isinstance(data, dict) or not isinstance(state, dict):
         raise ValueError(f"{zip_path}: not an SB3 Leader's zip and settings; retrain the Leader")
     # SB3 pickles policy_kwargs whole when one value is a class (A2C adds its optimizer's):
@@ -356,7 +357,7 @@ def resave_leader(path: str | Path) -> Path:
     try:
         policy.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        raise ValueError(f"{zip_path}: its policy.pth does not fit {meta_path} ({_first_line(err)})") from None
+        raise ValueError(f"{zip_path}: its policy.pth does not fit {meta_path} ({first_line(err)})") from None
     model = type("Saved", (), {"policy": policy, "policy_kwargs": meta["policy_kwargs"]})()
     save_leader(model, folder, meta)
     return folder / MODEL_FILE
@@ -364,11 +365,6 @@ def resave_leader(path: str | Path) -> Path:
 
 def _macro(meta: Mapping[str, Any]) -> LeaderMacro:
     return LeaderMacro(meta["max_waves"], meta["max_searchers"], meta["max_context_tokens"])
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def make_decomposer(spec: str, seed: int = 0, make_policy: Callable[..., Any] | None = None) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 
 from algos.batch import Row, rows_from_episodes
 from envs.episode import Episode, Segment
+from envs.terminal import first_line
 
 TOKENS = ("auto", "mopd", "trace")
 TRACES_FILE = "traces.jsonl"
@@ -63,7 +64,7 @@ def read_traces(path: str | os.PathLike) -> list[dict[str, Any]]:
             try:
                 record = loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as err:
-                raise ValueError(f"{path}:{lineno}: not a JSON episode record: {_first_line(err)}") from None
+                raise ValueError(f"{path}:{lineno}: not a JSON episode record: {first_line(err, 200)}") from None
             if not isinstance(record, dict) or not isinstance(record.get("traces"), list):
                 raise ValueError(f"{path}:{lineno}: not a verifiers episode record (no traces list)")
             records.append(record)
@@ -169,11 +170,6 @@ def _quote(value: Any) -> str:
 
     text = value if isinstance(value, str) else repr(value)
     return terminal_safe(repr(text[:120]) if isinstance(value, str) else text[:120], one_line=True)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def _is_int(value: Any) -> bool:

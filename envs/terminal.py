@@ -68,6 +68,13 @@ def terminal_safe(text: str, *, one_line: bool = False) -> str:
     return text.translate(_UNSAFE)
 
 
+def first_line(err: BaseException, width: int | None = None) -> str:
+    """The first line of ``err``'s message (cut to ``width`` characters), or its type's name
+    when the message is empty: what a one-line refusal quotes of an error it caught."""
+    text = str(err).strip()
+    return text.splitlines()[0][:width] if text else type(err).__name__
+
+
 def safe_print(*parts: object, sep: str = " ") -> None:
     """``print`` for text we did not write (passages, model turns, dataset rows): the
     joined text goes through :func:`terminal_safe` first."""

@@ -21,7 +21,7 @@ from agents.viewer.records import (
     tokenizer_fingerprint,
 )
 from envs.episode import Episode
-from envs.terminal import terminal_safe
+from envs.terminal import first_line, terminal_safe
 
 
 def add_view_parser(sub: Any) -> argparse.ArgumentParser:
@@ -82,7 +82,7 @@ def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path
         try:
             return load_tokenizer(name)
         except Exception as err:  # noqa: BLE001  (any loader failure is one line for the user)
-            raise ViewError(f"cannot load --tokenizer {name}: {_first_line(err)}") from None
+            raise ViewError(f"cannot load --tokenizer {name}: {first_line(err)}") from None
     wanted, fingerprint = recorded.get("name") or "", recorded.get("fingerprint")
     loaded, failure = None, None
     if wanted:
@@ -98,7 +98,7 @@ def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path
     try:
         default = load_tokenizer(None)
     except Exception as err:  # noqa: BLE001
-        default, failure = None, failure or _first_line(err)
+        default, failure = None, failure or first_line(err)
     if default is not None and (not fingerprint or tokenizer_fingerprint(default) == fingerprint):
         return default
     if loaded is not None:  # the recorded name loads another vocabulary now: check_tokenizer says so
@@ -115,12 +115,7 @@ def _load_failure(name: str, err: BaseException) -> str:
     looks_local = Path(name).is_absolute() or name.startswith(".") or name.count("/") > 1
     if looks_local and not Path(name).exists():
         return f"no such folder: {name}"
-    return _first_line(err)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return first_line(err)
 
 
 def _partner(records: list[tuple[Episode, EpisodeValues | None]], ep: Episode, skip: int | None,

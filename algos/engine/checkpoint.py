@@ -33,6 +33,7 @@ import torch
 from agents.models import ModelFileError
 from envs.paths import contained, read_capped
 from envs.quiet import quiet_progress
+from envs.terminal import first_line
 
 
 class CheckpointError(ModelFileError):
@@ -210,7 +211,7 @@ def verify_weights(path: str | Path) -> dict[str, Any]:
                     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                         raise CheckpointError(f"{file}: tensor {name!r} holds non-finite values (NaN or inf)")
         except (SafetensorError, OSError, RuntimeError) as err:
-            raise CheckpointError(f"{file}: unreadable safetensors file ({_first_line(err)})") from None
+            raise CheckpointError(f"{file}: unreadable safetensors file ({first_line(err)})") from None
     _check_index_places(root, present)
     layers = config.get("num_hidden_layers")
     if isinstance(layers, int) and layers > len(present):  # each layer saves a tensor at least
@@ -256,7 +257,7 @@ def verify_tokenizer(path: str | Path, config: dict[str, Any] | None = None) -> 
 
         Tokenizer.from_str(json.dumps(data))
     except Exception as err:  # noqa: BLE001 (its Rust parser's errors have no common class)
-        raise CheckpointError(f"{file}: not a tokenizer ({_first_line(err)})") from None
+        raise CheckpointError(f"{file}: not a tokenizer ({first_line(err)})") from None
     ids = _token_ids(data)
     vocab = (config or {}).get("vocab_size")
     if ids and isinstance(vocab, int) and max(ids) >= vocab:
@@ -287,7 +288,7 @@ def _read_json_object(file: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise CheckpointError(f"{file}: not JSON, cut or damaged (a {what}: {_first_line(err)})") from None
+        raise CheckpointError(f"{file}: not JSON, cut or damaged (a {what}: {first_line(err)})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{file}: not a JSON object (a {what})")
     return data
@@ -368,10 +369,10 @@ def _expected_tensors(root: Path) -> tuple[list[tuple[tuple[str, ...], tuple[int
     except ValueError as err:
         if "Unrecognized configuration class" in str(err):  # not a causal LM this transformers builds
             return [], []
-        raise CheckpointError(f"{root / 'config.json'}: cannot build the model it describes ({_first_line(err)})") from None
+        raise CheckpointError(f"{root / 'config.json'}: cannot build the model it describes ({first_line(err)})") from None
     except Exception as err:  # noqa: BLE001 (sizes that contradict each other: any error of the model's init)
         raise CheckpointError(f"{root / 'config.json'}: cannot build the model it describes "
-                              f"({type(err).__name__}: {_first_line(err)})") from None
+                              f"({type(err).__name__}: {first_line(err)})") from None
     by_tensor: dict[int, list[str]] = {}
     shapes: dict[int, tuple[int, ...]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -383,11 +384,6 @@ def _expected_tensors(root: Path) -> tuple[list[tuple[tuple[str, ...], tuple[int
     return [(tuple(names), shapes[key]) for key, names in by_tensor.items()] + buffers, ignored
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def _read_trainer_state(file: Path) -> dict[str, Any]:
     """``trainer_state.pt`` read with ``weights_only=True``; CheckpointError naming it otherwise."""
     if not file.exists():
@@ -396,9 +392,9 @@ def _read_trainer_state(file: Path) -> dict[str, Any]:
         blob = torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
         raise CheckpointError(f"{file}: refusing to load a checkpoint that holds more than tensors and plain "
-                              f"data (torch.load weights_only=True said: {_first_line(err)})") from None
+                              f"data (torch.load weights_only=True said: {first_line(err)})") from None
     except Exception as err:  # noqa: BLE001 (cut or random bytes: zip, EOF, unpickler errors of any kind)
-        raise CheckpointError(f"{file}: unreadable ({type(err).__name__}: {_first_line(err)})") from None
+        raise CheckpointError(f"{file}: unreadable ({type(err).__name__}: {first_line(err)})") from None
     if not isinstance(blob, dict) or not {"optimizer", "state"} <= blob.keys():
         raise CheckpointError(f"{file}: not a trainer state (expected a dict with 'optimizer' and 'state')")
     return blob
