@@ -121,11 +121,9 @@ def subset_lines(title: str, rows: Mapping[str, Mapping[str, Any]], k: int) -> l
 
 
 def multiplicity_lines(table: Mapping[str, Any]) -> list[str]:
-    """Markdown lines: how many comparisons the table makes, and each one's p-values over
-    seeds (t-test, sign test), raw and Holm-adjusted over the headline comparisons and over
-    all of them (:func:`multiplicity`, computed from the table itself, so a table written
-    before it existed renders it too); then, with fewer bases than seeds, the headline
-    comparisons with the bases as the unit. None when the table compares nothing."""
+    """Markdown lines of :func:`multiplicity` (computed from the table itself, so a table
+    written before it existed renders it too): each comparison's p-values, raw and
+    Holm-adjusted, then the bases as the unit; none when the table compares nothing."""
     found = multiplicity(table)
     if not found["comparisons"]:
         return []

@@ -180,12 +180,11 @@ def validation_steps(config: TrainConfig) -> list[int]:
 
 
 def work_estimate(runs: Sequence[Run], *, built: Callable[[str, int], bool] | None = None) -> dict[str, Any]:
-    """What is left of an ablation: counts of the runs not finished (Stage I, Stage II), the
-    recipe bases they start from (``bases``; ``to_build``: those ``built`` does not find;
-    ``bases_one_per_seed``: what a base per seed would be), the validations they run and how
-    many of them are step-0 validations taken from a run of the same :func:`step0_key`
-    (``step0_reused``; with ``jobs > 1`` fewer when variants start together). A resumed run
-    counts whole."""
+    """What is left of an ablation, as :func:`describe_work` prints it: the runs not finished,
+    the recipe bases they start from (``to_build``: those ``built`` does not find), the
+    validations they run and how many of them are step-0 validations taken from a run of the
+    same :func:`step0_key` (with ``jobs > 1`` fewer when variants start together). A resumed
+    run counts whole."""
     from algos.commands.presets import RECIPES
 
     todo = [r for r in runs if run_state(r) != "done"]

@@ -110,9 +110,8 @@ def seed_figures(records: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping
         per[name] = float(np.mean([np.mean(r.get("invalid_turns", [0])) for r in rows]))
         summary["datasets"][name]["invalid_turns_per_workflow"] = per[name]
     summary["macro_invalid_turns_per_workflow"] = float(np.mean(list(per.values())))
-    trained = [m for m in metrics if "team/invalid_rate" in m and isinstance(m.get("step"), int)]
-    last = max(trained, key=lambda m: m["step"]) if trained else None
-    summary["invalid_rate_train"] = float(last["team/invalid_rate"]) if last else float("nan")
+    trained = metric_series(metrics, "team/invalid_rate")
+    summary["invalid_rate_train"] = trained[max(trained)] if trained else float("nan")
     return summary
 
 
