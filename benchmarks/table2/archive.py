@@ -250,10 +250,8 @@ def publish_table(out: str | Path, dest: str | Path) -> list[Path]:
         raise ValueError(f"{out}: no written table with its archives and curves to publish "
                          f"({type(err).__name__}: {_first_line(err)})") from None
     dest.mkdir(parents=True, exist_ok=True)
-    written = []
     for name, data in copies.items():
         targets[name].write_bytes(data)
-        written.append(targets[name])
     table["curves_png"] = PUBLISHED_CURVES
     (dest / "table2.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    return [dest / "table2.json", *written]
+    return [dest / "table2.json", *targets.values()]

@@ -206,14 +206,13 @@ def teacher_lead(table: Mapping[str, Any]) -> list[str]:
                       for s, t in teachers.items() if "lead" in t)
     interval = (f"[95% t-CI {100 * lead['low']:+.2f}, {100 * lead['high']:+.2f}]" if lead["low"] is not None
                 else "(one seed: no interval)")
+    who = "Stage-I Teachers against the base each started from (cascade"
     if any(PLANTED in t for t in teachers.values()):
         how = sorted({str(t[PLANTED]) for t in teachers.values() if PLANTED in t})
-        workflows = sorted({t["workflow"] for t in teachers.values()})
-        return ["", f"Planted Teachers ({'; '.join(how)}) against the base each was made from "
-                f"({', '.join(workflows)}, greedy, points): {seeds}. Mean lead {100 * lead['mean']:+.2f} {interval}: "
-                "the accuracy OPD has to pass on."]
-    return ["", f"Stage-I Teachers against the base each started from (cascade, greedy, points): {seeds}. "
-            f"Mean lead {100 * lead['mean']:+.2f} {interval}: the accuracy OPD has to pass on."]
+        who = (f"Planted Teachers ({'; '.join(how)}) against the base each was made from "
+               f"({', '.join(sorted({t['workflow'] for t in teachers.values()}))}")
+    return ["", f"{who}, greedy, points): {seeds}. Mean lead {100 * lead['mean']:+.2f} {interval}: "
+            "the accuracy OPD has to pass on."]
 
 
 def base_sharing(table: Mapping[str, Any]) -> str:
