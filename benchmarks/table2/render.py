@@ -183,11 +183,8 @@ def behaviour(table: Mapping[str, Any]) -> list[str]:
              "| Run | " + " | ".join(label for _, label in keys) + " |", "|---|" + "---|" * len(keys)]
     for variant in [TEACHER, *table["rows"]]:
         ends = by_variant.get(variant, [])
-        cells = []
-        for key, _ in keys:
-            have = [e[key] for e in ends if key in e]
-            cells.append(f"{np.mean([h['first'] for h in have]):.3f} -> {np.mean([h['last'] for h in have]):.3f}"
-                         if have else "-")
+        cells = [" -> ".join(f"{np.mean([h[end] for h in got]):.3f}" for end in ("first", "last"))
+                 if (got := [e[key] for e in ends if key in e]) else "-" for key, _ in keys]
         if ends:
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return lines
