@@ -128,7 +128,8 @@ def _compare(args: argparse.Namespace) -> int:
             differ = (f"({describe_team(meta.get('sampling'))}) and {base} "
                       f"({describe_team(base_meta.get('sampling'))}) sampled differently")
         elif prompts[0] != prompts[1]:
-            differ = f"({prompts[0]} prompts) and {base} ({prompts[1]} prompts) were prompted differently"
+            differ = (f"({prompts[0]} prompts) and {base} ({prompts[1]} prompts) were prompted "
+                      "differently")
         else:
             continue
         print(f"python -m benchmarks compare: error: {d} {differ}; pass --allow-different-settings "
@@ -140,9 +141,11 @@ def _compare(args: argparse.Namespace) -> int:
     for d, (_, records) in zip(args.results[:-1], loaded[:-1]):
         pair = f"\n{Path(d).name} - {Path(base).name}:"
         try:
-            ci = paired_macro_difference(records, loaded[-1][1], n_resamples=args.resamples, seed=args.seed)
+            ci = paired_macro_difference(records, loaded[-1][1], n_resamples=args.resamples,
+                                         seed=args.seed)
         except ValueError as err:  # no shared question: nothing to pair
-            print(f"{pair} no paired CI, {err} (compare runs over the same questions)", file=sys.stderr)
+            print(f"{pair} no paired CI, {err} (compare runs over the same questions)",
+                  file=sys.stderr)
             status = 2
             continue
         print(f"{pair} macro avg@k {100 * ci['difference']:+.2f} "

@@ -48,15 +48,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps is not None and args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
     settings = PRESETS["test" if args.tiny_for_tests else "quick" if args.quick else "full"]
-    settings = replace(settings, model=args.model, threads=args.threads, reps=args.reps or settings.reps)
+    settings = replace(settings, model=args.model, threads=args.threads,
+                       reps=args.reps or settings.reps)
     result = run_perf(settings, log=lambda line: print(line, flush=True), vllm=args.vllm)
     if args.scaleout:
         add_scaleout(result, settings, log=lambda line: print(line, flush=True))
     print("\n" + markdown_table(result))
     meta = result["meta"]
-    print(f"\nwall time {meta['wall_s']:.0f} s; torch on {settings.threads} thread(s); load average "
-          f"{meta['load_average_start']} -> {meta['load_average_end']} on {meta['cpu_count']} cores; every timing figure is a ratio of two "
-          f"timings taken in this run, interleaved, median of {settings.reps} pairs")
+    print(f"\nwall time {meta['wall_s']:.0f} s; torch on {settings.threads} thread(s); load "
+          f"average {meta['load_average_start']} -> {meta['load_average_end']} on "
+          f"{meta['cpu_count']} cores; every timing figure is a ratio of two timings taken in this "
+          f"run, interleaved, median of {settings.reps} pairs")
     bad = [k for k, f in result["figures"].items() if not (math.isfinite(f["ratio"]) and f["ratio"] > 0)]
     if bad:
         print(f"warning: non-finite or non-positive figures: {bad}")

@@ -71,8 +71,10 @@ def vllm_rollouts(bench: Bench, dtype: str = "float32") -> None:
                 "hf": call(collect, env_fn, hf, questions, s.group_size, seed=s.seed),
                 "vllm": call(collect, env_fn, engine, questions, s.group_size, seed=s.seed),
                 "replay": replay,
-                "minimal": call(minimal_decode, bench.model, calls, hf.batch_size, pad, 0.0, 1.0, s.seed),
-                "generate": call(bare_generate, bench.model, calls, hf.batch_size, pad, hf.eos_token_id),
+                "minimal": call(minimal_decode, bench.model, calls, hf.batch_size, pad, 0.0, 1.0,
+                                s.seed),
+                "generate": call(bare_generate, bench.model, calls, hf.batch_size, pad,
+                                 hf.eos_token_id),
             }, s.reps)
         finally:
             engine.close()

@@ -137,12 +137,13 @@ def multiplicity(table: Mapping[str, Any]) -> dict[str, Any]:
     headline = [n for n, (_, questions, _) in zip(names, made) if questions == HEADLINE]
     adjusted = {family: {"t": holm({n: t_p[n] for n in members}), "sign": holm({n: sign_p[n] for n in members})}
                 for family, members in (("headline", headline), ("all", names))}
-    entries = [{"comparison": n, "variant": v, "questions": questions, "difference": ci["difference"],
-                "seeds": len(ci["per_seed"]), "t_p": t_p[n], "sign_p": sign_p[n],
-                "holm_headline": ({family: adjusted["headline"][family][n] for family in ("t", "sign")}
-                                  if n in headline else None),
-                "holm_all": {family: adjusted["all"][family][n] for family in ("t", "sign")}}
-               for n, (v, questions, ci) in zip(names, made)]
+    entries = []
+    for n, (v, questions, ci) in zip(names, made):
+        entries.append({"comparison": n, "variant": v, "questions": questions, "difference": ci["difference"],
+                        "seeds": len(ci["per_seed"]), "t_p": t_p[n], "sign_p": sign_p[n],
+                        "holm_headline": ({"t": adjusted["headline"]["t"][n], "sign": adjusted["headline"]["sign"][n]}
+                                          if n in headline else None),
+                        "holm_all": {"t": adjusted["all"]["t"][n], "sign": adjusted["all"]["sign"][n]}})
     out: dict[str, Any] = {"method": "holm", "tests": "over seeds: the t-test of the t-interval and the exact sign test",
                            "families": {"headline": len(headline), "all": len(names)}, "comparisons": entries}
     by_base = {v: over_bases(table, ci["per_seed"]) for v, questions, ci in made if questions == HEADLINE}
