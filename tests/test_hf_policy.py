@@ -237,3 +237,26 @@ def test_smollm2_answers_a_chat_prompt():
     assert np.isfinite(logprobs).all() and (logprobs <= 0).all()
     [ref] = sequence_logprobs(model, [list(ids) + list(action.token_ids)], [len(ids)])
     np.testing.assert_allclose(logprobs, ref, atol=1e-3)
+
+
+def test_the_perf_baselines_legacy_decoding_runs_its_own_step(model, tokenizer, monkeypatch):
+    """``benchmarks.perf.baselines.legacy_policy`` is the "before" of the decode figures: it
+    must draw through its full-CDF step (a searchsorted over the whole vocabulary), not
+    today's ``next_tokens`` (once it did, silently, and the figure compared a step with
+    itself); and today's step is back in place afterwards."""
+    import agents.hf
+    from benchmarks.perf.baselines import legacy_policy
+
+    searched = []
+    real = torch.searchsorted
+    monkeypatch.setattr(torch, "searchsorted", lambda cdf, *a, **kw: searched.append((cdf.shape[-1], cdf.dtype))
+                        or real(cdf, *a, **kw))
+    today = agents.hf.next_tokens
+    prompts = random_prompts([5, 9], seed=2)
+    before = legacy_policy(HFPolicy(model, tokenizer, temperature=0.7, seed=4, max_new_tokens=6))
+    legacy = before.act([make_obs(p, 6) for p in prompts])
+    full_cdf = (len(tokenizer), torch.float64)  # one draw a step, over the whole vocabulary
+    assert searched == [full_cdf] * max(len(a.token_ids) for a in legacy) and agents.hf.next_tokens is today
+    searched.clear()
+    now = HFPolicy(model, tokenizer, temperature=0.7, seed=4, max_new_tokens=6).act([make_obs(p, 6) for p in prompts])
+    assert now and full_cdf not in searched  # today's step searches only the nucleus' head
