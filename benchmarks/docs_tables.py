@@ -153,6 +153,8 @@ BLOCKS: dict[str, dict[str, tuple[str, Callable[[Any], str]]]] = {
                        "table2-facts-summary": ("docs/table2_facts/table2.json", summary_table),
                        "table2-facts-full": ("docs/table2_facts/table2.json", markdown),
                        "table2-micro": ("docs/table2_micro/table2.json", markdown)},
+    "docs/positive_control.md": {"table2-control-summary": ("docs/table2_control/table2.json", summary_table),
+                                 "table2-control-full": ("docs/table2_control/table2.json", markdown)},
 }
 """Page -> block name -> (the JSON it renders, the renderer)."""
 
