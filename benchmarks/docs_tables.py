@@ -1,7 +1,7 @@
 """The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
 (:data:`BLOCKS` names each page's blocks and their sources), so that no figure in them is typed
 by hand. Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page;
-``tests/test_committed_tables.py`` fails when a block differs from its rendering, and
+``tests/benchmarks/test_committed_tables.py`` fails when a block differs from its rendering, and
 
     python -m benchmarks table2 runs/table2 --publish docs   # the table and its archives
     python -m benchmarks table2 --render-docs

@@ -158,7 +158,7 @@ GOOD = {
     "answerer_4": ["<answer>ostria.</answer>"],
 }
 """A hierarchical episode's scripted turns, by agent: two Searchers (one turn invalid), five
-Answerers (three right), one of them invalid once (tests/test_env_flow.py computes its rewards)."""
+Answerers (three right), one of them invalid once (tests/envs/test_env_flow.py computes its rewards)."""
 
 
 def run_script(env, script):

@@ -1,4 +1,4 @@
-"""Run by tests/test_scaleout.py, in one process or under torchrun: one learner step of the
+"""Run by tests/algos/test_scaleout.py, in one process or under torchrun: one learner step of the
 tiny preset (Stage I, two minibatches) on a fixed global batch; rank 0 writes the step's
 metrics, the updated weights and a checkpoint under OUT.
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_scaleout.py, in one process or under torchrun: one AdamW step of a small
+"""Run by tests/algos/test_scaleout.py, in one process or under torchrun: one AdamW step of a small
 random Llama on a fixed global batch of rows, the loss a global token-mean (each rank's rows
 divided by the whole batch's token count). Under torchrun the model is sharded with FSDP2
 (``algos.engine.distributed.fully_shard_model``: it averages the ranks' gradients, so each rank's

@@ -24,7 +24,7 @@ vocabulary; L layers):
   rollouts it is the rollouts phase again; with vLLM it runs while the engine is awake, so
   the engine's share and HF's copy, KV cache and prefill are held together;
 - backward: gradients ``4P/S`` and one chunk's activations. What autograd keeps per token and
-  decoder layer, counted from the saved tensors (``tests/test_plan_measured.py`` checks it
+  decoder layer, counted from the saved tensors (``tests/algos/test_plan_measured.py`` checks it
   against PyTorch's own): the two norms' float32 input and normalised value ``4rh``, the
   projections' inputs (``5bh`` with autocast, whose cache is off in the update so that q, k, v,
   gate and up each cast the norm output anew; ``2rh`` in float32), attention's q and output
@@ -47,7 +47,7 @@ freed, before the update). It must fit in the GPU's memory less :data:`HEADROOM_
 Checkpoints on disk: the model in float32 ``4P`` and AdamW's moments ``8P`` each,
 ``keep_checkpoints`` of them plus the one being written, and in Stage II the Stage-I run's
 kept ones (its Teacher). These are estimates from the architecture, checked against measured
-peaks at small scale on CPU (``tests/test_plan_measured.py``) and, on a GPU, by
+peaks at small scale on CPU (``tests/algos/test_plan_measured.py``) and, on a GPU, by
 ``benchmarks/gpu_probe.py``.
 """
 

@@ -187,7 +187,7 @@ def _row(line: bytes, path: Path, lineno: int) -> Any:
 
 def _render(content: Any) -> bytes:
     """The bytes FastAPI writes for ``content`` returned from an endpoint: its
-    ``JSONResponse`` rendering (tests/test_searchr1_compat.py holds the two equal)."""
+    ``JSONResponse`` rendering (tests/envs/test_searchr1_compat.py holds the two equal)."""
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
                       separators=(",", ":")).encode("utf-8")
 

@@ -54,7 +54,7 @@ position.
 At initialisation, on repeated random tokens, a micro-sized model wired this way predicts
 96% of the repeated tokens, and a plain initialisation predicts none. Where a quarter of the
 tokens are a few recurring ones (like "the" in text), matching two tokens predicts 93% and
-matching one 75% (``tests/test_micro_circuit.py``).
+matching one 75% (``tests/algos/test_micro_circuit.py``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class EosScripted:
         # repeat_queries: the base's SFT episodes were made by a Searcher that compared its
         # next query with the queries as written, spaces inside the tags kept, so under
         # spaced tags no query ever matched and it asked again after a search that did not
-        # resolve its hop (2 of 1,400 episodes in worlds 0-1, tests/test_scripted_replay.py)
+        # resolve its hop (2 of 1,400 episodes in worlds 0-1, tests/envs/test_scripted_replay.py)
         self.policy = ScriptedPolicy(seed=seed, skip_search=skip_search, repeat_queries=True,
                                      memory=memory, skip_known=skip_known)
         self.tokenizer = tokenizer

@@ -80,7 +80,7 @@ This module builds a world (``build_world``) and writes it out; the steps live i
 ``names.py`` (made-up names and titles), ``world.py`` (the entities and how they are
 drawn), ``render.py`` (their passages) and ``questions.py`` (the seven question sets, a
 table of question templates each). Each step draws from seeded generators in a fixed
-order: reordering the draws changes every world (``tests/test_synthwiki_stable.py``).
+order: reordering the draws changes every world (``tests/envs/test_synthwiki_stable.py``).
 """
 
 from __future__ import annotations

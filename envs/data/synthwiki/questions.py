@@ -8,7 +8,7 @@ keeps distinct questions that do not give their answer away and deals them out t
 dev and train.
 
 Every random draw is part of the world's bytes: the order of the cases in a table, the
-order of the draws and the number of tries are fixed (``tests/test_synthwiki_stable.py``).
+order of the draws and the number of tries are fixed (``tests/envs/test_synthwiki_stable.py``).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def test_a_quoted_content_renders_with_only_the_templates_markers(tokenizer):
 def test_no_module_under_agents_parses_chat_frames_with_a_regex():
     """Issue 29.3: policies read ``Observation.messages`` and ``infos``; none compiles a
     regular expression over ``<|im_start|>`` or ``User:``/``Assistant:`` frames."""
-    root = Path(__file__).resolve().parents[1] / "agents"
+    root = Path(__file__).resolve().parents[2] / "agents"
     call = re.compile(r"re\.(compile|split|match|search|fullmatch|findall|finditer|sub)\(\s*r?[\"']([^\"']*)")
     frame = re.compile(r"im_start|im_end|\b(System|User|Assistant)\b")
     found = [f"{path.relative_to(root.parent)}: {m.group(0)}"

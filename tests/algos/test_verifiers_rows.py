@@ -1,6 +1,6 @@
 """algos.from_verifiers (issue 31.2): verifiers episode records of mopd-search-team back into
 mopd's Episodes and learner rows. The records here are written by hand in the shape
-SearchTeamEnv.finalize gives them (tests/test_verifiers.py checks the env writes that
+SearchTeamEnv.finalize gives them (tests/agents/test_verifiers.py checks the env writes that
 shape), so these tests need no verifiers install: the learner side reads plain JSON."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from agents.simple import HumanPolicy
 from envs.data import load_qa
 from envs.observation import Observation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- 23.1: run refuses

@@ -29,7 +29,7 @@ from envs import env_fn, make_env  # noqa: E402
 from envs.openenv.client import SearchTeamClient, check_tokenizer, question_payload  # noqa: E402
 from envs.openenv.models import SearchTeamAction  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 G = 4
 
 

@@ -15,7 +15,7 @@ from benchmarks.docs_tables import BLOCKS, block, render_docs, rendered
 from benchmarks.seed_stats import seed_interval
 from benchmarks.table2.stats import comparisons_from_records, multiplicity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = json.loads((ROOT / "docs" / "micro_seeds.json").read_text())
 SOURCES = sorted({source for blocks in BLOCKS.values() for source, _ in blocks.values()})
 TABLES = [source for source in SOURCES if Path(source).name == "table2.json"]

@@ -1145,7 +1145,7 @@ def test_a_killed_ablation_takes_its_worker_processes_with_it(tmp_path):
         "    time.sleep(600)\n")
     (tmp_path / "parent.py").write_text(script)
     parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[1])
+                              cwd=Path(__file__).resolve().parents[2])
     worker = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import gpu_check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spec(absent):

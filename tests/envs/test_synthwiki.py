@@ -71,7 +71,7 @@ def test_same_world_in_another_process(world):
         capture_output=True,
         text=True,
         env=env,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         check=True,
     )
     payload = json.dumps([world.corpus, [q.to_dict() for q in world.questions("musique", "test")]])

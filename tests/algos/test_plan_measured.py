@@ -29,7 +29,7 @@ import torch
 from agents import logprobs
 from algos.commands.plan import Arch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = dict(hidden_size=192, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, head_dim=40,
              intermediate_size=352, vocab_size=600, tie_word_embeddings=True, max_position_embeddings=1024)
 """q = 240 differs from h = 192 and kv = 80, so that each term's coefficient is pinned."""

@@ -54,7 +54,7 @@ def test_reading_the_registry_imports_no_recipe_code():
 
     code = ("import sys, algos.commands.presets; "
             "print(sorted(m for m in sys.modules if m.startswith('algos.recipes')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(sorted(
         ["algos.recipes"] + [f"algos.recipes.{r}{m}" for r in ("micro", "tiny", "paper_cpu") for m in ("", ".settings")]))

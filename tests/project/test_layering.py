@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("envs", "agents", "algos", "benchmarks")
 RANK = {name: rank for rank, name in enumerate(PACKAGES)}
 """A module may import its own package and the ones before it in this order, never after."""
