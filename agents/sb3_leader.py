@@ -67,14 +67,6 @@ def algo_class(name: str) -> Any:
     return getattr(stable_baselines3, name.upper())
 
 
-def leader_files(path: str | Path) -> tuple[Path, Path]:
-    """``(weights, settings json)`` of a saved Leader: its directory or its weights file."""
-    path = Path(path)
-    if path.is_dir():
-        return path / MODEL_FILE, path / META_FILE
-    return path, path.with_suffix(".json")
-
-
 def network_settings(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     """``policy_kwargs`` as the plain JSON ``leader.json`` keeps (:data:`NETWORK_KWARGS`;
     an activation class by its :data:`ACTIVATIONS` name). Raises ``ValueError`` naming
@@ -104,11 +96,9 @@ def network_settings(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def check_network(network: Mapping[str, Any], algo: str | None, where: str) -> None:
     """Raise a one-line ``ValueError`` naming ``where`` unless ``network`` (the
-    ``policy_kwargs`` of :data:`NETWORK_KWARGS`) is one a Leader may build: ``net_arch`` a
-    list of at most :data:`MAX_LAYERS` integer widths in ``[1, MAX_WIDTH]`` (PPO and A2C:
-    or ``{"pi": [...], "vf": [...]}``), ``activation_fn`` one of :data:`ACTIVATIONS`,
-    ``share_features_extractor`` (not DQN's) and ``normalize_images`` booleans. Checks the
-    settings only; :func:`check_weights_fit` compares them with the saved tensors."""
+    ``policy_kwargs`` of :data:`NETWORK_KWARGS`) is one a Leader may build, within
+    :data:`MAX_LAYERS`, :data:`MAX_WIDTH` and :data:`ACTIVATIONS`. Checks the settings only;
+    ``SB3LeaderPolicy`` compares them with the saved tensors."""
     if not isinstance(network, Mapping):
         raise ValueError(f"{where}: policy_kwargs must be a JSON object, got {_brief(network)}")
     arch = network.get("net_arch")
@@ -196,13 +186,6 @@ def saved_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_weights_fit(path: str | Path, algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -> None:
-    """One-line ``ValueError`` naming the weights file ``path`` unless its tensors (names and
-    shapes, from its header) are exactly those ``network`` describes: checked before the
-    policy is built, so settings that do not fit cost nothing."""
-    _mismatch(path, expected_shapes(algo, macro, network), saved_shapes(path))
-
-
 def _mismatch(path: str | Path, wanted: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]]) -> None:
     wrong = ([f"missing {k!r}" for k in wanted if k not in found]
              + [f"unexpected {k!r}" for k in found if k not in wanted]
@@ -229,9 +212,7 @@ def build_policy(algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -> A
     import torch
 
     kwargs = dict(network)
-    if "activation_fn" in kwargs:
-        if kwargs["activation_fn"] not in ACTIVATIONS:
-            raise ValueError(f"activation_fn {kwargs['activation_fn']!r} is not one of {sorted(ACTIVATIONS)}")
+    if "activation_fn" in kwargs:  # a name check_network accepted
         kwargs["activation_fn"] = getattr(torch.nn, ACTIVATIONS[kwargs["activation_fn"]])
     cls = algo_class(algo).policy_aliases["MlpPolicy"]
     # lr_schedule only sets up an optimizer that a Leader in use never steps
@@ -302,8 +283,9 @@ def read_settings(path: str | Path) -> dict[str, Any]:
 
 
 def load_weights(path: str | Path, policy: Any) -> None:
-    """Copy the tensors of the safetensors file ``path`` into ``policy`` (names and shapes
-    must match exactly); one-line ``ValueError`` naming the file otherwise."""
+    """Copy the tensors of the safetensors file ``path`` into ``policy``, whose names and
+    shapes its header matched (:func:`expected_shapes`); one-line ``ValueError`` naming the
+    file when the tensors cannot be read."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -312,8 +294,6 @@ def load_weights(path: str | Path, policy: Any) -> None:
     except Exception as err:  # safetensors raises its own errors for a bad header or a short file
         raise ValueError(f"{path}: not a readable safetensors file ({first_line(err)}); "
                          "retrain the Leader with `python -m algos train-leader-sb3 --out DIR`") from None
-    _mismatch(path, {k: tuple(v.shape) for k, v in policy.state_dict().items()},
-              {k: tuple(v.shape) for k, v in state.items()})
     policy.load_state_dict(state, strict=True)
 
 
@@ -397,7 +377,9 @@ class SB3LeaderPolicy:
 
     def __init__(self, path: str | Path, *, deterministic: bool = True, seed: int = 0,
                  make_policy: Callable[..., Any] | None = None):
-        model_path, meta_path = leader_files(path)
+        path = Path(path)
+        model_path, meta_path = ((path / MODEL_FILE, path / META_FILE) if path.is_dir()
+                                 else (path, path.with_suffix(".json")))
         sb3_zip = model_path if model_path.suffix == ".zip" else model_path.parent / SB3_ZIP
         if sb3_zip.exists() and (model_path == sb3_zip or not model_path.exists()):
             raise ValueError(f"{sb3_zip}: an SB3 zip, whose settings are pickled (loading them could run "
@@ -408,7 +390,8 @@ class SB3LeaderPolicy:
         self.meta = read_settings(meta_path)
         self.macro = _macro(self.meta)
         # the settings against the saved tensors' shapes, before anything is built
-        check_weights_fit(model_path, self.meta["algo"], self.macro, self.meta["policy_kwargs"])
+        _mismatch(model_path, expected_shapes(self.meta["algo"], self.macro, self.meta["policy_kwargs"]),
+                  saved_shapes(model_path))
         self.model = build_policy(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
         """The SB3 policy (``predict(obs, deterministic)``), its weights from ``leader.safetensors``."""
         load_weights(model_path, self.model)
