@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "apply_masks",
-           "copy_into", "from_env", "full_optimizer_state", "fully_shard_model", "layout_for",
-           "load_full_optimizer_state", "local_norm", "local_tensor", "run_main", "shard_by_tokens",
-           "sharded_masks", "this_process"]
+__all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "copy_into", "from_env",
+           "full_optimizer_state", "fully_shard_model", "layout_for", "load_full_optimizer_state",
+           "local_norm", "local_tensor", "run_main", "shard_by_tokens", "sharded_masks",
+           "this_process"]
 
 
 DIST_TIMEOUT_S = 2 * 3600
@@ -373,17 +373,6 @@ def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any,
     return out
 
 
-def apply_masks(pairs: Sequence[tuple[Any, Any]]) -> None:
-    """Zero the frozen parts of the accumulated gradients (see :func:`sharded_masks`)."""
-    for p, mask in pairs:
-        if p.grad is not None:
-            p.grad.mul_(mask)
-
-
-def _fqn_order(model: Any) -> list[str]:
-    return [name for name, _ in model.named_parameters()]
-
-
 def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
     """The FSDP2 ``optimizer``'s whole state in the layout ``optimizer.state_dict()`` of a
     plain AdamW over ``model.parameters()`` has (parameters numbered in that order), so a
@@ -396,7 +385,7 @@ def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
                                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not sd.get("param_groups"):  # not rank 0
         return {}
-    index = {name: i for i, name in enumerate(_fqn_order(model))}
+    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
     groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[n] for n in g["params"]]}
               for g in sd["param_groups"]]
     return {"state": {index[n]: s for n, s in sd["state"].items()}, "param_groups": groups}
@@ -407,7 +396,7 @@ def load_full_optimizer_state(model: Any, optimizer: Any, plain: dict[str, Any])
     process's ``optimizer.state_dict()``) into the FSDP2 ``optimizer``. Every rank calls it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    names = _fqn_order(model)
+    names = [name for name, _ in model.named_parameters()]
     groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
               for g in plain["param_groups"]]
     sd = {"state": {names[int(i)]: s for i, s in plain["state"].items()}, "param_groups": groups}
@@ -518,7 +507,9 @@ class Sharded(Replicated):
         return contextlib.nullcontext()  # (masks on the shards: mask_frozen_grads)
 
     def mask_frozen_grads(self) -> None:
-        apply_masks(self.masks)
+        for p, mask in self.masks:
+            if p.grad is not None:
+                p.grad.mul_(mask)
 
     def chunk_count(self, chunks: int) -> int:
         most = torch.tensor([chunks], device=self.dist.device)

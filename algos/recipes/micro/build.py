@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,29 +95,13 @@ BUILD_VERSION = 2
 count, torch and transformers versions and the CPU's kernel set joined the cache key)."""
 
 
-def build_micro_base(
-        out_dir: str | Path | None = None, *,
-        episodes_per_dataset: int = BUILD_DEFAULTS["episodes_per_dataset"],
-        epochs: int = BUILD_DEFAULTS["epochs"], lr: float = BUILD_DEFAULTS["lr"],
-        batch_tokens: int = BUILD_DEFAULTS["batch_tokens"],
-        context_weight: float = BUILD_DEFAULTS["context_weight"],
-        vocab_size: int = BUILD_DEFAULTS["vocab_size"],
-        hidden_size: int = BUILD_DEFAULTS["hidden_size"],
-        num_layers: int = BUILD_DEFAULTS["num_layers"],
-        num_heads: int = BUILD_DEFAULTS["num_heads"],
-        only_correct: bool = BUILD_DEFAULTS["only_correct"],
-        worlds: Sequence[int] = BUILD_DEFAULTS["worlds"],
-        induction: bool = BUILD_DEFAULTS["induction"], lookup: bool = BUILD_DEFAULTS["lookup"],
-        skip_search: float = BUILD_DEFAULTS["skip_search"], facts: int = BUILD_DEFAULTS["facts"],
-        recall: bool = BUILD_DEFAULTS["recall"],
-        known_worlds: Sequence[int] | None = BUILD_DEFAULTS["known_worlds"],
-        skip_known: float | None = BUILD_DEFAULTS["skip_known"],
-        recall_practice: int = BUILD_DEFAULTS["recall_practice"], retriever: Any = None,
-        threads: int | None = None, seed: int = 0, progress: bool = True,
-        build: bool = True) -> Path:
+def build_micro_base(out_dir: str | Path | None = None, *, retriever: Any = None,
+                     threads: int | None = None, seed: int = 0, progress: bool = True,
+                     build: bool = True, **options: Any) -> Path:
     """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
     synthetic train questions per dataset, in both workflows (``settings.ENV``), imitated by
-    :func:`micro_model` with :func:`algos.sft.sft`. Saved with ``save_pretrained`` (model
+    :func:`micro_model` with :func:`algos.sft.sft`; ``options`` override :data:`BUILD_DEFAULTS`
+    (an unknown one is a ValueError). Saved with ``save_pretrained`` (model
     and tokenizer, loadable by ``HFPolicy(path)``) plus ``micro_build.json`` (settings,
     losses, timings) in ``out_dir``, by default ``cache_dir("models", "micro-sft-<key>")``
     keyed by every setting; an existing build there is reused.
@@ -141,19 +125,25 @@ def build_micro_base(
     weights' :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
     ``build=False``: only find an existing build (``FileNotFoundError`` when there is none).
     """
-    settings = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
-                "num_heads": num_heads, "episodes_per_dataset": episodes_per_dataset,
-                "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
-                "context_weight": context_weight, "only_correct": only_correct,
-                "worlds": list(worlds), "induction": induction, "lookup": lookup,
+    unknown = sorted(set(options) - set(BUILD_DEFAULTS))
+    if unknown:
+        raise ValueError(f"build_micro_base: unknown options {unknown}; "
+                         f"known: {sorted(BUILD_DEFAULTS)}")
+    o = {**BUILD_DEFAULTS, **options}
+    worlds, facts, recall, skip_search, skip_known, recall_practice = (o[k] for k in (
+        "worlds", "facts", "recall", "skip_search", "skip_known", "recall_practice"))
+    settings = {**{k: o[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                                     "episodes_per_dataset", "epochs", "lr", "batch_tokens",
+                                     "context_weight", "only_correct")},
+                "worlds": list(worlds), "induction": o["induction"], "lookup": o["lookup"],
                 "skip_search": skip_search, "seed": seed, "env": ENV,
                 "tied_embeddings": True, "spaced_tags": True,
                 "tokenizer": TOKENIZER_VERSION,
-                "tokenizer_fingerprint": tokenizer_fingerprint(vocab_size),
+                "tokenizer_fingerprint": tokenizer_fingerprint(o["vocab_size"]),
                 "retriever": None if retriever is None else type(retriever).__name__,
                 **arithmetic(current_threads() if threads is None else threads)}
     # in the cache key only when set, so that the bases built before they existed keep theirs
-    known = None if known_worlds is None else sorted(set(known_worlds))
+    known = None if o["known_worlds"] is None else sorted(set(o["known_worlds"]))
     settings.update({k: v for k, v in (("facts", facts), ("recall", recall), ("known_worlds", known),
                                        ("skip_known", skip_known), ("recall_practice", recall_practice))
                      if v != BUILD_DEFAULTS[k]})
@@ -229,7 +219,7 @@ def _build(out_dir: Path, settings: dict[str, Any], retriever: Any, progress: bo
 
     s = settings
     started, cpu = time.perf_counter(), time.process_time()
-    log = _log(progress)
+    log = functools.partial(print, flush=True) if progress else lambda message: None
     tokenizer = micro_tokenizer(s["vocab_size"])
     log(f"micro base: collecting scripted episodes ({s['episodes_per_dataset']} per dataset, "
         f"{len(WORKFLOWS)} workflows)")
@@ -343,10 +333,3 @@ def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path
     save_atomically(Saver([model, tokenizer], {"micro_build.json": with_hash}), target,
                      replace=target.parent == cache_dir("models"))
 
-
-def _log(show: bool) -> Any:
-    def log(message: str) -> None:
-        if show:
-            print(message, flush=True)
-
-    return log
