@@ -1,18 +1,12 @@
-"""JSON over HTTP POST with retries, for the remote retriever (standard library only, so
-``envs`` needs no HTTP client package), and the error-body helpers that the
-OpenAI-compatible policy (on the ``openai`` SDK) shares with it.
+"""JSON over HTTP POST with retries, for the remote retriever (standard library only), and
+the error-body helpers the OpenAI-compatible policy shares with it.
 
 Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff (a
-server's ``Retry-After`` is honoured, up to 30 s); other 4xx answers and malformed JSON
-raise at once. Every error message names the URL, and what the server wrote in it (its
-error text, a body excerpt, a bad status line) is passed through
-:func:`envs.terminal.terminal_safe` on one line: an escape sequence in a server's answer is
-shown, never obeyed, wherever the message is printed.
-
-``timeout`` is a deadline for the whole attempt (connect, send, and read the complete
-answer), not a socket timeout: a socket timeout bounds each read, so a server that
-trickles one byte a second would hold the caller for as long as it likes. At the deadline
-the attempt's socket is shut down from a timer thread, which wakes the blocked read.
+``Retry-After`` is honoured, up to 30 s); other 4xx answers and malformed JSON raise at
+once. Every error message names the URL, and what the server wrote in it goes through
+:func:`envs.terminal.terminal_safe` on one line. ``timeout`` is a deadline for the whole
+attempt, not per read (:class:`_Deadline`): a server that trickles a byte a second cannot
+hold the caller.
 """
 
 from __future__ import annotations
@@ -58,7 +52,8 @@ def remote_text(value: Any) -> str:
 
 
 class _Deadline:
-    """The sockets of one attempt, shut down when ``seconds`` have passed since it began.
+    """The sockets of one attempt, shut down from a timer thread (which wakes a blocked read)
+    when ``seconds`` have passed since it began.
 
     Each socket is registered as a duplicate (``sock.dup()``), so the shutdown reaches the
     connection even after urllib or ``ssl`` has closed or detached the original object, and

@@ -1,19 +1,11 @@
 """``JsonlCorpus``: a JSONL corpus read lazily, one row at a time, by byte offset.
 
-wiki-18 holds 21M passages (about 14 GB of JSONL); as Python objects they would not fit in
-a workstation's memory. Here only a table of byte offsets is kept (two int64 per row,
-memory-mapped, so the resident part is the pages touched), and row ``n`` is read from
-the file with one ``pread`` when it is asked for. Rows are numbered in file order,
-skipping blank lines, which is the order a prebuilt faiss index over the same file uses
-(FlashRAG's and Search-R1's index builders add the rows in that order).
-
-The offset table is built once (a numpy scan for newlines, about a second per GB) and
-cached next to the corpus as ``<corpus>.offsets.npy``; when that folder is not writable it
-goes under ``envs.paths.cache_dir("retrieval")``. A cached table whose recorded file size or
-modification time differs from the corpus's is rebuilt.
-
-Unlike ``load_corpus``, nothing is parsed up front: a malformed row raises when it is read
-(naming the file and line), and repeated ids are not looked for.
+wiki-18's 21M passages would not fit in memory as Python objects: only a memory-mapped
+table of each row's byte span is kept (built once by a newline scan, cached as
+``<corpus>.offsets.npy``, else under ``envs.paths.cache_dir("retrieval")``, rebuilt when
+the corpus's size or mtime changes), and row ``n`` is read with one ``pread``. Rows are
+numbered in file order, blank lines skipped: the order of a prebuilt faiss index over the
+file. Nothing is parsed up front. docs/retrieval_scale.md has the measurements.
 """
 
 from __future__ import annotations
@@ -37,17 +29,11 @@ OFFSETS_SUFFIX = ".offsets.npy"
 
 
 class JsonlCorpus(Sequence[Passage]):
-    """The rows of an uncompressed JSONL corpus, read on demand.
-
-    Args:
-        path: a ``.jsonl`` file of ``{"id", "contents"}`` (or ``{"id", "title", "text"}``)
-            rows. Gzip files cannot be read at an offset: decompress them first.
-        cache_dir: where the offset table goes when the corpus's folder is not writable;
-            None = ``envs.paths.cache_dir("retrieval")``.
+    """The rows of an uncompressed ``.jsonl`` corpus, read on demand; ``cache_dir``: where the
+    offset table goes when the corpus's folder is not writable.
 
     ``corpus[n]`` is the Passage of row ``n`` (negative ``n`` counts from the end, a slice
-    gives a list); ``corpus.row(n)`` the row as stored (a dict). Safe to read from several
-    threads (``os.pread`` shares no file position).
+    gives a list); ``corpus.row(n)`` the row as stored. Thread-safe (``os.pread``).
     """
 
     def __init__(self, path: str | os.PathLike, cache_dir: str | os.PathLike | None = None):

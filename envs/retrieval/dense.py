@@ -1,27 +1,15 @@
 """``DenseRetriever``: a sentence-transformers encoder over a faiss inner-product index.
 
 Passages and queries are embedded as unit vectors, so the score is their cosine. The
-passage embeddings and the index are cached on disk, keyed by the corpus (ids and
-contents) and the encoder, so building the same retriever twice encodes once:
+embeddings and the index are cached on disk, keyed by the corpus and the encoder (building
+the same retriever twice encodes once)::
 
     <cache_dir>/<key>/embeddings.npy         key = hash(corpus, encoder, passage prefix, pooling)
     <cache_dir>/<key>/<kind and params>.faiss  (HNSW and IVF only; flat is the embeddings)
 
-Index kinds: ``flat`` (exact), ``hnsw`` (M=32, graph search; minutes to build on a CPU,
-once: it is cached) and ``ivf`` (nlist ~ sqrt(N) clusters, ``nprobe`` of them searched;
-builds in seconds, but at 1M passages 16 lists are 1.6% of them, where its recall@3 on
-MiniLM embeddings measured about 0.5), and ``auto`` (the default): flat below
-``AUTO_APPROXIMATE_FROM`` passages, HNSW from there (docs/performance.md: at 50k passages
-a flat scan of 32 queries already costs several times their encoding). The encoder is
-loaded once per process and shared by every retriever (several env copies usually run in
-one process).
-
-wiki-18 scale (21M passages) and e5 as Search-R1 uses it: docs/retrieval_scale.md. In
-short, a prebuilt faiss index (``index_file=``, e.g. Search-R1's ``e5_Flat.index``) is read
-memory-mapped and the corpus lazily (:class:`envs.retrieval.corpus.JsonlCorpus`); the
-index's row ``n`` must be the corpus's ``n``-th non-blank line. ``pooling="auto"`` gives e5
-models Search-R1's recipe (``query: `` / ``passage: `` prefixes, mean pooling over the
-attention mask, L2-normalised, 256 tokens).
+The encoder is loaded once per process and shared by every retriever. Index kinds, and
+wiki-18 with a prebuilt index and e5 as Search-R1 uses it: docs/retrieval_scale.md and
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -118,10 +106,8 @@ def _pooled_modules(encoder: str, pooling: str) -> list[Any]:
         from sentence_transformers.models import Normalize, Pooling, Transformer
 
     transformer = Transformer(encoder, max_seq_length=SEARCH_R1_MAX_LENGTH)
-    if hasattr(transformer, "get_embedding_dimension"):
-        dim = transformer.get_embedding_dimension()
-    else:
-        dim = transformer.get_word_embedding_dimension()
+    dim = (getattr(transformer, "get_embedding_dimension", None)
+           or transformer.get_word_embedding_dimension)()
     return [transformer, Pooling(dim, pooling_mode=pooling), Normalize()]
 
 
@@ -154,15 +140,6 @@ def load_encoder(encoder: str, device: str = "cpu", pooling: str = "model"):
             # Fast tokenizers are not safe to call from two threads at once ("Already borrowed").
             _ENCODER_LOCKS[id(model)] = threading.Lock()
         return model
-
-
-def encoder_dimension(model: Any) -> int:
-    """The size of the vectors ``model`` (a SentenceTransformer) writes."""
-    get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-    dim = get()
-    if dim is None:  # a module chain that does not declare it: measure
-        dim = len(model.encode(["dimension probe"], convert_to_numpy=True)[0])
-    return int(dim)
 
 
 def _encoder_fingerprint(encoder: str) -> str:
@@ -206,37 +183,24 @@ class DenseRetriever:
     Args:
         corpus: a JSONL(.gz) path, or an iterable of ``{"id", "contents"}`` rows or Passages.
         encoder: a sentence-transformers model id or path; None = the bundled all-MiniLM-L6-v2.
-        index: ``"auto"`` (flat below ``AUTO_APPROXIMATE_FROM`` passages, HNSW from
-            there), ``"flat"``, ``"hnsw"`` or ``"ivf"``, built (and cached) from the encoded
-            corpus. IVF needs at least ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages,
-            and falls back to flat (with a warning) below that; ``self.index_kind`` says
-            what was built. Must stay ``"auto"`` or ``"flat"`` when ``index_file`` is given.
-        cache_dir: where embeddings and indexes are cached; None = ``envs.paths.cache_dir("retrieval")``.
-        batch_size: encoder batch size.
-        device: torch device for the encoder.
-        query_prefix / passage_prefix: prepended before encoding; None = ``"query: "`` /
-            ``"passage: "`` for e5 models, nothing otherwise.
-        nprobe: IVF lists searched per query (also set on a prebuilt IVF index).
+        index: ``"auto"`` (flat below ``AUTO_APPROXIMATE_FROM`` passages, HNSW from there),
+            ``"flat"``, ``"hnsw"`` (M=32) or ``"ivf"`` (nlist ~ sqrt(N), ``nprobe`` searched;
+            flat, with a warning, below ``IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST`` passages).
+            ``self.index_kind`` says what was built ("file" for ``index_file``).
+        cache_dir: None = ``envs.paths.cache_dir("retrieval")``.
+        query_prefix / passage_prefix: None = ``"query: "`` / ``"passage: "`` for e5 models.
         ef_search: HNSW search breadth (raised to ``top_k`` when that is larger).
-        index_file: a prebuilt faiss index over the corpus (e.g. Search-R1's
-            ``e5_Flat.index``): nothing is encoded or built. Its row count must equal the
-            corpus's and its dimension the encoder's (ValueError naming both otherwise).
-        mmap_index: read ``index_file`` memory-mapped (``faiss.IO_FLAG_MMAP``): start-up
-            does not read the whole file, and the OS pages it in as searches touch it.
-        lazy: read the corpus lazily by byte offset (a ``.jsonl`` path only) instead of
-            loading every passage; None = lazily exactly when ``index_file`` is given. A
-            lazy corpus is not checked for malformed rows or repeated ids up front.
-        pooling: ``"auto"``, ``"model"``, ``"mean"`` or ``"cls"`` (see :func:`load_encoder`).
-        progress: when the corpus must be encoded (nothing cached) and holds at least
-            ``PROGRESS_FROM`` passages, say so on stderr in one line (how many, the encoder,
-            the cache folder) and show a bar; False: print nothing.
+        index_file: a prebuilt faiss index over the corpus (Search-R1's ``e5_Flat.index``;
+            nothing is encoded), memory-mapped unless ``mmap_index`` is False. Its row count
+            and dimension must be the corpus's and the encoder's (a ValueError names both).
+        lazy: read the corpus by byte offset (a ``.jsonl`` path: :class:`JsonlCorpus`, not
+            checked up front); None = exactly when ``index_file`` is given.
+        pooling: ``"auto"``, ``"model"``, ``"mean"`` or ``"cls"`` (:func:`load_encoder`).
+        progress: say on stderr that a corpus of ``PROGRESS_FROM`` passages or more is being
+            encoded (nothing cached), with a bar; False prints nothing.
 
-    Attributes:
-        passages: the corpus, in file order (a list, or a lazy :class:`JsonlCorpus`);
-            ``len(self)`` passages.
-        index_kind: ``"flat"``, ``"hnsw"``, ``"ivf"``, or ``"file"`` for ``index_file``.
-        loaded_from_cache: True when the embeddings (and index) came from disk, i.e. no
-            passage was encoded.
+    ``passages`` is the corpus in file order; ``loaded_from_cache`` is True when no passage
+    was encoded.
     """
 
     def __init__(
@@ -404,7 +368,11 @@ class DenseRetriever:
             raise ValueError(f"{path} holds {index.ntotal} vectors but the corpus "
                              f"{self.corpus_source} has {len(self.passages)} passages: the index "
                              "must be built from the same rows")
-        dim = encoder_dimension(self.encoder)
+        model = self.encoder
+        dim = (getattr(model, "get_embedding_dimension", None)
+               or model.get_sentence_embedding_dimension)()
+        if dim is None:  # a module chain that does not declare it: measure
+            dim = len(model.encode(["dimension probe"], convert_to_numpy=True)[0])
         if index.d != dim:
             raise ValueError(f"{path} holds {index.d}-dimensional vectors but the encoder "
                              f"{self.encoder_name} writes {dim}: use the encoder the index was "
@@ -452,10 +420,12 @@ class DenseRetriever:
         # queries are untrusted text: what UTF-8 cannot hold (a lone surrogate) must not crash the encoder
         q = self._encode([clean_text(str(x)) for x in queries], self.query_prefix)  # (Q, dim)
         k = min(top_k, len(self.passages))
-        if self.index_kind == "file":
+        if self.index_kind in ("file", "flat"):
             scores, ids = self._index.search(q, k)
-        elif k == len(self.passages) or self.index_kind == "flat":
-            scores, ids = self._exact_search(q, k)
+        elif k == len(self.passages):  # the whole corpus, ranked exactly (so N is small)
+            sims = q @ np.asarray(self._embeddings).T  # (Q, N)
+            ids = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+            scores = np.take_along_axis(sims, ids, axis=1)
         elif self.index_kind == "hnsw":
             params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
             scores, ids = self._index.search(q, k, params=params)
@@ -464,13 +434,6 @@ class DenseRetriever:
             scores, ids = self._index.search(q, k, params=params)
         return [[self._hit(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
                 for row_s, row_i in zip(scores, ids, strict=True)]
-
-    def _exact_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.index_kind == "flat":
-            return self._index.search(q, k)
-        sims = q @ np.asarray(self._embeddings).T  # (Q, N); only when k == N, so N is small
-        ids = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(sims, ids, axis=1), ids
 
     def _hit(self, i: int, score: float) -> Passage:
         p = self.passages[i]

@@ -34,17 +34,12 @@ Segment = tuple[Job, int, int]
 
 
 class FairQueue:
-    """Requests waiting for the retriever, served a query at a time by start-time fair queuing.
+    """Requests waiting for the retriever, served a query at a time by start-time fair queuing
+    (docs/retrieval_server.md says why, and why the cost counted is queries).
 
-    Each request has a tag: the virtual time at which it arrived (the tag of the last query
-    taken), plus one for each of its queries taken since. :meth:`take` fills a batch of up
-    to ``max_batch`` queries, each time from the request with the lowest tag, and among
-    equal tags from the one with the fewest queries left (then the earliest). So requests
-    that wait together progress a query each in turn; a newly arrived request ties with
-    the least-served of them, and a small one goes first: it waits for the batch in flight,
-    not for one query of every request ahead of it. A request alone gets whole batches.
-    The cost counted is queries: encoding them is most of a request's time
-    (docs/retrieval_server.md has the measurement). Used from the event loop only.
+    A request's tag is the virtual time it arrived at, plus one per query taken since;
+    :meth:`take` fills a batch, each query from the request with the lowest tag, among equals
+    the one with the fewest queries left (then the earliest). Used from the event loop only.
     """
 
     def __init__(self, max_batch: int):

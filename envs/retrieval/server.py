@@ -1,30 +1,15 @@
 """A retrieval HTTP server speaking Search-R1's protocol, on FastAPI and uvicorn.
 
     POST /retrieve {"queries": ["q1", ...], "topk": 3, "return_scores": true}
-      -> 200 {"result": [[{"document": {"id": "0", "contents": "\\"Title\\"\\ntext"},
-                            "score": 0.83}, ...], ...]}
-         (with "return_scores": false, the default as in Search-R1, a hit is the bare document)
-    POST /retrieve {"query": "q1", "topk" or "top_k": 3, "return_scores": true}
-      -> the same answer for the one query, {"result": [[...]]}: SkyRL-gym's SearchEnv
-         (and PettingLLMs) send one query so, and read result[0][j]["document"]["contents"]
-    GET /health -> 200 {"status": "ok", "requests": ..., "queries": ..., "batches": ...,
-                        "rejected": ..., "dropped": ...}
+      -> 200 {"result": [[{"document": {"id": "0", "contents": "..."}, "score": 0.83}, ...], ...]}
+    POST /retrieve {"query": "q1", "topk" or "top_k": 3, ...} -> {"result": [[...]]}
+    GET /health -> 200 {"status": "ok", "requests", "queries", "batches", "rejected", "dropped"}
 
-docs/retrieval_server.md is the reference: Search-R1 compatibility (the request model is
-Search-R1's field for field, documents are the corpus rows as stored with every corpus
-column, the bytes are FastAPI's rendering), the limits and the status code of each, and the
-measurements behind the batching. The design, in short:
-
-- every request is read, parsed and validated on its own before it joins a batch, so one
-  bad request fails alone, with ``{"error": "<one line>"}``; should a batched retriever
-  call still fail, each request of that batch is retried alone;
-- handlers put their requests in a :class:`FairQueue`, and one batcher takes up to
-  ``max_batch`` queries from it, gathered within ``batch_wait_s``, a query of each waiting
-  request in turn, and calls ``retriever.search`` once per distinct ``topk`` in a worker
-  thread (PITFALLS 7); a request is answered, its pieces put back in order, as soon as its
-  own queries are served;
-- a client that disconnects before its answer has what is still queued of its request
-  dropped, never searched (``dropped`` in ``/health`` counts them).
+docs/retrieval_server.md is the reference: Search-R1 compatibility, the limits and their
+status codes, and the batching: each request is validated alone (a bad one fails alone,
+with ``{"error": "<one line>"}``), then served a query at a time by a :class:`FairQueue`
+(``retriever.search`` once per distinct ``topk``, in a worker thread: PITFALLS 7); what is
+still queued of a request whose client disconnected is dropped (``dropped`` counts them).
 """
 
 from __future__ import annotations
@@ -89,18 +74,12 @@ class _HttpError(Exception):
 
 
 class CorpusDocuments:
-    """The corpus rows as stored, by passage id: what Search-R1 returns as a ``document``.
+    """The corpus rows as stored, by passage id: what Search-R1 returns as a ``document``,
+    with every column any row has (null where a row lacks it), as its ``datasets`` table.
 
-    Search-R1 loads the corpus with ``datasets.load_dataset("json")``, whose table has one
-    column per key seen in any row (first-seen order) and null where a row lacks the key;
-    ``document(id)`` returns a row the same way. A plain JSONL file stays on disk, read
-    through the same byte-offset reader as a lazy ``DenseRetriever``
-    (:class:`envs.retrieval.corpus.JsonlCorpus`): only the offsets and the id map are in
-    memory. ``.gz`` files and in-memory rows are kept as rows.
-
-    :meth:`by_row` wraps a lazy corpus of wiki-18 size without reading it: no id map and no
-    column scan; a document is found by the Passage's ``row`` and returned with its own keys
-    (Search-R1's column union only differs for corpora whose rows have different keys).
+    A plain JSONL file stays on disk (a :class:`JsonlCorpus`: only offsets and the id map in
+    memory); :meth:`by_row` wraps a lazy corpus of wiki-18 size without reading it (no id
+    map, no column scan: a document is found by the Passage's ``row``, with its own keys).
     """
 
     def __init__(self) -> None:
@@ -136,7 +115,7 @@ class CorpusDocuments:
             return docs
         docs._corpus = JsonlCorpus(path)
         for n in range(len(docs._corpus)):  # where(n) rereads the file up to n: only for an error
-            docs._add(docs._corpus.row(n), n, lambda: docs._corpus.where(n))
+            docs._add(docs._corpus.row(n), n, lambda n=n: docs._corpus.where(n))
         return docs
 
     @classmethod
@@ -251,28 +230,18 @@ class _IdleTimeoutH11(H11Protocol):
 
 
 class RetrievalServer:
-    """Serve ``retriever`` over HTTP on ``host:port`` (port 0 picks a free one).
+    """Serve ``retriever`` (called from one worker thread only) over HTTP on ``host:port``
+    (port 0 picks a free one).
 
-    Args:
-        retriever: any Retriever; called from one worker thread only.
-        max_batch: most queries per ``retriever.search`` call; a bigger request is served
-            over several calls, taking turns with the other requests waiting. A new request
-            waits for the batch in flight: on a CPU encoder 4 keeps small requests fast under
-            load; on a GPU, where 64 queries cost what one does, use 64
-            (docs/retrieval_server.md has the measurements).
-        batch_wait_s: how long the batcher waits for more requests to join a batch.
-        default_topk: ``topk`` when a request leaves it out, null or 0 (Search-R1's ``--topk``).
-        max_topk: largest ``topk`` accepted.
-        max_queries: most queries in one request.
-        max_waiting_queries: most queries waiting for the retriever, all requests together;
-            a request that would go over gets a 503 with ``Retry-After: 1``.
-        max_body_bytes: largest request body accepted (413 above).
-        max_query_chars: longest query accepted, in characters (413 above).
-        keep_alive_s: a connection silent this long is closed.
-        request_timeout_s: how long a request waits for its answer before a 503.
-        documents: the stored corpus rows to answer with (a ``CorpusDocuments`` or rows);
-            None = read them from ``retriever.corpus_source`` when that is a file, else
-            answer with ``{"id", "contents"}`` built from the Passages.
+    The limits are ``serve``'s flags (docs/retrieval_server.md: each one's status code, and
+    why ``max_batch`` is 4 on a CPU encoder and 64 on a GPU): ``max_batch`` queries per
+    ``retriever.search`` call, ``batch_wait_s`` for more to join a batch, ``default_topk``
+    (Search-R1's ``--topk``) for a ``topk`` left out, null or 0, ``max_topk``,
+    ``max_queries`` in one request, ``max_waiting_queries`` all requests together (503 with
+    ``Retry-After: 1`` above), ``max_body_bytes``, ``max_query_chars``, ``keep_alive_s``
+    before a silent connection is closed, ``request_timeout_s`` before a 503. ``documents``:
+    the stored rows to answer with (a ``CorpusDocuments`` or rows); None = read them from
+    ``retriever.corpus_source`` when that is a file, else ``{"id", "contents"}`` of the Passages.
 
     >>> server = RetrievalServer(retriever, port=0); port = server.start()  # doctest: +SKIP
     >>> server.stop()  # doctest: +SKIP
