@@ -62,30 +62,25 @@ def run_threads(threads: int | None = None) -> Iterator[int]:
     saved = (_current, torch.get_num_threads(), _faiss_threads())
     _current = n
     torch.set_num_threads(n)
-    _set_faiss_threads(n)
+    _faiss_threads(n)
     try:
         yield n
     finally:
         _current = saved[0]
         torch.set_num_threads(saved[1])
         if saved[2] is not None:
-            _set_faiss_threads(saved[2])
+            _faiss_threads(saved[2])
 
 
-def _faiss_threads() -> int | None:
+def _faiss_threads(n: int | None = None) -> int | None:
+    """faiss's thread count, set to ``n`` first when given (None: faiss is not installed)."""
     try:
         import faiss
     except ImportError:
         return None
+    if n is not None:
+        faiss.omp_set_num_threads(n)
     return int(faiss.omp_get_max_threads())
-
-
-def _set_faiss_threads(n: int) -> None:
-    try:
-        import faiss
-    except ImportError:
-        return
-    faiss.omp_set_num_threads(n)
 
 
 def weight_hash(path: str | Path) -> str | None:

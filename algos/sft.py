@@ -29,9 +29,7 @@ from algos.batch import Row, pad_rows
 from algos.engine.freeze import frozen
 from envs.episode import Episode
 
-collate = pad_rows
-"""Right-padded ``(input_ids, attention_mask, targets)`` of rows (the learner's one padding
-helper, :func:`algos.batch.pad_rows`)."""
+collate = pad_rows  # the learner's one padding helper, kept under its SFT name
 
 
 def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) -> list[Row]:

@@ -104,17 +104,6 @@ def evaluate_leader(env: LeaderMacroEnv, choose: Callable[[np.ndarray], int], qu
     return {"mean_reward": float(np.mean(returns)), **means, "episodes": len(returns)}
 
 
-def random_leader(env: LeaderMacroEnv, seed: int = 0) -> Callable[[np.ndarray], int]:
-    """A Leader that picks its macro-action uniformly at random (the floor to beat)."""
-    rng = np.random.default_rng(seed)
-    return lambda obs: int(rng.integers(env.action_space.n))
-
-
-def model_leader(model: Any) -> Callable[[np.ndarray], int]:
-    """The trained model's most likely macro-action."""
-    return lambda obs: int(model.predict(obs, deterministic=True)[0])
-
-
 def train_leader_sb3(algo: str = "ppo", timesteps: int = 8192, others: str | Any = "scripted",
                      out: str | Path = "runs/sb3_leader", seed: int = 0, *, decompose: str = "scripted",
                      search_cost: float = 0.0, train_questions: Sequence[Any] | None = None,
@@ -152,8 +141,11 @@ def train_leader_sb3(algo: str = "ppo", timesteps: int = 8192, others: str | Any
     model.learn(total_timesteps=timesteps, progress_bar=progress)
     seconds = time.perf_counter() - start
 
-    trained = evaluate_leader(env, model_leader(model), eval_questions, seed=seed)
-    floor = evaluate_leader(env, random_leader(env, seed), eval_questions, seed=seed)
+    trained = evaluate_leader(env, lambda obs: int(model.predict(obs, deterministic=True)[0]),
+                              eval_questions, seed=seed)
+    rng = np.random.default_rng(seed)  # the floor to beat: a uniformly random macro-action
+    floor = evaluate_leader(env, lambda obs: int(rng.integers(env.action_space.n)), eval_questions,
+                            seed=seed)
     cfg = env.raw.config
     meta = {
         "algo": algo, "features": list(FEATURES), "max_waves": cfg.max_waves, "max_searchers": cfg.max_searchers,

@@ -46,19 +46,10 @@ BUILD_DEFAULTS: dict[str, Any] = {
 }
 """The build's defaults: 1,831 steps over the scripted team's episodes in six synthetic
 worlds, each seen once, by a model with the wired copy circuit and lookup heads
-(:mod:`algos.recipes.micro.circuit`), about 13 minutes alone on a 2-core CPU, once; the
-result is cached.
-
-``skip_search``: the imitated team reports without searching on 60% of its Searcher tasks,
-so the base under-searches (skip probability 0.58; greedy, it never searches), as untrained
-search agents do. Unlearning that is what RL can teach a model this small in a few dozen
-updates, and it carries over to new questions (``docs/micro.md``). A
-base that imitates the whole team (``skip_search=0``) lacks mostly the lookup skill (the
-notes in ``README.md`` in this folder), which a few dozen RL updates on a hundred questions
-did not teach. At 0.5 the base sat on
-the edge (0.551 or 0.434, depending on the data), where greedy decoding flips on noise.
-50 questions per style and world (35 before ``skip_search``) keep more whole episodes to
-imitate.
+(:mod:`algos.recipes.micro.circuit`). ``skip_search``: the imitated team reports without
+searching on 60% of its Searcher tasks, so the base under-searches, as untrained search
+agents do, and RL has that to unlearn (why 0.6 and not 0.5: ``docs/micro.md``, "Tuning the
+preset").
 
 ``facts`` and ``recall`` (off by default; issue 30's closed-book path): ``facts`` mixes each
 world's geography sentences into the SFT that many times (:func:`~algos.recipes.micro.episodes.fact_rows`:
@@ -86,9 +77,7 @@ SOURCES = ("agents.reading", "agents.scripted", "agents.collect", "agents.models
 words, the synthetic world, the retriever, the model and its SFT). Their fingerprints are
 recorded in ``micro_build.json``; a cached base made by other code is reused with a warning
 that names the modules that changed (not rebuilt: any edit, a comment too, would cost a
-13-minute build). Measured: commit f6ac377 (policies read ``infos``) made the scripted
-Searcher write another query in 2 of the 1,400 episodes of worlds 0 and 1 (50 questions per
-style), so a base built before it and one built after it differ."""
+13-minute build)."""
 
 BUILD_VERSION = 2
 """Bumped when the build's code changes what it makes from the same settings (2: the thread
@@ -101,30 +90,21 @@ def build_micro_base(out_dir: str | Path | None = None, *, retriever: Any = None
     """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
     synthetic train questions per dataset, in both workflows (``settings.ENV``), imitated by
     :func:`micro_model` with :func:`algos.sft.sft`; ``options`` override :data:`BUILD_DEFAULTS`
-    (an unknown one is a ValueError). Saved with ``save_pretrained`` (model
-    and tokenizer, loadable by ``HFPolicy(path)``) plus ``micro_build.json`` (settings,
-    losses, timings) in ``out_dir``, by default ``cache_dir("models", "micro-sft-<key>")``
-    keyed by every setting; an existing build there is reused.
+    (an unknown one is a ValueError). Saved (model, tokenizer and ``micro_build.json``: settings,
+    losses, timings, the weights' :func:`~algos.reproducible.weight_hash`) in ``out_dir``, by
+    default ``cache_dir("models", "micro-sft-<key>")`` keyed by every setting; an existing
+    build there is reused, and ``build=False`` only finds one (``FileNotFoundError``).
 
-    ``only_correct`` keeps the episodes the scripted team answered right (team EM 1):
-    imitating its failures would teach the ways it goes wrong (a broken chain, a guessed
-    comparison) as if they were right. ``skip_search``: the share of Searcher tasks the
-    scripted team reports on without searching; the episodes with such a report are kept
-    even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``facts``, ``recall``, ``known_worlds``, ``skip_known``,
-    ``recall_practice``: :data:`BUILD_DEFAULTS`. ``context_weight``: the model starts from random weights, so it
-    also learns to predict the contexts (prompts, passages, reports) at this weight (see
-    :func:`algos.sft.sft_loss`); without it, a few hundred steps teach the tags but not the
-    copying of names and questions that valid turns need. ``retriever``: what the scripted
-    team searches (default: ``envs.retrieval.factory.default_retriever()``, MiniLM over the
-    synthetic world); a custom one needs an explicit ``out_dir``. ``threads``: torch's and
-    faiss's intra-op threads during the build (None: :func:`algos.reproducible.current_threads`);
-    they can change the weights (:mod:`algos.reproducible`), so with the seed and
-    :func:`arithmetic`'s versions and CPU kernel set they are part of the cache key, and a base
-    built otherwise is never reused as this one. ``micro_build.json`` records them and the
-    weights' :func:`algos.reproducible.weight_hash` (also printed at the end of the build).
-    ``build=False``: only find an existing build (``FileNotFoundError`` when there is none).
-    """
+    ``only_correct`` keeps the episodes the scripted team answered right: imitating its
+    failures would teach them as if they were right. The episodes with a skipped search are
+    kept even when wrong (most are), so the base skips about as often as that team
+    (:func:`imitated`). ``context_weight``: the model starts from random weights, so it also
+    learns to predict the contexts at this weight (:func:`algos.sft.sft_loss`); without it, a
+    few hundred steps teach the tags but not the copying of names that valid turns need.
+    ``retriever``: what the scripted team searches (default: MiniLM over the synthetic world);
+    a custom one needs an explicit ``out_dir``. ``threads`` (None:
+    :func:`algos.reproducible.current_threads`) can change the weights, so they are part of
+    the cache key with :func:`arithmetic`'s versions and CPU kernel set."""
     unknown = sorted(set(options) - set(BUILD_DEFAULTS))
     if unknown:
         raise ValueError(f"build_micro_base: unknown options {unknown}; "
