@@ -83,8 +83,7 @@ def _array_json(value: Any) -> list[Any] | None:
 
 @dataclass
 class Dist:
-    """This process's place in a ``torch.distributed`` job (world size >= 1). Outside torchrun
-    the Trainer holds a :class:`OneProcess`, the same object whose every method is trivial."""
+    """This process's place in a ``torch.distributed`` job (world size >= 1)."""
 
     rank: int
     world: int
@@ -140,11 +139,8 @@ class Dist:
     def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter],
                          bucket_bytes: int = GRAD_BUCKET_BYTES) -> None:
         """Sum the gradients over the ranks, in place (a missing gradient counts as 0: a rank
-        may have had no rows of this minibatch). Gradients of one dtype are packed into
-        buckets of at most ``bucket_bytes`` (a gradient larger than that is a bucket of its
-        own, reduced where it lies): one collective per bucket, and at most one bucket's copy
-        in memory at a time. Every rank packs the same buckets (the same parameters in the
-        same order)."""
+        may have had no rows of this minibatch), one collective per bucket of at most
+        ``bucket_bytes`` of one dtype: at most one bucket's copy in memory at a time."""
         params = [p for p in parameters if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -228,9 +224,8 @@ class Dist:
 
 
 class OneProcess(Dist):
-    """The :class:`Dist` of a process that torchrun did not start: rank 0 of 1. Every
-    collective is the identity on this rank's values and sends nothing, so code written for
-    K ranks runs its one-process story unchanged (and computes the same numbers)."""
+    """The :class:`Dist` of a process that torchrun did not start: rank 0 of 1, every
+    collective the identity, so code written for K ranks runs its one-process story unchanged."""
 
     launched = False
 
@@ -306,11 +301,9 @@ def from_env(device: str = "cpu", timeout_s: float | None = None) -> Dist | None
 
 
 def fully_shard_model(model: Any, mp_policy: Any = None) -> Any:
-    """FSDP2: shard each decoder layer, then the whole model, over the default process group
-    (``torch.distributed.fsdp.fully_shard``); returns the model (sharded in place).
-    ``mp_policy``: a ``MixedPrecisionPolicy`` (``algos.engine.precision.Precision.fsdp_policy``;
-    None: compute in the parameters' dtype). Its reduce-scatter *averages* the ranks'
-    gradients, and every rank must run as many forwards and backwards (``docs/scaleout.md``)."""
+    """FSDP2: shard each decoder layer, then the whole model, in place; returns it.
+    ``mp_policy``: ``Precision.fsdp_policy()`` (None: compute in the parameters' dtype). What
+    it changes for the update (averaged gradients, lock-step): ``docs/scaleout.md``."""
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError as err:  # torch < 2.6
@@ -345,10 +338,8 @@ def run_main(main: Callable[[], int]) -> int:
 
 def copy_into(full_model: Any, sharded: Any) -> None:
     """Gather ``sharded``'s weights into the plain replica ``full_model`` (every rank calls
-    it, parameters in the same order): generation, scoring, validation and checkpoints read
-    that gathered copy. One parameter is gathered at a time, so the peak beyond the replica
-    is the largest parameter, not a second whole model. (A tied output layer is one
-    parameter: copied once, both names see it.)"""
+    it), one parameter at a time: the peak beyond the replica is the largest parameter, not a
+    second whole model."""
     params = dict(full_model.named_parameters())
     buffers = dict(full_model.named_buffers())
     with torch.no_grad():
@@ -430,10 +421,9 @@ class FullOptimizer:
 
 
 class Replicated:
-    """How the trained model lies on the ranks when every rank holds all of it: one process,
-    or torchrun's ranks whose gradients are summed once per minibatch (the DDP-equivalent
-    path, module docstring). The trained model is also the replica that generates, scores,
-    validates and is saved; frozen parts are kept by gradient hooks (``algos.engine.freeze.frozen``)."""
+    """Every rank holds all of the trained model (one process, or torchrun's ranks whose
+    gradients are summed once per minibatch, module docstring); it is also the replica that
+    generates, scores, validates and is saved."""
 
     chunk_elements: int | None = None
     """``agents.logprobs.token_logprobs``' output layer chunking (None: its default)."""
@@ -481,10 +471,8 @@ class Replicated:
 
 class Sharded(Replicated):
     """FSDP2 (``TrainConfig.fsdp``): each rank holds a shard of the trained model and a gathered
-    replica, refreshed after every update (:func:`copy_into`); every rank runs as many chunks
-    per minibatch (zero-loss padding), each loss is multiplied by the world size (the
-    reduce-scatter averages), frozen parts are masked on the shards and the optimizer state is
-    gathered for a checkpoint in one process's layout (``docs/scaleout.md``)."""
+    replica (:func:`copy_into`); what else differs: ``docs/scaleout.md``, "FSDP2 inside the
+    Trainer"."""
 
     chunk_elements = 0  # the model's own forward: FSDP2 gathers parameters in the root module's
 

@@ -40,12 +40,9 @@ T, where token embeddings live):
    embeddings plus the circuit. The final norm's weight is ``out_scale``, because
    unit-norm logits over a 4k vocabulary are too flat to express a confident copy.
 
-RoPE has to leave the induction heads' content match alone at every distance. The config
-therefore needs a ``rope_theta`` (``ROPE_THETA``) at which only the two fastest frequency
-pairs turn. Pair 0 turns 1 rad per position and pair 1 0.005 rad, which together give the
-look-back heads a peak at their distance with a logit margin of at least 12 up to 1,100
-positions. The induction heads use pairs 2 and up, which turn at most 2.5e-5 rad per
-position.
+RoPE has to leave the induction heads' content match alone at every distance: at
+:data:`ROPE_THETA` only the two fastest frequency pairs turn, and they place the look-back
+heads' peaks (:data:`PREV_AMPLITUDES`); the induction heads use the other pairs.
 
 >>> model = tiny_causal_lm(4096, hidden_size=256, num_layers=4, num_heads=8, tie_word_embeddings=True,
 ...                        attention_bias=True, rope_theta=ROPE_THETA)   # doctest: +SKIP
@@ -86,27 +83,17 @@ def wire_induction_heads(model: Any, *, prev_heads: Sequence[int] = (0, 1),
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
     ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``
-    and what must stay frozen (:func:`frozen_entries`) in ``model.config.mopd_frozen``, both
-    saved with the model, so SFT and RL (``algos.engine.freeze``) keep the circuit as it is.
+    and what must stay frozen (:func:`frozen_entries`) in ``model.config.mopd_frozen``.
 
-    The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back and writes that token into
-    its own block of S (``head_dim`` residual dimensions each). Heads ``induction_heads`` of
-    layer 1 then match the last ``len(prev_heads)`` tokens at once: with two look-back
-    heads a head attends where the previous *two* tokens recur, so ``'The`` finds the title
-    that follows ``'The`` rather than every word that follows ``The``. The scales set how
-    strongly: ``prev_write`` is the size of a looked-back token in S and ``copy_write`` that
-    of the copied token, both in units of the embeddings' std; ``match_scale`` is the
-    query/key scale of an induction head; ``out_scale`` the final norm's weight at an
-    embedding std of 0.02 (scaled by 0.02 / ``embed_std``, which keeps the logits the same).
-    ``embed_std``: the embeddings are rescaled to this std (RMSNorm makes the forward pass
-    blind to it). Larger than the usual 0.02 so that an optimizer's early steps, which move
-    every embedding by about the learning rate and in similar directions, leave the tokens
-    distinguishable, which the circuit's matching relies on.
-
-    ``lookup_heads``, in layer ``lookup_layer`` (after layer 1), are the module docstring's
-    lookup heads: keys and values wired, queries zero (learned). At initialisation they
-    attend everywhere alike and so add a little of every context token to the logits.
-    ``seed`` draws the random projections."""
+    The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back; ``induction_heads`` of
+    layer 1 match the last ``len(prev_heads)`` tokens at once (with two, ``'The`` finds the
+    title that follows ``'The`` rather than every word that follows ``The``). ``prev_write``
+    and ``copy_write``: the size of a looked-back and of a copied token, in units of the
+    embeddings' std; ``match_scale``: an induction head's query/key scale; ``out_scale``: the
+    final norm's weight at an embedding std of 0.02. ``embed_std``: the embeddings' std,
+    larger than the usual 0.02 so that an optimizer's early steps, which move every embedding
+    alike, leave the tokens distinguishable. ``lookup_heads`` sit in layer ``lookup_layer``
+    (queries zero, learned). ``seed`` draws the random projections."""
     cfg = model.config
     _check_model(model, prev_heads, induction_heads, lookup_heads, lookup_layer)
     d, n_heads = cfg.hidden_size, cfg.num_attention_heads
@@ -189,18 +176,12 @@ def wire_induction_heads(model: Any, *, prev_heads: Sequence[int] = (0, 1),
 
 
 def frozen_entries(config: Any) -> list[str]:
-    """What of a wired model stays frozen, as ``algos.engine.freeze`` entries, from the layout in
-    ``config.induction``: all of layer 0 (so it adds the looked-back tokens and nothing
-    else), the embeddings' S dimensions, layer 1's input norm, and the queries, keys and
-    values of the induction heads. Every other weight trains as usual, including how
-    strongly the induction heads write (their ``o_proj`` columns), so SFT learns *when* to
-    copy without unlearning *how*.
-
-    With lookup heads (layer ``L``), their keys and values are frozen too, and so are the
-    input norm of layer ``L`` and every write into S by the layers between 1 and ``L``: the
-    keys then read the looked-back tokens exactly as layer 0 wrote them. Their queries,
-    which say what to look up, train.
-    """
+    """What of a wired model stays frozen, as ``algos.engine.freeze`` entries, from the layout
+    in ``config.induction``: all of layer 0, the embeddings' S dimensions, layer 1's input
+    norm and the induction heads' queries, keys and values; with lookup heads (layer ``L``),
+    their keys and values, layer ``L``'s input norm and every write into S between. Every other
+    weight trains, how strongly the heads write included, so SFT learns *when* to copy
+    without unlearning *how*."""
     layout = getattr(config, "induction", None)
     if not layout:
         raise ValueError("frozen_entries: the model has no wired circuit (config.induction is "

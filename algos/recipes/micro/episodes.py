@@ -84,16 +84,12 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
                       skip_known: float | None = None, start: int = 0,
                       progress: bool = False) -> list[Any]:
     """The scripted team's Episodes on ``per_dataset`` synthetic questions of each dataset in
-    ``split`` (from question ``start``), one per question and workflow, in the micro env, for each world
-    seed in ``worlds`` (0 = ``default_world()``, the one validation uses). ``retriever``
-    serves world 0 (default: ``envs.retrieval.factory.default_retriever()``); any other world is
-    searched by MiniLM over its own corpus (``DenseRetriever``, index cached on disk).
-    ``skip_search``: the share of Searcher tasks the scripted team reports on without
-    searching (``agents.scripted.ScriptedPolicy``); with ``recall``, such a report on a one-hop
-    task whose fact the world's geography holds (``SynthWiki.geography()``) states the fact
-    instead of ``SKIPPED_REPORT``: the team answers what it knows from memory, the geography
-    of the worlds in ``known_worlds`` (None: every world), skipping the search on a share
-    ``skip_known`` of those tasks (None: ``skip_search``)."""
+    ``split`` (from question ``start``), one per question and workflow, in the micro env, for
+    each world seed in ``worlds`` (0 = ``default_world()``). ``retriever`` serves world 0
+    (default: ``default_retriever()``); another world is searched by MiniLM over its corpus.
+    ``skip_search``, ``skip_known``: as :class:`agents.scripted.ScriptedPolicy`'s; with
+    ``recall``, a skipping Searcher states the fact of a one-hop task of a world in
+    ``known_worlds`` (None: every world) from its geography instead of ``SKIPPED_REPORT``."""
     from agents.collect import collect
     from envs.retrieval import DenseRetriever
     from envs.retrieval.factory import default_retriever
@@ -118,12 +114,9 @@ def scripted_episodes(tokenizer: Any, per_dataset: int, *, split: str = "train",
 
 def imitated(episodes: Sequence[Any], recalled: Collection[str] = ()) -> list[Any]:
     """The scripted episodes the base imitates: those the team answered right, and those in
-    which a Searcher reported without searching (``skip_search``), right or not, so that the
-    base skips as often as the team it imitates. ``recalled``: the reports a Searcher that
-    skipped writes from memory (``scripted_episodes(recall=True)``: the worlds' geography
-    sentences); an episode with one counts as skipped. (A searching Searcher whose summary is
-    exactly one such sentence counts too: a right report, kept where the team went wrong
-    elsewhere.)"""
+    which a Searcher reported without searching, right or not, so that the base skips as often
+    as the team it imitates. ``recalled``: the reports a skipping Searcher writes from memory
+    (the worlds' geography sentences); an episode with one counts as skipped."""
     skipped = {SKIPPED_REPORT, *recalled}
     return [ep for ep in episodes if ep.team_em == 1 or not skipped.isdisjoint(ep.reports)]
 

@@ -58,7 +58,6 @@ def searcher_skip_probability(model: Any, tokenizer: Any, *, workflow: str = "ca
     return probabilities
 
 
-
 def fact_recall(model: Any, tokenizer: Any, world_seed: int = 0) -> dict[str, float]:
     """How many of the world's closed-book facts (``SynthWiki.geography()``) ``model`` states
     from memory: a fact counts when, after EOS, its subject and its relation's wording

@@ -11,13 +11,10 @@ def micro_model(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num
                 tie_word_embeddings: bool = True, induction: bool = False,
                 lookup: bool = False) -> Any:
     """A randomly initialised Llama (``agents.models.tiny_causal_lm``) over ``tokenizer``'s
-    vocabulary, with its EOS (``<|im_end|>``) and pad ids; the same weights for the same
-    arguments. With the defaults and a 4k vocabulary: about 5.2M parameters.
-
-    ``induction`` wires the copy circuit (:mod:`algos.recipes.micro.circuit`) into a quarter of
-    layer 0's heads and half of layer 1's; it needs tied embeddings, query/key biases and
-    ``ROPE_THETA``, so the config has those. ``lookup`` (with ``induction``) also wires half of
-    layer 2's heads as lookup heads."""
+    vocabulary and its EOS and pad ids; the same weights for the same arguments (about 5.2M
+    parameters with the defaults and a 4k vocabulary). ``induction`` wires the copy circuit
+    into a quarter of layer 0's heads and half of layer 1's, ``lookup`` half of layer 2's as
+    lookup heads (:mod:`algos.recipes.micro.circuit`)."""
     from agents.models import tiny_causal_lm
     from algos.recipes.micro.circuit import ROPE_THETA, wire_induction_heads
 

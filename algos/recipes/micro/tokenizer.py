@@ -102,12 +102,9 @@ def _world_texts(seed: int) -> list[str]:
 
 
 def train_micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
-    """A byte-level BPE of ``vocab_size`` tokens (special and tag tokens included), fitted to
-    the synthetic world of ``seed`` (0 = ``default_world()``, the env's default) and the
-    protocol text, as a ``transformers.PreTrainedTokenizerFast``: pad ``<|pad|>`` (id 0),
-    ``<|im_start|>`` (1), EOS ``<|im_end|>`` (2), a ChatML chat template. Deterministic:
-    the same arguments give the same vocabulary and merges. Byte-level, so every string
-    round-trips: ``decode(encode(s)) == s``."""
+    """A byte-level BPE of ``vocab_size`` tokens (:data:`SPECIAL_TOKENS` and the tags
+    included) fitted to the synthetic world of ``seed`` and the protocol text, with a ChatML
+    template; deterministic, and every string round-trips (``decode(encode(s)) == s``)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -141,9 +138,8 @@ def tokenizer_fingerprint(vocab_size: int, seed: int = 0) -> str:
 
 
 def micro_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
-    """:func:`train_micro_tokenizer`'s tokenizer, trained once and then loaded from
-    ``cache_dir("tokenizers", f"micro-{vocab_size}-seed{seed}")`` (retrained when the
-    protocol text it was fitted to has changed since)."""
+    """:func:`train_micro_tokenizer`'s tokenizer, trained once and cached (retrained when
+    :func:`tokenizer_fingerprint` changes)."""
     from transformers import PreTrainedTokenizerFast
 
     path = cache_dir("tokenizers", f"micro-{vocab_size}-seed{seed}")

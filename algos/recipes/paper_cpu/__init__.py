@@ -3,12 +3,6 @@ checkpointing, FSDP2 over torchrun's ranks, Ray rollout workers, Stage I then St
 sizes two CPU cores can run in minutes, to catch what breaks in that wiring before a GPU
 job does. It checks the wiring, not learning: the model is random.
 
-- ``settings``: the model name, the Qwen3 shape, env shape and training settings;
-- ``build``: a ``Qwen3ForCausalLM`` built from a shrunk ``Qwen3Config`` over the micro
-  tokenizer (nothing downloaded), saved once and cached.
-
-:data:`RECIPE` is the recipe as the preset registry and the command line see it.
-
     torchrun --standalone --nproc-per-node 2 -m algos train --preset paper_cpu --out runs/paper_cpu
 """
 

@@ -30,8 +30,7 @@ def qwen3_model(tokenizer: Any, seed: int = 0) -> Any:
 
 
 def fresh_paper_cpu_model() -> tuple[Any, Any]:
-    """``(model, tokenizer)``: the random Qwen3 and the micro tokenizer
-    (``python -m algos sft --model paper_cpu``)."""
+    """``(model, tokenizer)``: the random Qwen3 and the micro tokenizer."""
     from algos.recipes.micro.tokenizer import micro_tokenizer
 
     tokenizer = micro_tokenizer()
@@ -40,12 +39,9 @@ def fresh_paper_cpu_model() -> tuple[Any, Any]:
 
 def build_paper_cpu_base(out_dir: str | Path | None = None, *, seed: int = 0, progress: bool = False,
                          build: bool = True, **options: Any) -> Path:
-    """The base's directory (model, tokenizer and ``paper_cpu_build.json``; loadable by path),
-    built the first time (a second) and reused after. ``out_dir`` defaults to
-    ``cache_dir("models", "paper-cpu-<key>")``, keyed by every setting. ``build=False``: only
-    find an existing build (``FileNotFoundError`` when there is none). ``options``: the
-    command line's training options (``python -m algos sft --preset paper_cpu --epochs 2``),
-    refused: the base is random, there is no training to configure."""
+    """The base's directory (model, tokenizer and ``paper_cpu_build.json``), cached as the
+    micro base is (:func:`algos.recipes.micro.build.build_micro_base`). ``options`` (the
+    command line's training options) are refused: the base is random, nothing trains."""
     from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
 
     if options:

@@ -1,12 +1,7 @@
 """The tiny recipe: a 1M-parameter team ready in about a minute, for smoke tests, CI and the
-scale-out checks (Ray rollout workers, torchrun), whose rollouts give mixed rewards.
-
-- ``settings``: the model name, env shape and training settings (the one definition);
-- ``build``: about a minute of SFT of a wired tiny Llama on scripted-team episodes, cached.
-
-:data:`RECIPE` is the recipe as the preset registry and the command line see it. Its build
-takes the command line's SFT options but not ``skip_search``: the tiny base imitates the
-whole scripted team.
+scale-out checks (Ray rollout workers, torchrun), whose rollouts give mixed rewards. Its
+build takes the command line's SFT options but not ``skip_search``: the tiny base imitates
+the whole scripted team.
 """
 
 from __future__ import annotations

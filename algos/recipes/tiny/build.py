@@ -40,15 +40,10 @@ BUILD_VERSION = 2
 def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None, seed: int = 0,
                     progress: bool = False, build: bool = True, threads: int | None = None,
                     **options: Any) -> Path:
-    """The tiny base's directory (model, tokenizer and ``tiny_build.json``; loadable by
-    path), built the first time and reused after. ``out_dir`` defaults to
-    ``cache_dir("models", "tiny-sft-<key>")``, keyed by every setting. ``retriever``: what
-    the scripted team searches (default: :class:`~envs.retrieval.lexical.WordOverlapRetriever`
-    over the default synthetic world). ``options`` override :data:`BUILD_DEFAULTS`.
-    ``threads``: the build's torch and faiss threads (None:
-    :func:`algos.reproducible.current_threads`), part of the key with the micro build's
-    ``arithmetic``, and recorded with the seed in ``tiny_build.json``, as the micro preset's.
-    ``build=False``: only find an existing build (``FileNotFoundError`` when there is none)."""
+    """The tiny base's directory (model, tokenizer and ``tiny_build.json``), as
+    :func:`algos.recipes.micro.build.build_micro_base` makes the micro one (the same cache
+    key, ``threads`` and ``build``), over the default synthetic world's
+    :class:`~envs.retrieval.lexical.WordOverlapRetriever` unless ``retriever`` is given."""
     from algos.recipes.micro.build import arithmetic
     from algos.reproducible import current_threads, run_threads
 
@@ -72,8 +67,7 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
 
 
 def fresh_tiny_model() -> tuple[Any, Any]:
-    """``(model, tokenizer)``: an untrained tiny model, wired like the base, and the micro
-    tokenizer (``python -m algos sft --model tiny``)."""
+    """``(model, tokenizer)``: an untrained tiny model, wired like the base."""
     from algos.recipes.micro.model import micro_model
     from algos.recipes.micro.tokenizer import micro_tokenizer
 
