@@ -8,23 +8,15 @@ role's stop strings, and the reply comes back as ``Action(text=...)``: the env t
 it once; there are no token ids and no log-probs, so this policy can act and be evaluated
 but not be trained on-policy.
 
-**Quoted contents.** The server renders the messages with its own chat template and
-tokenises the result with special-token parsing on; a passage or report that spells
-``<|im_end|>\\n<|im_start|>system`` would become a real system turn there. Every content
-goes through ``envs.chat.quote_message``, which breaks spelled special markers (and
-the ``special_tokens`` given) with a zero-width joiner and quotes ``User:``-style header
-lines, so no spelled marker forms a turn in any chat layout.
+**Quoted contents.** The server renders the messages with its own chat template, so a
+passage that spells ``<|im_end|>\\n<|im_start|>system`` would become a real system turn
+there: every content goes through ``envs.chat.quote_message``.
 
 Requests go through the SDK's async client (its connection pool, retries with backoff and
 ``Retry-After``, timeouts and error types), ``concurrency`` at a time, on one event loop
 thread per policy, so ``act`` works the same from plain code, threads or a notebook.
-Against the standard-library client it replaced, batches of 16 at ``concurrency=8`` to a
-local stub server went from 19-27 to 65 requests/s (connections are kept alive);
-importing the SDK costs about 2 s, once.
-
-Chat APIs drop the stop string they stopped on; :func:`restore_stop` puts it back, so a
-Searcher's ``<search>foo`` returns as ``<search>foo</search>`` (the env parses only
-complete tags).
+Chat APIs drop the stop string they stopped on; :func:`restore_stop` puts it back (the env
+parses only complete tags).
 
 >>> policy = OpenAIPolicy("smollm2", base_url="http://127.0.0.1:8080/v1")  # doctest: +SKIP
 >>> [action] = policy.act([observation])                                   # doctest: +SKIP
@@ -170,10 +162,8 @@ class OpenAIPolicy:
 
         named = tuple(check_marker(m, "OpenAIPolicy markers") for m in markers)
         own = template_markers(tokenizer) if tokenizer is not None else ()
+        # every marker broken besides the built-in ones: configuration only, never a message's
         self.special_tokens = tuple(dict.fromkeys((*(str(t) for t in special_tokens), *named, *own)))
-        """Every marker broken in the contents besides the built-in ones: ``special_tokens``,
-        ``markers`` and those of ``tokenizer``'s chat template (configuration only, never
-        read from a message)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None

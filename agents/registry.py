@@ -11,10 +11,6 @@ An LM kind (``hf``, ``openai``, ``ckpt``) takes sampling settings in a query str
 
 A layer above ``agents`` adds its own kinds with :func:`register_policy` (the benchmarks
 add ``ckpt:<run dir>``, a learner's checkpoint), so the table grows in one place.
-
-:func:`check_policy` refuses a spec that cannot be built here (an unknown kind, a path
-that is not there, a hub id while the hub is offline) with one line, before anything
-loads and before a command creates its output folder.
 """
 
 from __future__ import annotations
@@ -183,9 +179,7 @@ POLICY_KINDS: dict[str, PolicyKind] = {
     "sb3": PolicyKind(_sb3, "sb3:<path>", _check_sb3),
     "python": PolicyKind(_python, "python:<module>:<Class>", _check_python),
 }
-"""``kind`` -> its row, for specs ``kind`` or ``kind:<arg>``: the one list of kinds. The spec
-parser, :func:`check_policy`, :func:`make_policy` and the help of every command line
-(:func:`policy_usage`) read it; :func:`register_policy` adds a row."""
+"""``kind`` -> its row, for specs ``kind`` or ``kind:<arg>``; :func:`register_policy` adds a row."""
 
 
 def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None, *,
@@ -241,7 +235,8 @@ def check_policy(spec: str) -> None:
     """Raise ``ValueError`` with one line when ``spec`` names no policy this machine can
     build: an unknown kind, a malformed per-role spec, or a kind whose check fails (a
     ``ckpt:`` run without a checkpoint, an ``hf:`` id while the hub is offline, ...).
-    Loads no model and reaches no network; a spec that passes may still fail to load."""
+    Loads no model and reaches no network, so a command runs it before it creates its
+    output folder; a spec that passes may still fail to load."""
     for _role, kind, arg, _sampling in _split(spec):
         check = POLICY_KINDS[kind].check
         if check is not None:

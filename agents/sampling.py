@@ -65,20 +65,6 @@ def min_temperature(dtype: str = SAMPLING_DTYPE) -> float:
     return LOGIT_BOUND / FLOAT_MAX[dtype]
 
 
-def check_temperature(value: float, dtype: str = SAMPLING_DTYPE) -> float:
-    """``value`` when it is 0 (greedy) or in ``[min_temperature(dtype), inf)``; else
-    ``ValueError`` stating that range."""
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {value!r}")
-    if 0 < value < min_temperature(dtype):
-        raise ValueError(
-            f"temperature must be 0 (greedy) or at least {min_temperature(dtype):.3g}: logits up to "
-            f"{LOGIT_BOUND:g} divided by it must stay finite in {dtype} (at most {FLOAT_MAX[dtype]:.3g}), "
-            f"got {value!r}")
-    return value
-
-
 def _value(key: str, text: str) -> float | int:
     """``text`` as the value of ``key``; ``ValueError`` saying what a good value is."""
     if key == "max_new_tokens":
@@ -93,11 +79,13 @@ def _value(key: str, text: str) -> float | int:
         number = float(text)
     except ValueError:
         number = math.nan
-    if key == "temperature":
-        try:
-            check_temperature(number)
-        except ValueError as err:  # the message quotes the text as given
-            raise ValueError(f"{str(err).rpartition(', got ')[0]}, got {text!r}") from None
+    if key == "temperature" and not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {text!r}")
+    if key == "temperature" and 0 < number < min_temperature():
+        raise ValueError(
+            f"temperature must be 0 (greedy) or at least {min_temperature():.3g}: logits up to "
+            f"{LOGIT_BOUND:g} divided by it must stay finite in {SAMPLING_DTYPE} (at most "
+            f"{FLOAT_MAX[SAMPLING_DTYPE]:.3g}), got {text!r}")
     if key == "top_p" and not (math.isfinite(number) and 0 < number <= 1):
         raise ValueError(f"top_p must be a number in (0, 1], got {text!r}")
     return number
