@@ -32,8 +32,7 @@ class TrainConfig:
     """The base model pi_0: ``smollm2``, ``micro`` (the SFT-warmed micro model), a hub id or a path."""
     teacher: str | None = None
     """Stage II only: a Stage-I checkpoint directory, or ``base`` (the base-model-teacher
-    diagnostic). None in Stage II means no Teacher: only a Searcher signal whose role rule
-    needs none (``algos.roles``) and ``kl_coef=0`` are then allowed."""
+    diagnostic). None: only a Searcher signal whose rule needs none, with ``kl_coef=0``."""
     searcher_signal: str = "opd"
     """Stage II Searcher signal: a signal row of the table of role rules
     (``algos.roles.searcher_signals()``; Table 2)."""
@@ -55,10 +54,8 @@ class TrainConfig:
     minibatches: int = 1
     """Optimizer steps per batch of rollouts (>1 makes the clip matter)."""
     freeze_embeddings: bool = False
-    """Keep the token embeddings as they are (tied embeddings: the output layer too). Ours:
-    with tied embeddings the quickest way to raise a rewarded answer token is to raise
-    that token's own row, which memorises training answers; frozen, an update has to
-    change how the model reads its context."""
+    """Keep the token embeddings (tied: the output layer too) as they are. Ours: otherwise the
+    quickest way to raise a rewarded answer token is its own row, which memorises answers."""
     clip_eps: float = 0.2
     """PPO's ratio clip: the surrogate stops rewarding a ratio beyond ``1 +- clip_eps``."""
     beta: float = 0.01
@@ -101,11 +98,8 @@ class TrainConfig:
     questions themselves: the sanity check that the learner can fit a small set."""
     pass_rate_filter: int = 0
     """G > 0: before the first step, sample G workflows per training question with the
-    starting model and train only on the questions some but not all of them got right
-    (R_EM strictly between 0 and 1), the questions whose GRPO groups can carry an outcome
-    advantage (dynamic sampling done once, before training, on training questions only).
-    The kept questions are written to ``<out_dir>/train_questions.json`` and a resumed run
-    reads them back. 0: train on every training question."""
+    starting model and train only on those some but not all of them got right (whose GRPO
+    groups can carry an outcome advantage; kept in ``<out_dir>/train_questions.json``). 0: off."""
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
     """The datasets validation avg@k is taken over (the seven benchmarks)."""
     val_split: str = "dev"
@@ -123,9 +117,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     """How many of the newest checkpoints stay on disk."""
     sample_every: int = 1
-    """Keep a training sample every this many steps, ``<out_dir>/samples/step_NNNNNN.jsonl``
-    (a few of the step's episodes with the per-token values its loss used), and one at every
-    validation (``val_step_NNNNNN.jsonl``); ``python -m agents view`` shows them. 0: never."""
+    """Keep a sample (a few episodes with the per-token values the loss used) every this many
+    steps and at every validation, under ``<out_dir>/samples/`` (``agents view``). 0: never."""
     sample_episodes: int = 4
     """Episodes per sample: training, the first question's workflows first (one GRPO group);
     validation, the first run of the first questions (the same at every validation)."""
@@ -135,25 +128,20 @@ class TrainConfig:
     seed: int = 0
     """Seeds torch, the question draw, the minibatch order and the rollouts' sampler."""
     base_seed: int | None = None
-    """The seed a recipe's base (``micro``, ``tiny``, ...) is built for
-    (:func:`algos.presets.prepare_model`); None: ``seed``, a base per run seed. Set, runs
-    of several seeds share one base, each still drawing its own questions and samples by
-    ``seed`` (the ablation's ``--base-seeds``). Ignored for a model given by name or path."""
+    """The seed a recipe's base (``micro``, ...) is built for; None: ``seed``. Set, runs of
+    several seeds share one base (the ablation's ``--base-seeds``)."""
     device: str = "cpu"
     """Where the models live: ``cpu``, ``cuda`` or ``cuda:N`` (torchrun gives each rank its GPU)."""
     dtype: str = "float32"
-    """What the trained model computes in: ``float32``, or ``bfloat16`` (the GPU presets'
-    choice; ``float16`` has no loss scaling). Its weights, gradients and AdamW state stay
-    float32 either way (``algos.precision``: bfloat16 weights would drop most updates at a
-    learning rate of 1e-6); the Teacher and other frozen models load in this dtype."""
+    """What the trained model computes in: ``float32`` or ``bfloat16``; its weights, gradients
+    and AdamW state stay float32 (``algos.engine.precision`` says why)."""
     generation_batch_size: int = 32
     """Contexts per forward when HF generates the rollouts and validation."""
     max_tokens_per_batch: int = 16384
     """Padded tokens per forward/backward chunk (memory bound)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them
-    (``model.gradient_checkpointing_enable()``): a chunk then keeps one hidden state per
-    layer and token. ``python -m algos plan`` shows what it saves."""
+    (``python -m algos plan`` shows what it saves)."""
     max_row_tokens: int = 4096
     """A row (one agent's context) keeps its first this many tokens."""
     retriever: str = "default"
@@ -165,25 +153,17 @@ class TrainConfig:
     """Extra SearchTeam keyword arguments."""
 
     rollout_backend: str = "hf"
-    """Who generates the rollouts: ``hf`` (transformers, ``agents.hf.HFPolicy``; any device)
-    or ``vllm`` (an in-process ``vllm.LLM`` engine, ``agents.vllm_policy``: on a GPU with
-    ``pip install -e .[vllm]``, on the CPU with vLLM's CPU build, docs/scaleout.md); the
-    trained weights are pushed into it after each update."""
+    """Who generates the rollouts: ``hf`` (``agents.hf.HFPolicy``) or ``vllm`` (an in-process
+    engine the weights are pushed into after each update; docs/scaleout.md)."""
     vllm_gpu_memory_utilization: float = 0.3
     """``rollout_backend=vllm``: the share of the GPU the engine reserves for its weights and
     KV cache (the learner shares the GPU; vLLM's own default, 0.9, assumes it is alone)."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     """``rollout_backend=vllm``: further ``vllm.EngineArgs`` settings, plain JSON values (e.g.
-    ``{"enforce_eager": true}``). The engine already gets ``dtype`` (this run's),
-    ``max_model_len`` (``max_context_tokens + max_turn_tokens``, which this may override),
-    ``gpu_memory_utilization`` (the field above), ``seed`` and sleep mode (on where the
-    platform has it, CUDA; ``{"enable_sleep_mode": false}`` turns it off). On the CPU the KV
-    cache is 1 GiB unless ``kv_cache_memory_bytes`` says otherwise."""
+    ``{"enforce_eager": true}``); what the engine gets already: docs/scaleout.md."""
     rollout_workers: int = 0
-    """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``;
-    ``pip install -e .[distributed]``), each with env copies, a ``rollout_backend`` policy and
-    a client of one shared retriever; each question group is sampled with its own seed, so
-    the Episodes do not depend on N."""
+    """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``),
+    each group sampled with its own seed, so the Episodes do not depend on N."""
     ray_address: str | None = None
     """Where the rollout workers run: None starts Ray on this machine; ``auto`` joins the
     cluster ``ray start`` made here; ``ray://host:10001`` a remote one."""
@@ -320,10 +300,8 @@ class TrainConfig:
 
 
 def _check_field_types(config: TrainConfig, bad: Any) -> None:
-    """Refuse a value of the wrong kind before any range check reads it: a string where a
-    number belongs (``steps="abc"``), a bool given as a word (``freeze_embeddings="ture"``
-    would otherwise be a truthy string), a non-finite float (``beta=nan`` passes every
-    ``<`` test). Ints are accepted for float fields; lists for tuple fields."""
+    """Refuse a value of the wrong kind before any range check reads it (``steps="abc"``,
+    ``freeze_embeddings="ture"``, ``beta=nan``, which passes every ``<`` test)."""
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), str(f.type)
         if value is None and kind.endswith("| None"):

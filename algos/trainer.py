@@ -211,10 +211,9 @@ class Trainer:
                               policy_kwargs=dict(sampling=cfg.sampling, batch_size=cfg.generation_batch_size))
 
     def close(self) -> None:
-        """Free what this Trainer holds before another is built (the pipeline's next stage):
-        the rollout engine (vLLM allows one sleep-mode engine per process, and its memory
-        is the GPU's), the Ray workers, the models, the Teacher and the optimizer. Its step,
-        questions and metrics stay readable; it cannot train or validate after it."""
+        """Free the engine (vLLM allows one sleep-mode engine per process), the Ray workers,
+        the models and the optimizer before another Trainer is built; step, questions and
+        metrics stay readable."""
         if self.backend is not None:
             self.backend.close()
         if self.pool is not None:
@@ -230,8 +229,7 @@ class Trainer:
     # ------------------------------------------------------------------ setup
 
     def env_fn(self, questions: Sequence[Any] | None = None):
-        """A function that makes one env of this run (``envs.env_fn``, the one factory) whose
-        question pool is ``questions`` (None: the training questions)."""
+        """A function that makes one env of this run over ``questions`` (None: training's)."""
         from envs import env_fn
 
         return env_fn(workflow=self.config.workflow, tokenizer=self.tokenizer, retriever=self.retriever,
@@ -281,10 +279,8 @@ class Trainer:
         return self.learn(groups, rollout_s=time.perf_counter() - t0)
 
     def collect_rollouts(self) -> list[list[Episode]]:
-        """Step 1: G workflows per question, the current policy for every role. With Ray
-        workers (rank 0 drives them) or several ranks (each rolls its share of the groups),
-        each group is sampled with its own seed (``agents.ray_rollout.collect_groups``), so
-        the batch does not depend on how many processes made it; every rank gets all of it."""
+        """Step 1: G workflows per question, the current policy for every role; each group with
+        its own seed when several processes roll (``agents.ray_rollout.collect_groups``)."""
         cfg = self.config
         picks = self.rng.choice(len(self.train_questions), size=cfg.questions_per_step,
                                 replace=len(self.train_questions) < cfg.questions_per_step)
@@ -344,8 +340,7 @@ class Trainer:
         return metrics
 
     def update(self, rows: list[Row]) -> dict[str, float]:
-        """Step 5: the engine's update of the trained rows (:meth:`Update.step`), applied
-        entirely or not at all; a skipped step counts toward ``max_nonfinite``."""
+        """Step 5 (:meth:`Update.step`); a skipped step counts toward ``max_nonfinite``."""
         try:
             stats = self.engine.step(rows, self.step + 1)
         except NonFiniteLoss:
@@ -357,11 +352,9 @@ class Trainer:
         return stats
 
     def filter_by_pass_rate(self) -> None:
-        """``TrainConfig.pass_rate_filter``. Rank 0 samples once, as it validates, with its own
-        seeded sampler (the rollouts' is not advanced, so a run that takes the file from another
-        run of the same starting model and seed trains as if it had computed it), and writes
-        ``train_questions.json`` (each kept question's ``dataset``, ``id`` and right count, and
-        the pool's size); every rank, and a run that resumes, reads that file."""
+        """``TrainConfig.pass_rate_filter``: rank 0 samples once with a sampler of its own (the
+        rollouts' is not advanced) and writes ``train_questions.json``; every rank, and a run
+        that resumes, reads that file."""
         cfg = self.config
         path = self.out / "train_questions.json"
         by_id = {(q.dataset, q.id): q for q in self.train_questions}
@@ -394,11 +387,9 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> float:
-        """avg@k on the held-out questions: the team samples at the training temperature,
-        ``val_runs`` workflows per question, mean EM of the final answer. The sampler is
-        seeded the same way at every validation, so base and trained models are compared
-        on common random numbers. Per-question results go to :func:`validation_path`
-        (``benchmarks compare`` reads them)."""
+        """avg@k on the held-out questions (``val_runs`` workflows each, mean final-answer EM),
+        sampled the same way at every validation, so base and trained models are compared on
+        common random numbers; per-question records go to :func:`validation_path`."""
         cfg = self.config
         questions = list(self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
@@ -415,10 +406,8 @@ class Trainer:
 
     def _sample_apart(self, questions: Sequence[Any], runs: int, sampling: Sampling, *, seeds: tuple[int, int],
                       label: str) -> list[list[Episode]]:
-        """``runs`` workflows per question by the current weights with a sampler of their own,
-        in this process (validation, the pass-rate filter): seeded by ``seeds`` (the sampler's,
-        the envs'), so the rollouts' sampler is never advanced and the same weights give the
-        same episodes every time."""
+        """``runs`` workflows per question by the current weights with a sampler seeded by
+        ``seeds`` (the sampler's, the envs'): the same weights give the same episodes."""
         cfg = self.config
         sampler = HFPolicy(self.full_model, self.tokenizer, sampling=sampling, seed=seeds[0],
                            batch_size=cfg.generation_batch_size)
@@ -475,8 +464,7 @@ class Trainer:
 
 
 class _NoWorkers:
-    """The Ray worker pool where there is none (no ``rollout_workers``, or a rank other than
-    0, which receives rank 0's batch): nothing to collect, push or shut down."""
+    """The Ray worker pool where there is none (no ``rollout_workers``, or a rank other than 0)."""
 
     last_stats: dict[str, float] = {}
 

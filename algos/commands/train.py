@@ -33,25 +33,14 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
                  overrides: dict[str, Any] | None = None, resume: bool = False, progress: bool = True,
                  log=print, retriever: Any = None, threads: int | None = None) -> dict[str, Any]:
     """Train the stages in order; returns (and writes ``summary.json``) the comparison.
-    A preset's own model name (``micro``) is prepared (its base built or reused,
-    :func:`algos.commands.presets.prepare_model`) once the stage's settings are validated, and the
-    Trainer gets its directory. ``retriever``: an object with ``search`` used instead of the
-    config's (tests).
+    A preset's own model name (``micro``) is prepared (:func:`algos.commands.presets.prepare_model`)
+    once the stage's settings are validated. ``retriever``: used instead of the config's (tests).
+    Everything runs on ``threads`` torch and faiss threads (None: one; :mod:`algos.reproducible`
+    says why), recorded in the summary with the base's ``describe_base``.
 
-    Everything (the base's build, the corpus encoding, rollouts, updates, validation) runs
-    on ``threads`` torch and faiss threads (None: :data:`algos.reproducible.DEFAULT_THREADS`,
-    one), restored afterwards: the thread count changes floating-point sums, so for a given
-    seed and thread count the run prints the same numbers on any machine with the same
-    torch, whatever its cores and load. The summary records it with the base's
-    :func:`algos.reproducible.describe_base`, and each stage's base line names them.
-
-    Under ``torchrun`` every rank runs this function: rank 0 alone builds a preset's base
-    (the others wait for its path), prints, validates, writes metrics, checkpoints,
-    ``summary.json`` and the curves; each stage ends at a barrier, so Stage II finds the
-    Teacher that rank 0 saved. The other ranks return a summary without the comparison.
-
-    ``out_dir`` is locked for the whole run (:func:`algos.commands.runlock.run_lock`, held by rank 0):
-    a second run into it raises :class:`algos.commands.runlock.RunLockedError` naming the first."""
+    Under ``torchrun`` every rank runs this function; rank 0 alone builds the base, prints,
+    validates and writes, and each stage ends at a barrier, so Stage II finds the Teacher rank 0
+    saved. ``out_dir`` is locked for the whole run (:func:`algos.commands.runlock.run_lock`)."""
     import torch.distributed as torch_dist
 
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here
