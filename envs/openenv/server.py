@@ -1,24 +1,18 @@
 """SearchTeam as an OpenEnv environment: one step is one whole turn of one agent.
 
-Every session holds its own ``raw_env`` (one per workflow it has played) and its own
-copy of the tokenizer; the retriever is built once, before serving, and shared.
-A turn is played by ``raw_env.play_turns``, the env's one turn path, so a session's
-Episodes equal those of the in-process PettingZoo loop for the same turns.
+Every session holds its own ``raw_env`` (one per workflow it has played) and its own copy
+of the tokenizer; the retriever is built once, before serving, and shared. A turn is
+played by ``raw_env.play_turns``, the env's one turn path, so a session's Episodes equal
+those of the in-process PettingZoo loop for the same turns. Nothing a client sends raises
+(docs/ecosystems.md, "What never raises"): a refusal is ``last_turn = {"played": False,
+"invalid": True, "reason": ...}`` and changes nothing.
 
-One client's cost is bounded. A reset's question is cut to what a prompt can hold
-(:func:`cut_question`) before it is tokenised whole, and its answers, id and dataset are
-bounded (:data:`MAX_ANSWERS`, :data:`MAX_FIELD_CHARS`); actions are cut to a turn's budget
-by the env. Plain HTTP routes (``/reset``, ``/step``, ``/state``, ``/metadata``) share one
-env built at start-up, one request at a time (a concurrent one is refused, never given a
-new env), and it keeps no episode between requests. A WebSocket session that sends
-nothing for ``idle_timeout_s`` (default :data:`DEFAULT_IDLE_TIMEOUT_S`) is dropped, so its
-place goes to the next newcomer; a dropped session answers every later request with a
-refusal.
-
-Nothing a client sends raises: a step before reset, an agent that awaits no turn and a
-malformed action are answered with ``last_turn = {"played": False, "invalid": True,
-"reason": ...}`` and change nothing; out-of-vocabulary token ids are model output, as in
-the AEC env: they play as an invalid (empty) turn and the note says so.
+One client's cost is bounded: a reset's question is cut to what a prompt can hold
+(:func:`cut_question`) before it is tokenised, and its other fields are bounded
+(:data:`MAX_ANSWERS`, :data:`MAX_FIELD_CHARS`). Plain HTTP routes share one env, one
+request at a time (a concurrent one is refused), keeping no episode between requests. A
+WebSocket session silent for ``idle_timeout_s`` is dropped, freeing its place; it answers
+every later request with a refusal.
 """
 
 from __future__ import annotations
@@ -112,8 +106,6 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
             self._envs[workflow] = make_env(**{**shared, **self.env_kwargs, "workflow": workflow})
         return self._envs[workflow]
 
-    # ------------------------------------------------------------------ OpenEnv API
-
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               question: Mapping[str, Any] | str | None = None, workflow: str | None = None,
               **options: Any) -> SearchTeamObservation:
@@ -131,9 +123,11 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
             if reason:
                 return self._observe(_refused("", "reset refused: " + reason))
             self.env = self._env_for(workflow or self.workflow)
-            if item is not None:  # cut to what a prompt can hold before it is tokenised whole
-                item = dataclasses.replace(item, question=cut_question(
-                    item.question, self.env.tokenizer, prompt_budget(self.env.config)))
+            if item is not None:  # cut to what a prompt can hold (TurnMachine._fit_prompt's limit)
+                cfg = self.env.config
+                budget = max(1, cfg.max_context_tokens - cfg.max_turn_tokens - MIN_TURN_ROOM)
+                item = dataclasses.replace(item, question=cut_question(item.question,
+                                                                       self.env.tokenizer, budget))
             self.env.reset(seed=seed, options={"question": item} if item is not None else None)
             self._state = SearchTeamState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                           workflow=self.env.config.workflow)
@@ -144,33 +138,32 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         """Play ``action.agent``'s whole turn (default: the agent the last observation
         named). Refusals play nothing: see the module docstring."""
         with self._request():
-            return self._step(action)
-
-    def _step(self, action: SearchTeamAction) -> SearchTeamObservation:
-        if self._closed:
-            return self._observe(_refused(getattr(action, "agent", "") or "", self._closed))
-        raw = self.env
-        agent = getattr(action, "agent", "") or (raw.agent_selection if raw.core is not None else "")
-        reason = _action_refusal(action)
-        if not reason and raw.core is None:
-            reason = ("call reset first (plain HTTP requests keep no episode between them: "
-                      "use a WebSocket session)")
-        elif not reason and raw.done:
-            reason = "the episode is over: call reset"
-        turn: Any = None
-        if not reason:
-            turn = action.text if action.token_ids is None else {"token_ids": list(action.token_ids),
-                                                                 "logprobs": action.logprobs}
-            reason = raw.turn_refusal(agent, turn)
-        if reason:
-            return self._observe(_refused(agent, reason))
-        try:
-            [result] = raw.play_turns([(agent, turn)])
-        except ValueError as err:  # the batch check refused it after all: nothing was played
-            return self._observe(_refused(agent, str(err)))
-        self._state.step_count += 1
-        return self._observe({"agent": agent, "played": True, "kind": result.kind,
-                              "invalid": bool(result.invalid), "reason": result.reason, "note": result.note})
+            if self._closed:
+                return self._observe(_refused(getattr(action, "agent", "") or "", self._closed))
+            raw = self.env
+            agent = (getattr(action, "agent", "")
+                     or (raw.agent_selection if raw.core is not None else ""))
+            reason = _action_refusal(action)
+            if not reason and raw.core is None:
+                reason = ("call reset first (plain HTTP requests keep no episode between them: "
+                          "use a WebSocket session)")
+            elif not reason and raw.done:
+                reason = "the episode is over: call reset"
+            turn: Any = None
+            if not reason:
+                turn = action.text if action.token_ids is None else {
+                    "token_ids": list(action.token_ids), "logprobs": action.logprobs}
+                reason = raw.turn_refusal(agent, turn)
+            if reason:
+                return self._observe(_refused(agent, reason))
+            try:
+                [result] = raw.play_turns([(agent, turn)])
+            except ValueError as err:  # the batch check refused it after all: nothing was played
+                return self._observe(_refused(agent, str(err)))
+            self._state.step_count += 1
+            return self._observe({"agent": agent, "played": True, "kind": result.kind,
+                                  "invalid": bool(result.invalid), "reason": result.reason,
+                                  "note": result.note})
 
     @property
     def state(self) -> SearchTeamState:
@@ -194,8 +187,6 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
                          f"sha256 {ident['vocab_hash'][:16]}); the reset observation's metadata "
                          "carries the full identity."),
             documentation_url="docs/ecosystems.md")
-
-    # ------------------------------------------------------------------ observations
 
     def _observe(self, last_turn: dict[str, Any], metadata: dict[str, Any] | None = None) -> SearchTeamObservation:
         raw = self.env
@@ -277,12 +268,6 @@ def _question_of(question: Any) -> tuple[Question | None, str]:
 
 MAX_ANSWER_CHARS = 4096 * MAX_CHARS_PER_TOKEN
 """Longest golden answer a reset may give: longer than any turn can write."""
-
-
-def prompt_budget(config: Any) -> int:
-    """Tokens a first prompt may hold (``TurnMachine._fit_prompt``'s limit): a question of
-    more tokens is shortened by the env anyway."""
-    return max(1, config.max_context_tokens - config.max_turn_tokens - MIN_TURN_ROOM)
 
 
 def cut_question(text: str, tokenizer: Any, budget: int) -> str:
@@ -447,11 +432,9 @@ def make_app(env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 8,
     ``CAPACITY_REACHED``); a session silent for ``idle_timeout_s`` seconds is dropped
     (None: never). Plain HTTP routes share one env (see the module docstring).
 
-    One env is built here, before any session: the tokenizer and the retriever load in
-    this thread and are handed to every session (each copies the tokenizer; the retriever
-    is shared read-only); it then serves the plain HTTP routes. Sessions are built in
-    worker threads, where transformers' lazy imports race: a cold server failed 3 of 4
-    concurrent sessions with ``FACTORY_ERROR`` without this warm-up."""
+    That env is built here, before any session: its tokenizer and retriever are handed to
+    every session, since sessions are built in worker threads, where transformers' lazy
+    imports race (docs/ecosystems.md, "Pitfalls")."""
     import os
 
     from fastapi import FastAPI
