@@ -36,9 +36,7 @@ class PreflightError(SystemExit):
 def check_train_run(configs: Mapping[str, TrainConfig], *, resume: bool,
                     retriever_timeout: float = RETRIEVER_TIMEOUT_S) -> None:
     """Refuse a ``train`` command whose stages (``{"teacher": cfg, "team": cfg}``, in run
-    order) cannot run: ``--resume`` with nothing to continue, a fresh run over an old one,
-    a Teacher or corpus that does not exist, question files that do not load, a retrieval
-    URL that does not answer within ``retriever_timeout`` seconds."""
+    order) cannot run (every check below)."""
     out_dirs = [Path(cfg.out_dir) for cfg in configs.values()]
     if resume and not any(latest_checkpoint(d) is not None for d in out_dirs):
         where = ", ".join(str(d / "checkpoints") for d in out_dirs)
@@ -75,9 +73,8 @@ def is_installed(module: str) -> bool:
 
 
 def check_extras(cfg: TrainConfig) -> None:
-    """The optional engine a setting asks for must be installed: Ray for
-    ``rollout_workers`` > 0, vLLM for ``rollout_backend=vllm``. Refused with the pip
-    install that brings it (``agents.extras``' wording), before the base is built."""
+    """The optional engine a setting asks for (Ray, vLLM) must be installed: refused with the
+    pip install that brings it."""
     if cfg.rollout_workers and not is_installed("ray"):
         from agents.ray_rollout import DISTRIBUTED_EXTRA
 
@@ -90,11 +87,8 @@ def check_extras(cfg: TrainConfig) -> None:
 
 
 def check_memory(cfg: TrainConfig) -> None:
-    """On CUDA, the run's memory plan (``algos.commands.plan``, the same as ``python -m algos plan``)
-    must fit the GPU this process sees, on torchrun's ``WORLD_SIZE`` GPUs: refused with the
-    plan's one line before anything is built. Skipped off CUDA, without a visible GPU, and
-    for a model whose architecture is unknown here (a hub id not in ``KNOWN_ARCHS``); a model
-    ``config.json`` that is not a sane model shape is refused in one line."""
+    """On CUDA, the run's memory plan (``python -m algos plan``) must fit the GPU this process
+    sees, on ``WORLD_SIZE`` GPUs. Skipped off CUDA and for an architecture unknown here."""
     import os
 
     if not str(cfg.device).startswith("cuda"):
@@ -134,11 +128,9 @@ def _free_disk(path: Path) -> int:
 
 
 def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool, free: Any = _free_disk) -> None:
-    """The checkpoints the stages write (``algos.commands.plan``: the float32 model and AdamW's moments,
-    ``keep_checkpoints`` of each stage kept, the last stage's one more while it is written)
-    must fit the disk under ``--out``; a resumed run needs room for one more. Refused in one
-    line before anything is built. Skipped for a model whose shape is not known without
-    building it (a recipe's base not built yet: megabytes)."""
+    """The checkpoints the stages write (``keep_checkpoints`` each, one more while the last
+    stage writes; a resumed run: one more) must fit the disk under ``--out``. Skipped for a
+    model whose shape is not known without building it (a recipe's base: megabytes)."""
     from algos.commands.plan import UnknownArch, arch_of
 
     need = 0
@@ -166,10 +158,8 @@ def check_disk(configs: Mapping[str, TrainConfig], *, resume: bool, free: Any = 
 
 
 def check_env_shape(cfg: TrainConfig) -> None:
-    """The env's budgets must hold each role's real prompt (with the run's tokenizer) and a
-    whole turn (``envs.team.check_room``): ``max_context_tokens=128`` with
-    ``max_turn_tokens=64`` would otherwise fail at the first validation, after the build.
-    Skipped when the tokenizer is not on this machine yet (a hub id)."""
+    """The env's budgets must hold each role's real prompt and a whole turn
+    (``envs.team.check_room``); skipped when the tokenizer is not on this machine (a hub id)."""
     from algos.commands.presets import model_tokenizer
     from envs.chat import chat_format
     from envs.team import TeamConfig, check_room
@@ -186,10 +176,8 @@ def check_env_shape(cfg: TrainConfig) -> None:
 
 
 def check_questions(cfg: TrainConfig) -> None:
-    """Every training and validation split the run reads must load (the Trainer reads them
-    only after its model is built): a missing folder or split, bytes that are not UTF-8, a
-    truncated ``.gz`` or a malformed row is refused with the file and line
-    (``envs.data.load_qa``'s message); so is a split with no questions."""
+    """Every training and validation split the run reads must load and hold questions (the
+    Trainer reads them only after its model is built); ``load_qa``'s message names the line."""
     from envs.data import load_qa
 
     if cfg.data != "synthetic" and not Path(cfg.data).is_dir():
@@ -239,9 +227,8 @@ def check_retriever(spec: str, *, timeout: float = RETRIEVER_TIMEOUT_S) -> None:
 
 
 def check_sft(args: Any) -> None:
-    """Refuse ``python -m algos sft`` settings that would fail or train nonsense (a
-    non-finite or negative learning rate, zero epochs, ...) before the SFT loads a model
-    or builds the micro base. ``args``: the namespace of ``algos.commands.sft``'s parser."""
+    """Refuse ``python -m algos sft`` settings that would fail or train nonsense before the SFT
+    loads a model or builds a base. ``args``: ``algos.commands.sft``'s parsed namespace."""
     def bad(option: str, value: Any, why: str) -> PreflightError:
         return PreflightError(f"--{option.replace('_', '-')}={value!r}: {why}")
 

@@ -47,11 +47,8 @@ def checkpoint_root(out_dir: str | Path) -> Path:
 
 def save_checkpoint(out_dir: str | Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
                     state: dict[str, Any], config: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it.
-
-    ``state`` may hold tensors, numbers, strings, None, and lists, tuples and dicts of them
-    (what :func:`load_checkpoint` accepts back). Raises ValueError, writing nothing, when a
-    weight of ``model`` is NaN or infinite."""
+    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it. ``state``:
+    plain data and tensors only (module docstring). A non-finite weight is a ValueError."""
     bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise ValueError(f"refusing to write checkpoint step {step} under {checkpoint_root(out_dir)}: "
@@ -125,9 +122,7 @@ def _pointed(root: Path) -> Path | None:
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
     """The newest complete checkpoint of a run directory, or None: the one ``latest`` names when
-    it is complete, else the complete ``step_N`` with the largest N. Raises
-    :class:`CheckpointError` (one line naming the pointer) when ``latest`` names a place outside
-    the run's ``checkpoints`` folder."""
+    it is complete (:func:`_pointed`), else the complete ``step_N`` with the largest N."""
     root = checkpoint_root(out_dir)
     path = _pointed(root)
     if path is not None and (path / "trainer_state.pt").exists():
@@ -141,10 +136,9 @@ def _stderr(line: str) -> None:
 
 
 def usable_checkpoint(out_dir: str | Path, log: Callable[[str], None] = _stderr) -> Path | None:
-    """The newest checkpoint of a run directory that :func:`verify_checkpoint` passes, or None
-    when the run has none at all. A damaged newer one is skipped with one ``log`` line naming
-    the bad file and why; when every one is damaged, raises :class:`CheckpointError` naming
-    the newest one's bad file (nothing is deleted: the files stay for a look)."""
+    """The newest checkpoint of a run directory that :func:`verify_checkpoint` passes (a damaged
+    newer one skipped with a ``log`` line), None when there is none; all damaged:
+    :class:`CheckpointError` naming the newest one's bad file (nothing is deleted)."""
     candidates = _step_dirs(checkpoint_root(out_dir))[::-1]
     first_error: CheckpointError | None = None
     for path in candidates:
@@ -165,10 +159,7 @@ def usable_checkpoint(out_dir: str | Path, log: Callable[[str], None] = _stderr)
 
 def verify_checkpoint(path: str | Path) -> None:
     """Raise :class:`CheckpointError` naming the file unless the checkpoint at ``path`` is whole:
-    its model (:func:`verify_weights`: config, every shard, shapes), its tokenizer
-    (:func:`verify_tokenizer`), a ``trainer_state.pt`` that loads with ``weights_only=True``
-    into the ``{"optimizer", "state"}`` dict :func:`save_checkpoint` writes, and a
-    ``train_config.json`` that parses to a JSON object."""
+    weights, tokenizer, trainer state and training config."""
     root = Path(path)
     config = verify_weights(root)
     verify_tokenizer(root, config)
@@ -187,15 +178,10 @@ TOKENIZER_JSON = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map
 
 
 def verify_weights(path: str | Path) -> dict[str, Any]:
-    """Raise :class:`CheckpointError` naming the file unless the model saved at ``path``
-    (``save_pretrained``: ``model.safetensors`` or an index with its shards) is whole: a
-    ``config.json`` that parses, with positive integer sizes (the heads dividing the hidden size,
-    the key-value heads the heads); readable safetensors headers in every shard (each shard named
-    inside ``path``, each tensor the index places in a shard there); every tensor the config's
-    model has (tied weights count as one: ``save_pretrained`` writes a tied pair once), with the
-    shape the config gives it, and no tensor it lacks (a config naming another vocabulary, width
-    or depth); only finite values. Reads every weight once, one tensor at a time. Returns the
-    parsed config."""
+    """Raise :class:`CheckpointError` naming the file unless the model saved at ``path`` is
+    whole: a sane ``config.json``, readable shards inside ``path`` holding what the index
+    places there, every tensor the config's model has (a tied pair once) with its shape and no
+    other, only finite values (one tensor at a time). Returns the parsed config."""
     from safetensors import SafetensorError, safe_open
 
     root = Path(path)
@@ -240,9 +226,7 @@ def verify_weights(path: str | Path) -> dict[str, Any]:
 
 def verify_tokenizer(path: str | Path, config: dict[str, Any] | None = None) -> None:
     """Raise :class:`CheckpointError` naming the file unless the tokenizer saved at ``path`` is
-    whole: ``tokenizer_config.json`` present, every JSON tokenizer file present parsed to an
-    object, ``tokenizer.json`` (when present) loadable by ``tokenizers`` and its token ids (the
-    vocabulary's and the added tokens') inside ``config``'s ``vocab_size``."""
+    whole: its JSON files parse, and ``tokenizer.json`` loads with ids inside ``vocab_size``."""
     root = Path(path)
     if not (root / "tokenizer_config.json").exists():
         raise CheckpointError(f"{root / 'tokenizer_config.json'}: does not exist (no tokenizer saved in {root})")
@@ -346,12 +330,9 @@ def _check_index_places(root: Path, present: dict[str, tuple[Path, tuple[int, ..
 
 
 def _expected_tensors(root: Path) -> tuple[list[tuple[tuple[str, ...], tuple[int, ...]]], list[Any]]:
-    """Every tensor the model of ``root/config.json`` saves, as groups of names that share one
-    tensor (tied weights: any one name of a group in the file is enough) with its shape, and
-    the patterns of saved names its class ignores at load; built on the meta device (no
-    memory, no init). Empty when transformers does not know the config's ``model_type`` (then
-    the loading info of ``from_pretrained`` is the check, :func:`agents.models.load_causal_lm`);
-    :class:`CheckpointError` when it knows it but cannot build the model the config describes."""
+    """Every tensor the model of ``root/config.json`` saves, as (tied names, shape), and the
+    patterns of names its class ignores at load, built on the meta device; empty for a
+    ``model_type`` transformers does not know (then ``load_causal_lm`` checks at load)."""
     import re
 
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -412,21 +393,16 @@ def resolve_model_path(name: str) -> str:
 
 def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) of ``name``: a model directory, a run directory (its latest
-    checkpoint, :func:`resolve_model_path`), ``smollm2`` or a hub id. The one way a run loads
-    a model (the policy's starting point, the Teacher, the Prompted Critic's base), so the
-    trainer and the Teacher load alike. A preset's own model name (``algos.commands.presets.RECIPES``)
-    is turned into a directory by the command line before the Trainer starts
-    (``algos.commands.presets.prepare_model``)."""
+    checkpoint), ``smollm2`` or a hub id; the one way a run loads a model (policy, Teacher,
+    Critic). A recipe's model name is made a directory by the command line first."""
     from agents.models import load_causal_lm
 
     return load_causal_lm(resolve_model_path(name), dtype=dtype, device=device)
 
 
 def load_checkpoint(path: str | Path, optimizer: Any | None = None) -> dict[str, Any]:
-    """The trainer state saved at ``path``; loads the optimizer state too when given.
-
-    Raises :class:`CheckpointError` (a ValueError) naming the file when it is cut, random or
-    holds anything but tensors and plain data (a pickled object is never unpickled, so never run)."""
+    """The trainer state saved at ``path``; loads the optimizer state too when given
+    (:class:`CheckpointError` naming the file when it is cut, random or not plain data)."""
     blob = _read_trainer_state(Path(path) / "trainer_state.pt")
     if optimizer is not None:
         optimizer.load_state_dict(blob["optimizer"])

@@ -61,8 +61,7 @@ class Update:
 
     def score(self, rows: Sequence[Row], *scorers: Callable[[list[Row]], None]) -> None:
         """Steps 2-3's scoring, split across the ranks by tokens: each ``scorer(mine)`` fills
-        ``old_logp`` or ``teacher_logp`` of this rank's rows, in the dtype the update computes
-        in; then every rank holds every row's values (the advantages are the one-process ones)."""
+        ``old_logp`` or ``teacher_logp`` of this rank's rows; then every rank holds every row's."""
         mine = self.layout.dist.shard(rows)
         with self.precision.compute():
             for scorer in scorers:
@@ -70,8 +69,7 @@ class Update:
         self.layout.dist.gather_row_values(rows, mine, ("old_logp", "teacher_logp"))
 
     def sync_replica(self, full_model: Any) -> Any:
-        """``full_model`` (what generates and is saved) made equal to the trained weights
-        (FSDP2: gathered from the shards; one process: already the same model); returned."""
+        """``full_model`` (what generates and is saved) made equal to the trained weights."""
         self.layout.sync_replica(full_model, self.model)
         return full_model
 
@@ -79,15 +77,11 @@ class Update:
         """``minibatches`` optimizer steps over the trained rows (``step`` names the update in
         messages); the update's means under stable names (``losses/...``).
 
-        All or nothing: each minibatch's loss (every chunk) and gradient norm are checked
-        before its ``optimizer.step()``, and the weights after it; on a NaN or an infinity
-        the parameters and the optimizer state go back to where they were before the first
-        minibatch and :class:`NonFiniteLoss` is raised. The snapshot that makes this possible
-        (a copy of the parameters and of AdamW's moments) is taken only with several
-        minibatches: with one (the default), the checks before its single step catch a bad
-        loss or gradient, and a large model does not pay a copy of itself every step; the
-        one case they miss, finite gradients that overflow a weight in ``optimizer.step()``,
-        raises :class:`WeightOverflow`."""
+        All or nothing: a non-finite loss, gradient norm or updated weight puts the parameters
+        and the optimizer state back and raises :class:`NonFiniteLoss`. The snapshot that
+        allows it is taken only with several minibatches: with one, the checks before its
+        single step suffice, and a large model does not pay a copy of itself every step; the
+        one case they miss, a weight overflowed by the step, raises :class:`WeightOverflow`."""
         s = self.settings
         trained = [r for r in rows if r.trained]
         if not trained:
@@ -135,12 +129,10 @@ class Update:
                 **self.layout.dist.metrics()}
 
     def backward(self, mb: Sequence[Row], totals: Totals | None = None, where: str = "a minibatch") -> dict[str, float]:
-        """Accumulate the gradient of minibatch ``mb`` (every rank passes all of it and runs its
-        share, :meth:`Dist.shard`), chunk by chunk, every chunk over ``mb``'s ``totals``
-        (default: :func:`totals_of` ``mb``), so neither the loss nor the gradient depends on
-        ``max_tokens_per_batch`` or the world size; then the ranks' gradients and means are
-        summed. Returns the minibatch's means (``policy``, ``kl``, ``clip``, ``approx_kl``,
-        ``loss``). A non-finite chunk loss on any rank raises :class:`NonFiniteLoss` on all."""
+        """Accumulate the gradient of minibatch ``mb`` (this rank's share of it), chunk by chunk,
+        every chunk over ``mb``'s ``totals``, so neither the loss nor the gradient depends on
+        ``max_tokens_per_batch`` or the world size; returns the minibatch's means (:data:`STATS`)
+        summed over the ranks. A non-finite loss on any rank raises :class:`NonFiniteLoss`."""
         totals = totals if totals is not None else totals_of(mb)
         mine = sorted(self.layout.dist.shard(list(mb)), key=lambda r: len(r.token_ids))  # less padding
         chunks: list[list[Row] | None] = list(batches_by_tokens(mine, self.settings.max_tokens_per_batch))
@@ -207,8 +199,7 @@ class Update:
         return params, copy.deepcopy(self.optimizer.state_dict())
 
     def _restore(self, snapshot: tuple[list[torch.Tensor], dict[str, Any]] | None) -> None:
-        """Undo this update: no gradient left, and (when steps were already applied) the
-        parameters and the optimizer state of ``snapshot``."""
+        """Undo this update: no gradient, the parameters and optimizer state of ``snapshot``."""
         self.optimizer.zero_grad(set_to_none=True)
         if snapshot is not None:
             params, optimizer_state = snapshot
