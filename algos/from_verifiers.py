@@ -1,22 +1,14 @@
 """verifiers traces of ``mopd-search-team`` back into mopd's Episodes and learner rows, so
 that episodes played through verifiers (``vf-eval``, prime-rl's orchestrator) train with
 mopd's own per-role GRPO and the Searchers' on-policy distillation (``docs/ecosystems.md``,
-"verifiers", has the mapping). ``Trainer.learn(groups)`` takes :func:`groups_from_verifiers`'
-groups as it takes ``agents.collect``'s.
+"verifiers", has the mapping and the ``tokens`` modes). ``Trainer.learn(groups)`` takes
+:func:`groups_from_verifiers`' groups as it takes ``agents.collect``'s. Reads plain JSON
+records: verifiers need not be installed.
 
-Which tokens a segment trains on (``tokens``): ``mopd``, the env's own (its chat format; the
-learner scores old and Teacher log-probs itself); ``trace``, the trace's one branch
-(``token_ids``, ``mask`` of sampled tokens and ``logprobs``: eval traces carry none); ``auto``,
-``trace`` when every trace carries token ids, else ``mopd``. Reads plain JSON records (a trace
-or episode object through its ``model_dump``): verifiers need not be installed.
-
-A record is data from outside: every malformed one raises the documented ValueError (never
-an IndexError, KeyError, TypeError or AttributeError, and never a loop): wrong types, node
-parents that form a cycle or point nowhere, a ``mopd_segment`` or ``mopd_episode`` with a field
-mopd's Segment or Episode does not have (or one of the wrong type), and sizes beyond the bounds
-below (:data:`MAX_TRACES`, :data:`MAX_NODES`, :data:`MAX_TRACE_TOKENS`, :data:`MAX_LINE_BYTES`).
-A node's other fields (verifiers' own) are not read. Names from a record are quoted in messages
-(escape codes written out, never sent).
+A record is data from outside: every malformed one (wrong types, node parents that form a
+cycle or point nowhere, a field mopd's Segment or Episode does not have, sizes beyond the
+``MAX_*`` bounds below) raises a ValueError, never another error or a loop; names from a
+record are quoted in messages (escape codes written out, never sent).
 """
 
 from __future__ import annotations
@@ -72,10 +64,8 @@ def read_traces(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def episode_from_verifiers(record: Any, tokens: str = "mopd") -> Episode:
-    """The mopd Episode of one verifiers episode (a record or an object); ``tokens`` as
-    in the module docstring (``mopd`` or ``trace``). Raises ValueError for an episode that
-    is not ``ok``, a trace without the mopd records, or traces that do not cover the
-    episode's segments exactly once each."""
+    """The mopd Episode of one verifiers episode (a record or an object), ``tokens`` ``mopd``
+    or ``trace``; ValueError unless it is ``ok`` and its traces cover its segments once each."""
     if tokens not in ("mopd", "trace"):
         raise ValueError(f"tokens must be 'mopd' or 'trace' for one episode, got {tokens!r}")
     record = _record(record)
@@ -278,11 +268,7 @@ def trace_tokens(trace: dict[str, Any]) -> tuple[list[int], list[int], list[floa
     """A trace record's one branch as ``(token_ids, loss_mask, logprobs)``: the nodes from
     its root to its leaf, the mask 1 on sampled tokens, the behaviour log-probs spread onto
     them (0.0 elsewhere; None when a sampled node has none). ValueError for a trace with
-    several branches (a harness that forks or compacts: one row per branch is not a mopd
-    segment), and for a malformed one: nodes that are not objects, a parent that is not
-    another node's index, parents that form a cycle (a visited
-    set: never a loop), a node off the branch, token ids, mask or log-probs of the wrong type
-    or length, more than :data:`MAX_NODES` nodes or :data:`MAX_TRACE_TOKENS` tokens."""
+    several branches (one row per branch is not a mopd segment) or a malformed one."""
     if not isinstance(trace, dict):
         raise ValueError(f"a trace must be an object, got {type(trace).__name__}")
     nodes = _dicts(trace.get("nodes"), "a trace's nodes", MAX_NODES)

@@ -8,11 +8,8 @@ process dies, however it dies, so a lock file left behind by a killed run is fre
 run takes it over and says whose it was. The file is emptied, not deleted, on release
 (deleting it would let a waiting opener lock a file no one else can see).
 
-The lock file is opened without following links (``O_NOFOLLOW``, at creation too): a
-``run.lock`` planted as a symbolic link, or one that is a folder, a fifo or anything but a
-plain file (a hard link to another file included), is refused in one line
-(:class:`LockPathError`) before a byte is written, so the run never writes its record into,
-or empties, a file outside its folder. The record is rewritten whole (truncated, then written).
+The lock file is opened without following links: anything but a plain file of its own is
+refused (:class:`LockPathError`) before a byte is written (``docs/reliability.md``).
 
 Under ``torchrun`` the lock is per run, not per rank: rank 0 alone takes it (the others
 share rank 0's folder and would refuse each other); see :func:`algos.commands.train.run_pipeline`.
@@ -106,12 +103,8 @@ def describe(record: dict[str, Any]) -> str:
 def run_lock(out_dir: str | Path, *, log: Callable[[str], None] = print,
              command: str | None = None) -> Iterator[dict[str, Any]]:
     """Hold ``<out_dir>/run.lock`` for the ``with`` block; yields the record written into it.
-
-    Raises :class:`RunLockedError` when a live run holds it (in this process or another), and
-    :class:`LockPathError` (one) when ``run.lock`` is not a plain file (a link, a folder...).
-    A lock file left by a run that is gone (its ``flock`` released with its process) is taken
-    over with one ``log`` line saying whose it was. ``command``: what the record names
-    (default: this process's command line)."""
+    :class:`RunLockedError` when a live run holds it; a lock left by a run that is gone is
+    taken over with one ``log`` line. ``command``: what the record names (default: argv)."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
