@@ -2,11 +2,9 @@
 the learner used (role, loss mask, old and Teacher log-probs, advantage, KL mask; the
 per-role rewards are in the Episode), for ``python -m agents view`` and ``agents replay``.
 
-Files: ``<out_dir>/samples/step_NNNNNN.jsonl`` (the rollouts of update N, with the values
-its loss used) and ``val_step_NNNNNN.jsonl`` (validation after N updates, without
-advantages; always the first run of the same first validation questions, so two
-validations of a run can be set side by side). One line per episode in the sample format
-of ``agents.viewer.records``: the Episode record plus a ``values`` block.
+Files: ``<out_dir>/samples/step_NNNNNN.jsonl`` (the rollouts of update N) and
+``val_step_NNNNNN.jsonl`` (validation after N updates: the same first questions every time),
+one line per episode in ``agents.viewer.records``' sample format.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The frozen Teacher of Stage II (PAPER.md section 4, :func:`load_teacher`) and how it scores
 the team's tokens.
 
-It scores the exact token contexts the team produced. Each :class:`algos.batch.Row` holds its
-agent's token ids as the rollout wrote them (prompt, observations and generated turns), and the
-Teacher reads those ids as they are, with no detokenising and retokenising in between, at the
-rollout temperature, like the policy's old log-probs. Which rows it scores the table of role
-rules says (``algos.roles``): Searcher rows for on-policy distillation, and, when the config has
-a KL coefficient, the rows of the roles with a KL toward the Teacher (Leader and Answerers).
+It scores the exact token ids each :class:`algos.batch.Row` holds (never detokenised and
+retokenised), at the rollout temperature, like the policy's old log-probs; which rows, the
+table of role rules says (``algos.roles``).
 """
 
 from __future__ import annotations
@@ -19,12 +16,9 @@ from algos.roles import RoleRule, rule_of, rules_for
 
 
 def load_teacher(teacher: str, base_model: str, device: str = "cpu", dtype: str = "float32") -> Any:
-    """The frozen Teacher model. ``teacher``: ``"base"`` (then ``base_model``, the policy's
-    own starting point), a Stage-I run directory (its latest checkpoint) or a model path.
-
-    A saved Teacher must load whole: a tensor missing (transformers would initialise it at
-    random), unexpected or mis-shaped, a non-finite weight or an unreadable file raises
-    :class:`agents.models.ModelFileError` naming it (:func:`agents.models.check_loaded`)."""
+    """The frozen Teacher model. ``teacher``: ``"base"`` (then ``base_model``), a Stage-I run
+    directory (its latest checkpoint) or a model path; one that does not load whole raises
+    :class:`agents.models.ModelFileError` naming the file."""
     from algos.engine.checkpoint import load_model
 
     model, _ = load_model(base_model if teacher == "base" else teacher, device, dtype)

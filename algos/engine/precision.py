@@ -93,10 +93,8 @@ class Precision:
 
 
 def precision_for(device: str, dtype: str) -> Precision:
-    """The :class:`Precision` of a run on ``device`` (``cpu``, ``cuda``, ``cuda:1``) whose
-    ``TrainConfig.dtype`` is ``dtype`` (``float32``, ``bfloat16``, ``float16`` or their short
-    names). A lower dtype keeps float32 parameters and computes in ``dtype``. (float16 has no
-    loss scaling here: prefer bfloat16.)"""
+    """The :class:`Precision` of a run on ``device`` computing in ``dtype`` over float32
+    parameters (float16 has no loss scaling here: prefer bfloat16)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     return Precision(param_dtype=torch.float32, compute_dtype=_DTYPES[dtype],
@@ -104,12 +102,9 @@ def precision_for(device: str, dtype: str) -> Precision:
 
 
 def fused_adamw(device: str) -> bool:
-    """Whether the trained model's AdamW runs fused on ``device``: on CUDA, yes. PyTorch's
-    default there is ``foreach``, whose step allocates ``sqrt(exp_avg_sq)`` for every parameter
-    at once (``torch/optim/adam.py``, ``_multi_tensor_adam``): a fourth float32 copy of the
-    weights, 15 GiB at 4B parameters, at the one moment gradients and moments are all held.
-    The fused kernel keeps no such temporary. Elsewhere the default stays (on CPU: one
-    parameter at a time), so CPU runs keep their numbers. ``algos.commands.plan`` reads the same answer."""
+    """Whether the trained model's AdamW runs fused on ``device``: on CUDA, where PyTorch's
+    ``foreach`` default allocates ``sqrt(exp_avg_sq)`` of every parameter at once (15 GiB at
+    4B parameters; docs/scaleout.md); elsewhere the default stays (CPU runs keep their numbers)."""
     return str(device).startswith("cuda")
 
 
