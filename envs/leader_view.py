@@ -19,13 +19,10 @@ Episode             at most ``max_waves`` decisions; once no wave is left the vi
 ==================  ===========================================================
 
 **Observation from what the Leader knows.** Every feature is computed from the Leader's
-``infos`` (``Observation.info``: the question, the numbered reports, the waves left) and
-its context length in tokens, by :class:`LeaderMacro` -- the same code a deployed Leader
-(``agents.sb3_leader``) runs on a benchmark observation, so what the model saw in training
-is what it sees in use. The
-retriever's own scores never reach the Leader in the turn protocol, so the retrieval
-signal is the *support* of each report for its sub-task: the share of the sub-task's
-content words the report contains (0 for an empty report).
+``infos`` and its context length by :class:`LeaderMacro`, the same code a deployed Leader
+(``agents.sb3_leader``) runs, so what the model saw in training is what it sees in use.
+Retrieval scores never reach the Leader, so the retrieval signal is the *support* of each
+report for its sub-task: the share of the sub-task's content words the report contains.
 
 **Decomposition.** ``decompose`` is either a callable ``(question, wave, reports) ->
 list[str]`` (``reports`` are ``(number, sub-task, report)``) or a Leader policy (any
@@ -131,13 +128,8 @@ class Proposal:
 
 
 class LeaderMacro:
-    """Macro-actions and features of the Leader; shared by :class:`LeaderMacroEnv` and
-    deployed Leaders so both compute exactly the same numbers.
-
-    Args:
-        max_waves, max_searchers, max_context_tokens: the team's budgets the features
-            are scaled by (the actions are ``0..max_searchers``).
-    """
+    """Macro-actions (``0..max_searchers``) and features (scaled by the team's budgets) of
+    the Leader; shared by :class:`LeaderMacroEnv` and deployed Leaders."""
 
     def __init__(self, max_waves: int = 3, max_searchers: int = 3, max_context_tokens: int = 4096):
         for name, value in dict(max_waves=max_waves, max_searchers=max_searchers,
@@ -215,12 +207,8 @@ def turn_text(action: Any, decode: Callable[[Sequence[int]], str]) -> str:
 class LeaderMacroEnv(gymnasium.Env):
     """The Leader's macro-action view of a SearchTeam env; see the module docstring.
 
-    Args:
-        env: a hierarchical SearchTeam env (``search_team_v0.raw_env``).
-        others: the policy of the Searchers and Answerers (``act(observations)``).
-        decompose: a callable ``(question, wave, reports) -> list[str]`` or a Leader
-            policy whose turns give the sub-tasks.
-        search_cost: subtracted from the reward per search (0 keeps the Leader's reward).
+    ``env``: a hierarchical SearchTeam env; ``others``: the policy of the Searchers and
+    Answerers (``act(observations)``); ``search_cost``: subtracted from the reward per search.
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
@@ -274,8 +262,6 @@ class LeaderMacroEnv(gymnasium.Env):
 
     def close(self) -> None:
         self.team.close()
-
-    # ------------------------------------------------------------------ helpers
 
     def _act(self, action: int) -> bool:
         """Play the Leader's turn for ``action``; whether the episode is over."""

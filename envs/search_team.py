@@ -50,11 +50,14 @@ ValueError at once. A ``max_context_tokens`` that cannot hold a role's real prom
 one turn is refused at construction.
 
 **What agents know** (``infos[agent]`` of an awaiting agent, ``Observation.info`` in the
-batched API): ``question``, ``task`` (its sub-task), ``turn``, ``turns_left``, ``wave``;
-the Leader's ``reports`` ``[(number, sub-task, report, wave)]``, ``waves_done``,
-``waves_left``, ``max_waves``, ``max_searchers``; a Searcher's ``passages`` (per search)
-and ``queries``; an Answerer's ``evidence`` ``[(number, report)]``. Policies read these,
-never the prompt text: every word the env writes is a template in ``envs.protocol``.
+batched API): ``role``, ``question``, ``task`` (its sub-task; the question for the Leader
+and the Answerers), ``turn`` (taken in this context), ``turns_left``, ``wave`` (-1 but for
+a Searcher); the Leader's ``reports`` ``[(number, sub-task, report, wave)]`` handed back so
+far, ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; a Searcher's
+``passages`` (one list per search, as the retriever gave them), ``queries`` and
+``max_searches``; an Answerer's ``evidence`` ``[(number, report)]`` of the selected
+non-empty reports. Policies read these, never the prompt text: every word the env writes
+is a template in ``envs.protocol``.
 
 **Prompt sets.** ``prompts="paper"`` (the default) tells each role its protocol in the
 paper's paragraph; ``prompts="short"`` in one line with an example, for small models;
@@ -241,8 +244,6 @@ class raw_env(AECEnv):
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.action_spaces[agent]
 
-    # ------------------------------------------------------------------ episode
-
     @property
     def episode(self) -> Episode | None:
         """The current (or last) episode's record."""
@@ -279,7 +280,6 @@ class raw_env(AECEnv):
         obs[: len(context)] = context
         return {"observation": obs, "length": np.array([len(context)], dtype=np.int64)}
 
-    # ------------------------------------------------------------------ the batched API
     # Collectors, trainers, wrappers and benchmarks drive the env through these (and
     # ``envs.turns.apply_turns`` across many envs); the AEC ``step`` is one of them.
 
@@ -304,15 +304,9 @@ class raw_env(AECEnv):
         return None if self.core is None else self.core.question
 
     def view(self, agent: str) -> dict[str, Any]:
-        """The structure ``agent`` knows (question, sub-task, passages, reports, waves
-        left, ...): see ``envs.team.TurnMachine.view``. ``infos[agent]`` holds it too."""
+        """What ``agent`` knows (the module docstring's list); ``infos[agent]`` holds it too."""
         self._require_reset()
         return self.core.view(agent)
-
-    def turn_budget(self, agent: str) -> int:
-        """Most tokens ``agent``'s next whole turn may have."""
-        self._require_reset()
-        return self.core.turn_budget(agent)
 
     def turn_observation(self, agent: str, env_index: int = 0) -> Observation:
         """The record a batched policy gets for ``agent``: its context (whole turns only),
@@ -326,9 +320,8 @@ class raw_env(AECEnv):
                            messages=self.core.chat_messages(agent))
 
     def messages(self, agent: str) -> tuple[dict[str, str], ...]:
-        """``agent``'s context (whole turns) as chat messages ``{"role", "content"}``, built
-        from the env's structure, never parsed from text: ``envs.team.TurnMachine.messages``.
-        Contents are unquoted: quote them (``envs.chat.quote_message``) before a chat request."""
+        """``agent``'s context (whole turns) as chat messages ``{"role", "content"}``, unquoted
+        (``envs.observation.Observation.messages`` says more)."""
         self._require_reset()
         return self.core.chat_messages(agent)
 
@@ -343,10 +336,9 @@ class raw_env(AECEnv):
         return apply_turns([(self, agent, action) for agent, action in turns])
 
     def turn_refusal(self, agent: str, action: Any, *, any_action: bool = False) -> str:
-        """Why ``agent`` cannot play ``action`` now, or ``""`` when it can: the env was not
-        reset, ``agent`` awaits no turn, or (unless ``any_action``) the action has none of
-        the accepted forms (token ids, ``str``, ``agents.Action``, a dict; out-of-vocabulary
-        ids are model output, not a form error: they play as an invalid turn). Changes nothing."""
+        """Why ``agent`` cannot play ``action`` now (not reset, not awaiting, or unless
+        ``any_action`` an action of no accepted form; out-of-vocabulary ids are model output,
+        played as an invalid turn), or ``""``. Changes nothing."""
         if self.core is None:
             return "the env was not reset"
         if agent not in self.core.awaiting:
@@ -369,8 +361,6 @@ class raw_env(AECEnv):
         if self.core is not None and used >= self.core.turn_budget(agent) - 1:
             return self._eos_only.copy()
         return np.ones(self.vocab_size, dtype=np.int8)
-
-    # ------------------------------------------------------------------ stepping
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection
@@ -494,8 +484,6 @@ class raw_env(AECEnv):
                                               gold=ep.question["golden_answers"], team_em=ep.team_em))
         self._log.append(P.render_rewards(self.rewards))
         self.agent_selection = self.agents[0]
-
-    # ------------------------------------------------------------------ rendering
 
     def render(self) -> str | None:
         """What happened since the last render: turns, retrieved passages, the outcome."""

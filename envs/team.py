@@ -199,10 +199,8 @@ class TurnMachine:
         self.queries: dict[str, list[str]] = {}
         """Each live Searcher's search queries so far."""
         self.messages: dict[str, list[tuple[str, str]]] = {}
-        """Each live agent's context as chat messages ``(role, content)``, recorded beside
-        its token ids as they are appended: ``system`` and ``user`` contents are the env's
-        own text (before any quoting), ``assistant`` contents the agent's decoded turns.
-        A view for chat-API policies; the token ids stay the only truth for training."""
+        """Each live agent's context as chat messages ``(role, content)``, recorded beside its
+        token ids as they are appended (``envs.observation.Observation.messages``)."""
         self._prompts = system_prompts(config)
         if config.workflow == "hierarchical":
             self._start("leader_0", -1, self.question.question,
@@ -214,8 +212,6 @@ class TurnMachine:
                         P.SEARCHER_USER.format(task=self.question.question))
             self.awaiting = ["searcher_0"]
 
-    # ------------------------------------------------------------------ queries
-
     @property
     def done(self) -> bool:
         return self.phase == "done"
@@ -226,17 +222,14 @@ class TurnMachine:
         return seg.token_ids if seg is not None else []
 
     def chat_messages(self, agent: str) -> tuple[dict[str, str], ...]:
-        """The agent's current context as chat messages ``{"role", "content"}``, in order
-        (empty for an agent that has not been given work). Built from :attr:`messages`,
-        never parsed from text; fresh dicts on every call."""
+        """:attr:`messages` of ``agent`` as fresh ``{"role", "content"}`` dicts (none before it
+        is given work)."""
         return tuple({"role": role, "content": content} for role, content in self.messages.get(agent, ()))
 
     def turn_budget(self, agent: str) -> int:
         """Most tokens the agent's next turn may have (leaves room for the closing token)."""
         room = self.config.max_context_tokens - len(self.context(agent)) - 1
         return max(1, min(self.config.max_turn_tokens, room))
-
-    # ------------------------------------------------------------------ acting
 
     def play(self, agent: str, ids: Sequence[int], logprobs: Sequence[float] | None = None,
              text: str | None = None) -> TurnResult:
@@ -289,18 +282,8 @@ class TurnMachine:
             self._finish_searcher(agent, seg, "", valid=False)
 
     def view(self, agent: str) -> dict[str, Any]:
-        """What ``agent`` knows, as structure (the AEC env puts it in ``infos[agent]``;
-        policies read it instead of parsing their context):
-
-        ``question`` the team's question; ``task`` the agent's sub-task (the question for
-        the Leader and the Answerers); ``turn`` turns taken in this context; ``turns_left``;
-        ``wave`` the wave a Searcher serves (-1 for the others);
-        Leader: ``reports`` ``[(number, sub-task, report, wave)]`` handed back so far,
-        ``waves_done``, ``waves_left``, ``max_waves``, ``max_searchers``; Searcher:
-        ``passages`` (one list per search delivered, as the retriever gave them),
-        ``queries`` (its searches so far), ``max_searches``; Answerer: ``evidence``
-        ``[(number, report)]`` of the selected reports (empty reports left out).
-        """
+        """What ``agent`` knows, as structure (``infos[agent]``; the keys are listed in
+        ``envs.search_team``'s docstring): policies read it instead of parsing their context."""
         role = P.role_of(agent)
         seg = self.live.get(agent)
         cfg, ep = self.config, self.episode
@@ -323,8 +306,6 @@ class TurnMachine:
                                   if ep.reports[n - 1].strip()],
                         turns_left=max(0, cfg.max_answerer_turns - turns))
         return view
-
-    # ------------------------------------------------------------------ handlers
 
     def _leader_turn(self, agent: str, seg: Segment, text: str) -> TurnResult:
         cfg = self.config
@@ -373,8 +354,6 @@ class TurnMachine:
         if seg.turns >= turns or not self._observe(seg, corrective):
             end()
         return TurnResult("invalid", invalid=True, reason=reason)
-
-    # ------------------------------------------------------------------ transitions
 
     def _start_wave(self, subtasks: Sequence[str]) -> None:
         self.phase = "search"
@@ -451,8 +430,6 @@ class TurnMachine:
             per_agent[seg.agent].append(seg.reward)
         ep.rewards = {a: (sum(r) / len(r) if r else 0.0) for a, r in per_agent.items()}
 
-    # ------------------------------------------------------------------ helpers
-
     def _start(self, agent: str, wave: int, task: str, user: str) -> None:
         """Open a fresh context for ``agent`` (a new segment of the episode)."""
         role = P.role_of(agent)
@@ -473,10 +450,8 @@ class TurnMachine:
 
     def _fit_prompt(self, system: str, user: str,
                     demos: Sequence[tuple[str, str]] = ()) -> tuple[list[int], str]:
-        """The prompt's ids and the user text they hold, shortening over-long user text
-        so a turn still fits. The
-        env refuses at construction a context too short for the system prompt and a turn
-        (:func:`check_room`), so the result always leaves ``MIN_TURN_ROOM`` tokens."""
+        """The prompt's ids and the user text they hold, shortening over-long user text so a
+        turn still fits (:func:`check_room` made sure that ``MIN_TURN_ROOM`` tokens are left)."""
         limit = self.config.max_context_tokens - self.config.max_turn_tokens - MIN_TURN_ROOM
         ids = self.chat.prompt(system, user, demos)
         for _ in range(64):  # each pass cuts about a fifth; the cap only guards a fixed point

@@ -23,21 +23,14 @@ class PreparedTurn(NamedTuple):
 
 
 def apply_turns(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> list[Any]:
-    """Apply whole turns ``(env, agent, action)`` in order, then answer every search they
-    asked for with one retriever call per retriever, then settle each env. Returns the
-    turns' ``envs.team.TurnResult``.
+    """Apply whole turns ``(env, agent, action)`` in order, answer every search they asked
+    for with one :func:`search` per retriever, then settle each env; returns the turns'
+    ``envs.team.TurnResult``.
 
-    The batch is checked whole first: each env reset, each agent awaiting a turn, no agent
-    of an env twice, each action of an accepted form (``any_action=True``, the AEC
-    ``step()``'s way, plays an action of no form as an invalid empty turn instead). A bad
-    turn raises ValueError naming it (its place in the batch, agent and reason) before any
-    turn is applied: every env is left exactly as it was and can go on.
-
-    A retriever that raises is retried ``search_retries`` times (``search_backoff``
-    seconds, doubling); then each of its searches is recorded as failed (the Searcher is
-    told, ``episode.search_failures`` counts it) and the episodes go on. A retriever that
-    answers a different number of result lists than it was given queries breaks its
-    contract: ValueError at once, naming it and the counts.
+    The batch is checked whole first (:func:`check_batch`): a turn of an env not reset, of
+    an agent not awaiting (or twice), or an action of no accepted form (unless
+    ``any_action``, the AEC ``step()``'s way: an invalid empty turn) raises ValueError
+    naming it before any turn is applied, so every env is left as it was.
     """
     check_batch(turns, any_action=any_action)
     results, searches, last_agent = [], {}, {}
@@ -80,8 +73,10 @@ def check_batch(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = Fal
 
 def search(retriever: Any, queries: list[str], top_k: int, retries: int = 2,
            backoff: float = 0.1) -> tuple[list[Any] | None, BaseException | None]:
-    """``(one passage list per query, None)``, or ``(None, the last error)`` when every
-    try raised. Raises ValueError when the retriever answers the wrong number of lists."""
+    """``(one passage list per query, None)``, or ``(None, the last error)`` when every try
+    raised (``retries`` more after the first, ``backoff`` seconds apart, doubling): the
+    Searchers are then told the search failed. A retriever that breaks its contract (the
+    wrong number of lists) is a ValueError at once."""
     error: BaseException | None = None
     for attempt in range(retries + 1):
         if attempt:

@@ -24,15 +24,12 @@ waves left), so a policy never has to parse the context.
 ``reset`` redraws the question (from ``self.np_random``) when the episode ended before the
 controlled role got a turn (a Leader that never dispatched a Searcher); with a question
 forced through ``options``, it returns an empty context and the next step ends the episode.
-
->>> from envs import search_team_v0
->>> from envs.wrappers import SingleRoleEnv
->>> # env = SingleRoleEnv(search_team_v0.raw_env(), "leader", ScriptedPolicy())
+Example: ``SingleRoleEnv(search_team_v0.raw_env(), "leader", agents.ScriptedPolicy())``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection
 from typing import Any
 
 import gymnasium
@@ -45,16 +42,10 @@ MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
 
 
-def play_turn(raw: Any, agent: str, action: Any) -> Any:
-    """Apply one whole turn of ``agent`` (any action form the AEC env accepts) and answer
-    its search at once; returns the core's ``TurnResult``."""
-    return raw.play_turns([(agent, action)])[0]
-
-
-def play_others(raw: Any, others: Any, controls: Callable[[str], bool]) -> None:
-    """Let ``others`` play every awaiting agent that ``controls`` rejects, in batches (one
+def play_others(raw: Any, others: Any, controlled: Collection[str]) -> None:
+    """Let ``others`` play every awaiting agent not in ``controlled``, in batches (one
     retriever call per batch), until a controlled agent awaits or the episode is over."""
-    while not raw.done and not any(controls(a) for a in raw.awaiting):
+    while not raw.done and not any(a in controlled for a in raw.awaiting):
         observations = raw.turn_observations()
         if not observations:  # the env always has someone awaiting before it is done
             raise RuntimeError(f"no agent awaits a turn in phase {raw.phase!r}")
@@ -98,8 +89,6 @@ class SingleRoleEnv(gymnasium.Env):
         self.agent: str | None = None
         """The controlled agent whose turn is next (None when the episode is over)."""
 
-    # ------------------------------------------------------------------ queries
-
     @property
     def episode(self) -> Any:
         """The current (or last) ``envs.episode.Episode``."""
@@ -120,8 +109,6 @@ class SingleRoleEnv(gymnasium.Env):
         played = {s.agent for s in ep.segments} & self._controlled
         return float(np.mean([ep.rewards[a] for a in played])) if played else 0.0
 
-    # ------------------------------------------------------------------ gymnasium API
-
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         options = dict(options or {})
@@ -131,7 +118,7 @@ class SingleRoleEnv(gymnasium.Env):
                 questions = self.raw.questions
                 options["question"] = questions[int(self.np_random.integers(len(questions)))]
             self.raw.reset(seed=seed, options=options)
-            play_others(self.raw, self.others, self._controls)
+            play_others(self.raw, self.others, self._controlled)
             if not self.raw.done:
                 break
         self.agent = self._next_agent()
@@ -142,10 +129,10 @@ class SingleRoleEnv(gymnasium.Env):
             raise RuntimeError("call reset() before step()")
         info: dict[str, Any] = {}
         if self.agent is not None:
-            result = play_turn(self.raw, self.agent, action)
+            [result] = self.raw.play_turns([(self.agent, action)])
             info = {"kind": result.kind, "invalid": result.invalid, "reason": result.reason or result.note,
                     "note": result.note}
-            play_others(self.raw, self.others, self._controls)
+            play_others(self.raw, self.others, self._controlled)
         done = self.raw.done
         self.agent = None if done else self._next_agent()
         return self._observe(), self.role_reward(), done, False, {**self._info(), **info}
@@ -169,11 +156,6 @@ class SingleRoleEnv(gymnasium.Env):
             return None
         return text
 
-    # ------------------------------------------------------------------ helpers
-
-    def _controls(self, agent: str) -> bool:
-        return agent in self._controlled
-
     def _next_agent(self) -> str | None:
         if self.raw.done:
             return None
@@ -184,8 +166,7 @@ class SingleRoleEnv(gymnasium.Env):
         return self.raw.padded(self.context())
 
     def _info(self) -> dict[str, Any]:
-        """The current agent's ``raw_env.view`` (what it knows: question, sub-task, passages,
-        reports, waves left) and the episode's counters."""
+        """The current agent's ``raw_env.view`` and the episode's counters."""
         ep = self.raw.episode
         info: dict[str, Any] = self.raw.view(self.agent) if self.agent is not None else {}
         info.update(agent=self.agent, searches=ep.num_searches, waves=ep.num_waves)
