@@ -1,11 +1,6 @@
-"""The paper's Table 2, one job a module: :mod:`.runs` plans the ablation's runs, :mod:`.ablate`
-trains them, :mod:`.table` reads the finished ones into the table, :mod:`.stats` compares the
-variants, :mod:`.render` writes ``table2.md`` and the curves, :mod:`.archive` the per-question
-archives (restore, publish), :mod:`.cli` the commands ``ablate`` and ``table2``.
-
-The names of the modules it replaced (``benchmarks.table2``, and ``benchmarks.ablate``,
-``.table2_stats``, ``.table2_archive`` by ``benchmarks/__init__.py``) are found here, each in
-the module that holds it now, imported on first use (importing one module loads no other)."""
+"""The paper's Table 2, one job a module (docs/layout.md). The names of the modules it replaced
+(``benchmarks.ablate``, ``.table2_stats``, ``.table2_archive``: ``benchmarks/__init__.py``) are
+found here, in the module that holds each now, imported on first use."""
 
 from importlib import import_module
 from typing import Any

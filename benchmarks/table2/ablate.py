@@ -1,12 +1,7 @@
-"""The ablation's runs (:mod:`benchmarks.table2.runs` plans them) brought to their end: each
-continued, restarted or started (:func:`execute`), in this process or up to ``jobs`` worker
-processes, every recipe base built before the runs that start from it (:func:`run_ablation`).
-
-The step-0 validation (the base, before any update) is the same computation for every
-Stage-II variant of a seed (:func:`benchmarks.table2.runs.step0_key`): it is computed once,
-and the other variants start with its records, metrics row and validation sample
-(:func:`adopt_step0`), byte for byte what they would have computed.
-"""
+"""The ablation's runs (:mod:`benchmarks.table2.runs` plans them) brought to their end, in this
+process or in up to ``jobs`` worker processes, each recipe base built before the runs that start
+from it; a seed's step-0 validation computed once and taken by its other variants
+(:func:`adopt_step0`). docs/table2.md ("What runs") says how an ablation resumes."""
 
 from __future__ import annotations
 
@@ -37,6 +32,7 @@ from benchmarks.table2.runs import (
     run_state,
     step0_key,
     work_estimate,
+    write_atomically,
 )
 
 if TYPE_CHECKING:
@@ -45,21 +41,17 @@ if TYPE_CHECKING:
 
 def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retriever: Any = None,
               step0_from: Sequence[str | Path] = ()) -> dict[str, Any]:
-    """Train one run to ``config.steps`` with a validation before the first step, every
-    ``eval_every`` steps and after the last; returns what :data:`RUN_FILE` records of it
-    besides the wall time: ``steps``, ``final_validation`` (the last validation's
-    per-question records, relative to the run's directory), ``val_avg@1`` (its mean) and
-    ``step0_reused_from`` (the directory whose step-0 validation a fresh run took,
-    :func:`adopt_step0`, from the first of ``step0_from`` that has it; None: computed)."""
+    """Train one run to ``config.steps``, validating at step 0, every ``eval_every`` and the
+    last; returns ``steps``, ``final_validation`` (relative to the run's directory), its mean
+    ``val_avg@1`` and ``step0_reused_from`` (the first of ``step0_from`` whose step-0
+    validation a fresh run took, :func:`adopt_step0`; None: computed)."""
     from algos.trainer import Trainer, validation_path
 
     trainer = Trainer(config, resume=resume, progress=progress, retriever=retriever)
     reused = None
     if trainer.step == 0:
-        started = Path(config.out_dir) / STARTED_FILE
-        tmp = started.with_name(started.name + ".tmp")
-        tmp.write_text(json.dumps(config.to_dict(), indent=2, default=list), encoding="utf-8")
-        os.replace(tmp, started)
+        write_atomically(Path(config.out_dir) / STARTED_FILE,
+                         json.dumps(config.to_dict(), indent=2, default=list))
         reused = next((str(d) for d in step0_from if adopt_step0(trainer, Path(d))), None)
     trainer.train(validate_first=reused is None)
     final = validation_path(config.out_dir, trainer.step)
@@ -72,16 +64,13 @@ def train_run(config: TrainConfig, *, resume: bool, progress: bool = True, retri
 
 
 def adopt_step0(trainer: Any, source: Path) -> bool:
-    """Give ``trainer`` (an ``algos.trainer.Trainer`` at step 0, nothing validated yet) the
-    step-0 validation of the run in ``source`` instead of computing it; returns whether it did.
-    ``source`` qualifies when the config it recorded (its ``run.json``, a checkpoint's
-    ``train_config.json`` or its :data:`STARTED_FILE`) has ``trainer.config``'s
-    :func:`step0_key` (the base weights' path included) and its step-0 validation is done (its
-    metrics row): so a variant started while another of its seed still trains takes what that
-    one has done. The trainer then gets what its own ``Trainer.validate`` at step 0 writes: the
-    per-question records, the sample of the same episodes with this run's per-token values
-    (``Trainer.keep_sample``), the metrics row and, with ``pass_rate_filter``, the questions
-    the source's filter kept (``train_questions.json``)."""
+    """Give ``trainer`` (at step 0, nothing validated) the step-0 validation of the run in
+    ``source``; returns whether it did. ``source`` qualifies when the config it recorded
+    (``run.json``, a checkpoint's ``train_config.json`` or :data:`STARTED_FILE`: a run still
+    training counts) has the same :func:`step0_key` and its step-0 metrics row is written. The
+    trainer gets what its own step-0 ``validate`` writes: the records, the sample's episodes
+    with this run's per-token values, the metrics row and, with ``pass_rate_filter``, the
+    kept ``train_questions.json``."""
     from agents.viewer.records import ViewError, read_records
     from algos.engine.checkpoint import latest_checkpoint
     from algos.samples import sample_path
@@ -128,9 +117,8 @@ TrainFn = Callable[..., dict[str, Any]]
 def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress: bool = True,
             retriever: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Bring ``run`` to its end (continue, restart or start it, by :func:`run_state`), then
-    write its :data:`RUN_FILE` (atomically: a run killed while writing it is not done) and
-    return its record, which names the machine and library versions it ran on
-    (:func:`algos.reproducible.environment`). A finished run is only read back."""
+    write its :data:`RUN_FILE` atomically and return it (with the machine and library
+    versions it ran on). A finished run is only read back."""
     state = run_state(run)
     if state == "done":
         log(f"[{run.name}] finished before: not repeated")
@@ -152,23 +140,18 @@ def execute(run: Run, *, train: TrainFn = train_run, threads: int = 1, progress:
               "step0_validation": (f"reused from {Path(reused).relative_to(run.root)}" if reused is not None
                                    else "before the resume" if state == "resume" else "computed"),
               "config": run.config.to_dict(), "environment": environment()}
-    tmp = run.out_dir / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
-    os.replace(tmp, run.out_dir / RUN_FILE)
+    write_atomically(run.out_dir / RUN_FILE, json.dumps(record, indent=2))
     log(f"[{run.name}] done in {record['wall_s']:.0f} s: validation avg@1 = {record['val_avg@1']:.3f}")
     return record
 
 
 LOG_REFRESH_S = 30
-"""How often a worker process writes its progress bars into its log file (tqdm's
-``mininterval``, set through ``TQDM_MININTERVAL``): a 20-minute build leaves a few dozen
-updates, not thousands."""
+"""Seconds between a worker's progress-bar updates in its log (tqdm's ``TQDM_MININTERVAL``)."""
 
 
 @contextlib.contextmanager
 def _worker_output(log_file: Path, threads: int) -> Iterator[None]:
-    """A worker process on ``threads`` threads, its output (progress bars refreshed every
-    :data:`LOG_REFRESH_S` seconds) appended to ``log_file``."""
+    """A worker process on ``threads`` threads, its output appended to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     os.environ["TQDM_MININTERVAL"] = str(LOG_REFRESH_S)
     with open(log_file, "a", encoding="utf-8") as f, run_threads(threads):
@@ -189,18 +172,12 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
                  jobs: int = 1, progress: bool = True, log: Callable[[str], None] = print,
                  train: TrainFn = train_run, retriever: Any = None,
                  build: Callable[..., str] | None = None) -> dict[str, Any]:
-    """Run (or finish) every run of the ablation; returns the plan with each run's record
-    and writes it to ``<out>/ablation.json``, after logging the work left
-    (:func:`describe_work`). ``base_seeds``: see :func:`plan_runs`. ``threads``: torch's and
-    faiss's intra-op threads in every process, a base's build included
-    (:func:`algos.reproducible.run_threads`). ``jobs``: runs at once, each in its own process,
-    the missing bases built in worker processes too (``build(model, seed=b, progress=True)``,
-    by default :func:`algos.commands.presets.prepare_model`); with 1, all in this process.
-    ``train``: the per-run trainer (:func:`train_run`). Tests give fakes for ``train`` and
-    ``build`` (module-level functions when ``jobs > 1``) and a ``retriever`` for every run
-    (``jobs=1`` only). ``out`` is locked for the whole ablation
-    (:func:`algos.commands.runlock.run_lock`): a second ablation into it raises
-    :class:`algos.commands.runlock.RunLockedError` naming the first."""
+    """Run (or finish) every run of the ablation; returns the plan with each run's record, also
+    written to ``<out>/ablation.json``. ``threads``: intra-op threads in every process.
+    ``jobs``: runs at once, each in its own process, missing bases built in workers too (by
+    ``build``, default :func:`algos.commands.presets.prepare_model`). ``train`` and ``build``
+    (module-level when ``jobs > 1``) and ``retriever`` (``jobs=1``) are for tests. ``out`` is
+    locked: a second ablation into it raises :class:`algos.commands.runlock.RunLockedError`."""
     if retriever is not None and jobs > 1:
         raise ValueError("a retriever object cannot be shared with worker processes: use jobs=1")
     out = Path(out)
@@ -237,9 +214,7 @@ def _run_all(runs: list[Run], plan: dict[str, Any], out: Path, *, train: TrainFn
     def save() -> None:
         plan["runs"] = {r.name: records.get(r.name, {"state": run_state(r)}) for r in runs}
         plan["wall_s"] = round(time.perf_counter() - start, 1)
-        tmp = out / "ablation.json.tmp"
-        tmp.write_text(json.dumps(plan, indent=2), encoding="utf-8")
-        os.replace(tmp, out / "ablation.json")
+        write_atomically(out / "ablation.json", json.dumps(plan, indent=2))
 
     def built(key: tuple[str, int], path: str) -> list[Run]:
         nonlocal runs
@@ -328,8 +303,7 @@ def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) 
 
 
 STEP0_POLL_S = 20.0
-"""How often (seconds) the scheduler looks whether a run's step 0 is done, while a variant
-waits to take it."""
+"""Seconds between looks at a run's step 0 while a variant waits to take it."""
 
 
 def step0_done(run: Run) -> bool:
@@ -360,13 +334,10 @@ def _run_in_processes(runs: list[Run], records: dict[str, dict[str, Any]], train
                       bases: Sequence[tuple[str, int]], out: Path,
                       built: Callable[[tuple[str, int], str], list[Run]],
                       build: Callable[..., str] | None = None) -> None:
-    """Up to ``jobs`` tasks at once, a fresh process each (its memory is returned when it
-    ends): first the missing ``bases`` ((model, base seed); output in
-    ``<out>/base-<model>-seed<b>.log``), then the runs, a run starting once its base is built
-    (``built(key, path)`` attaches it) and the run it needs finished, so a base left over
-    (three bases, two jobs) is built beside the first runs. A fresh run whose step-0
-    validation another run is computing waits for it (:func:`step0_done`) while other tasks
-    go first. A failure stops the ablation after the tasks in flight (their work is kept)."""
+    """Up to ``jobs`` tasks at once, a fresh process each: first the missing ``bases``, then
+    the runs, each once its base is built (``built(key, path)`` attaches it) and the run it
+    needs finished. A fresh run whose step-0 validation another run is computing waits for it
+    (:func:`step0_done`). A failure stops the ablation after the tasks in flight."""
     pending: list[Run | tuple[str, int]] = [*bases, *runs]
     unbuilt = set(bases)
     running: dict[Future, Run | tuple[str, int]] = {}

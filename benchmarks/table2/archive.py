@@ -1,21 +1,11 @@
-"""Table 2's archives: what ``benchmarks.table2`` writes beside ``table2.json`` so that an
-ablation's finished runs can be committed, audited and put back on another machine.
-
-- :data:`RECORDS_FILE`, :data:`METRICS_FILE`, :data:`RUNS_FILE`: every run's per-question
-  validation records, metrics rows and ``run.json`` record, as deterministic gzip
-  (:func:`write_gzip_jsonl`: the same runs give the same bytes);
-- :func:`restore_runs`: the finished runs of a written table back into an ablation's
-  directory, without checkpoints (``python -m benchmarks table2 --restore``);
-- :func:`publish_table`: a written table and its archives copied into ``docs/`` as the pages
-  keep them (``python -m benchmarks table2 --publish``).
-"""
+"""Table 2's archives beside ``table2.json`` (deterministic gzip), :func:`restore_runs` (``table2
+--restore``) and :func:`publish_table` (``table2 --publish``): docs/table2.md ("What it writes")."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import json
-import os
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,7 +14,7 @@ from typing import Any
 from algos.mechanism import QUESTION_SUBSETS_FILE, SKIP_FILE
 from benchmarks.table2.runs import RUN_FILE, TEACHER, run_name
 from envs.data.items import loads
-from envs.paths import contained, read_capped, read_lines
+from envs.paths import atomic_write, contained, read_capped, read_lines
 from envs.terminal import terminal_safe
 
 RECORDS_FILE = "table2_records.jsonl.gz"
@@ -76,24 +66,16 @@ def write_gzip_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as f:
         for row in rows:
             f.write((json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
-    return path
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
+    return Path(path)
 
 
 def restore_runs(table_json: str | Path, out: str | Path) -> list[str]:
-    """Put the finished runs of a written table (its ``table2.json`` and the three archives
-    beside it) back into the ablation directory ``out`` as the runs left them for the table
-    (``run.json``, ``metrics.jsonl``, the step-0 and final validation records, the skip
-    probability, the marked question sets :data:`algos.mechanism.QUESTION_SUBSETS_FILE`),
-    without checkpoints; returns the runs restored. docs/table2.md ("What it writes") says how
-    an ablation goes on from there. A run already in ``out`` is left as it is; a seed's
-    Teacher is restored only when all the planned variants of its seed are (a missing variant
-    starts from its checkpoint, which the archives lack); ``out`` gets the table's plan
-    (``ablation.json``) when it has none, so the ablation refuses other settings. Raises
-    ValueError naming the file that is missing or not an archive of this table."""
+    """Put the finished runs of a written table (``table2.json`` and its archives) back into
+    the ablation directory ``out`` as the runs left them, without checkpoints; returns the runs
+    restored. A run already there is left alone; a seed's Teacher comes back only with all
+    its planned variants; ``out`` gets the table's plan when it has none. Raises ValueError
+    naming the file that is missing or not an archive of this table."""
     from algos.trainer import validation_path
 
     table_json, out = Path(table_json), Path(out)
@@ -231,12 +213,9 @@ PUBLISHED_CURVES = "table2_curves.png"
 
 
 def publish_table(out: str | Path, dest: str | Path) -> list[Path]:
-    """Copy the table written in the ablation directory ``out`` into ``dest`` as ``docs/``
-    keeps it: ``table2.json`` and its three archives under their own names, the curves as
-    :data:`PUBLISHED_CURVES` (the JSON's ``curves_png`` says so); returns the files written.
-    :func:`restore_runs` takes the runs back from there, and ``python -m benchmarks table2
-    --render-docs`` renders the pages' tables from it. Raises ValueError naming a file that
-    is missing."""
+    """Copy the table written in ``out`` into ``dest`` as ``docs/`` keeps it (the curves as
+    :data:`PUBLISHED_CURVES`); returns the files written. Raises ValueError naming a file
+    that is missing."""
     out, dest = Path(out), Path(dest)
     try:
         table = _read_table(out / "table2.json")

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 from algos.report import read_metrics, save_figure
 from benchmarks.metrics import summarize
 from benchmarks.table2.archive import METRICS_FILE, RECORDS_FILE, RUNS_FILE, write_gzip_jsonl
-from benchmarks.table2.runs import TEACHER
+from benchmarks.table2.runs import TEACHER, write_atomically
 from benchmarks.table2.stats import REFERENCE, multiplicity
 from benchmarks.table2.table import (
     FIGURES,
@@ -310,9 +309,7 @@ def write_table2(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) ->
         write_gzip_jsonl(out / name, table.pop(f"_{key}"))
         table[key] = name
     table["curves_png"] = str(plot_curves(out, table["variants"], out / "curves.png").name)
-    for name, text in (("table2.json", json.dumps(table, indent=2) + "\n"), ("table2.md", markdown(table))):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out / name)
+    write_atomically(out / "table2.json", json.dumps(table, indent=2) + "\n")
+    write_atomically(out / "table2.md", markdown(table))
     return table
 

@@ -1,15 +1,7 @@
-"""The runs of the paper's Table 2 (the Searcher-signal ablation): for each seed one Stage-I
-Teacher, then Stage II once per variant (:data:`VARIANT_SETTINGS`), each run in its own
-directory (``seed<S>/teacher/``, ``seed<S>/<variant>/``, its ``run.json`` once finished) and
-every run of a seed from that seed's base (``base_seeds=K``: seed ``s`` from the base built for
-seed ``s % K``, ``TrainConfig.base_seed``). docs/table2.md ("What runs", "What it writes") says
-what the variants are, what stays the same between them, what the directory holds and how a
-killed ablation resumes: a finished run is never repeated, a run with a checkpoint continues,
-a run killed before its first checkpoint starts again.
-
-:mod:`benchmarks.table2.ablate` runs them (``python -m benchmarks ablate``), and
-:mod:`benchmarks.table2.table` tables them.
-"""
+"""The plan of the paper's Table 2 (the Searcher-signal ablation): per seed one Stage-I Teacher,
+then Stage II once per variant (:data:`VARIANT_SETTINGS`), each run in its own directory
+(``seed<S>/<variant>/``). docs/table2.md ("What runs", "What it writes") says what differs
+between the variants, what the directory holds and how a killed ablation resumes."""
 
 from __future__ import annotations
 
@@ -21,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algos.roles import searcher_signals
+from envs.paths import atomic_write
 
 if TYPE_CHECKING:
     from algos.config import TrainConfig
@@ -89,13 +82,10 @@ def run_name(seed: int, variant: str) -> str:
 
 def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
               overrides: dict[str, Any] | None = None, base_seeds: int | None = None) -> list[Run]:
-    """Every run of the ablation in a valid order: per seed its Teacher (when a variant
-    needs one) then the variants. ``overrides``: TrainConfig settings for every run (e.g.
-    ``steps``); they may not set what the ablation itself varies. ``base_seeds``: K, seed
-    ``s`` trains from the base of seed ``s % K`` (``TrainConfig.base_seed``); None: each
-    seed from its own. Each run lists the runs whose step-0 validation it may reuse
-    (:attr:`Run.step0_from`). Raises ValueError naming the bad variant, seed or setting
-    (the configs are validated here, before any run)."""
+    """Every run of the ablation in a valid order: per seed its Teacher (when a variant needs
+    one) then the variants. ``overrides``: TrainConfig settings for every run, not what the
+    ablation varies. ``base_seeds``: K, seed ``s`` trains from the base of seed ``s % K``;
+    None: each seed from its own. Raises ValueError naming the bad variant, seed or setting."""
     from algos.commands.presets import PRESETS, preset_config
 
     if preset not in PRESETS:
@@ -136,17 +126,13 @@ def plan_runs(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequ
 
 STEP0_FREE = frozenset({"out_dir", *(key for settings in VARIANT_SETTINGS.values() for key in settings)})
 """The config fields a step-0 validation does not read: the run's directory and what the
-variants set (the Searcher signal and the Teacher enter the loss, and the validation
-sample's per-token values, which :func:`adopt_step0` recomputes, never the validation's
-episodes). ``Trainer.validate`` samples the trained model (at step 0 the base's weights,
-``model``) with its own seeded sampler (``seed``) on the validation questions in the
-workflow of ``stage``, with the env shape, retriever and sampling settings: all in the key."""
+variants set (the Searcher signal and the Teacher enter the loss and the sample's per-token
+values, which :func:`adopt_step0` recomputes, never the validation's episodes)."""
 
 
 def step0_key(config: dict[str, Any]) -> str:
-    """What a run's step-0 validation depends on: its config (a ``TrainConfig.to_dict()``,
-    or one read back from JSON) without :data:`STEP0_FREE`, as canonical JSON. Two runs of
-    one key validate the same model on the same questions with the same sampler seeds."""
+    """What a run's step-0 validation depends on: its config (``TrainConfig.to_dict()`` or read
+    back from JSON) without :data:`STEP0_FREE`, as canonical JSON."""
     kept = {k: v for k, v in config.items() if k not in STEP0_FREE}
     return json.dumps(kept, sort_keys=True, default=list)
 
@@ -174,17 +160,20 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a finished run's record ({err})") from None
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file: a reader never sees half of it."""
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def validation_steps(config: TrainConfig) -> list[int]:
     """The steps a run validates at: 0 (the base), every ``eval_every`` and the last."""
     return sorted({0, config.steps, *range(config.eval_every, config.steps + 1, config.eval_every)})
 
 
 def work_estimate(runs: Sequence[Run], *, built: Callable[[str, int], bool] | None = None) -> dict[str, Any]:
-    """What is left of an ablation, as :func:`describe_work` prints it: the runs not finished,
-    the recipe bases they start from (``to_build``: those ``built`` does not find), the
-    validations they run and how many of them are step-0 validations taken from a run of the
-    same :func:`step0_key` (with ``jobs > 1`` fewer when variants start together). A resumed
-    run counts whole."""
+    """What is left of an ablation, for :func:`describe_work`: the runs not finished, the
+    recipe bases they start from (``to_build``: those ``built`` does not find), the
+    validations they run and how many step-0 validations they take from another run."""
     from algos.commands.presets import RECIPES
 
     todo = [r for r in runs if run_state(r) != "done"]
@@ -219,10 +208,9 @@ def describe_work(work: dict[str, Any], *, jobs: int = 1) -> list[str]:
 def check_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: Sequence[str] = VARIANTS,
                    overrides: dict[str, Any] | None = None, *, base_seeds: int | None = None, threads: int = 1,
                    jobs: int = 1) -> tuple[list[Run], dict[str, Any]]:
-    """The runs and the plan of an ablation, or ValueError with one line naming what is
-    wrong: a bad variant, seed, setting, base-seed, thread or job count, or an ``out`` that
-    holds an ablation run with other settings or bases (its finished runs would be compared
-    with runs trained differently). Writes nothing."""
+    """The runs and the plan of an ablation, or a one-line ValueError: a bad variant, seed,
+    setting, base-seed, thread or job count, or an ``out`` that holds an ablation run with
+    other settings or bases. Writes nothing."""
     if threads < 1 or jobs < 1:
         raise ValueError(f"threads={threads} and jobs={jobs} must be >= 1")
     runs = plan_runs(preset, out, seeds, variants, overrides, base_seeds)

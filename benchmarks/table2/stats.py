@@ -1,14 +1,6 @@
-"""The comparisons a Table 2 makes and their statistics (:mod:`benchmarks.table2.table` builds
-the table): each variant minus ``opd`` (``vs_opd``: the difference of the mean macro avg@k,
-each shared seed's difference) with two intervals, each labelled with what it covers,
-``questions_paired`` (:data:`algos.report.QUESTIONS_PAIRED`,
-:func:`benchmarks.metrics.paired_macro_difference` over questions pooled across seeds) and
-``over_seeds`` (:data:`algos.report.OVER_SEEDS`, :func:`benchmarks.seed_stats.seed_interval`);
-the same without the two-choice questions (:func:`is_two_choice`, ``without_two_choice``); and
-how many comparisons the table makes with their p-values raw and Holm-adjusted, seeds or
-bases as the unit. docs/table2.md ("Two intervals, two questions") says what each interval
-answers.
-"""
+"""The comparisons a Table 2 makes: each variant minus ``opd`` with the question-paired and
+the over-seeds interval, on all questions and without the two-choice ones, and their p-values
+raw and Holm-adjusted. docs/table2.md ("Two intervals, two questions") says what each answers."""
 
 from __future__ import annotations
 
@@ -122,14 +114,10 @@ def comparisons_made(table: Mapping[str, Any]) -> list[tuple[str, str, Mapping[s
 
 
 def multiplicity(table: Mapping[str, Any]) -> dict[str, Any]:
-    """How many comparisons the table makes and their p-values, raw and Holm-adjusted
-    (:func:`benchmarks.seed_stats.holm`), from its JSON alone: for each comparison
-    (:func:`comparisons_made`) the two tests over seeds, the t-test's p
-    (:func:`benchmarks.seed_stats.t_test_p`, the test of the t-interval) and the sign test's,
-    each adjusted over the ``headline`` family (the comparisons on all questions) and over
-    ``all`` of them. With fewer bases than seeds (seeds sharing a base are not independent in
-    its draw), ``over_bases`` repeats the headline comparisons with the bases as the unit
-    (each base's seeds averaged: :func:`over_bases`), Holm over them too."""
+    """The comparisons a table makes (from its JSON alone) and, for each, the t-test's and the
+    sign test's p over seeds, Holm-adjusted over the ``headline`` family (all questions) and
+    over ``all``. With fewer bases than seeds, ``over_bases`` repeats the headline
+    comparisons with the bases as the unit (:func:`over_bases`)."""
     made = comparisons_made(table)
     names = [f"{v} - {REFERENCE} ({questions})" for v, questions, _ in made]
     t_p = {n: t_test_p(ci["per_seed"]) for n, (_, _, ci) in zip(names, made)}
@@ -154,11 +142,9 @@ def multiplicity(table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def over_bases(table: Mapping[str, Any], per_seed: Mapping[str, float]) -> dict[str, Any] | None:
-    """A comparison with the bases as the unit: its per-seed differences averaged over the
-    seeds of each base (a base: its ``base_seed`` and weights' hash in the table's ``bases``),
-    then :func:`benchmarks.seed_stats.seed_interval` and the t-test's p over those means.
-    None when the table names no base for a seed, or when every seed has its own base (the
-    seed-level figures are then the base-level ones)."""
+    """A comparison with the bases as the unit: its per-seed differences averaged per base,
+    then :func:`benchmarks.seed_stats.seed_interval` and the t-test's p over those means. None
+    when the table names no base for a seed, or when every seed has its own base."""
     bases = table.get("bases") or {}
     groups: dict[str, list[float]] = {}
     for s, d in per_seed.items():

@@ -1,18 +1,6 @@
-"""The paper's Table 2 from an ablation's runs (:mod:`benchmarks.table2.runs`): per Searcher-signal
-variant the validation figures (macro over the datasets, mean over seeds), each variant's
-macro difference to ``opd`` with two intervals that answer two questions, and the curves.
-
-    python -m benchmarks ablate --preset micro --seeds 3 --out runs/table2   # train, then this
-    python -m benchmarks table2 runs/table2                                  # this alone
-
-:func:`build_table` builds what ``table2.json`` holds and
-:func:`benchmarks.table2.render.write_table2` writes it with ``table2.md``, ``curves.png`` and
-the archives (:mod:`benchmarks.table2.archive`); docs/table2.md ("What it writes") says what
-each holds. Figures come from each run's last validation, but the invalid-turn rate: the
-training rollouts' at the last step (``team/invalid_rate``). Each training seed is the unit of
-the statistics over seeds; seeds that share a base (``--base-seeds``) are not independent in
-its draw, so ``table2.json`` keeps each run's base and ``table2.md`` lists who shares one.
-"""
+"""The paper's Table 2 from an ablation's finished runs: :func:`build_table` builds what
+``table2.json`` holds (per variant the last validation's figures, mean over seeds, and the
+comparisons with ``opd``); docs/table2.md ("What it writes") says what each figure is."""
 
 from __future__ import annotations
 
@@ -41,9 +29,8 @@ from envs.data import load_qa
 from envs.paths import contained
 
 PLANTED = "planted"
-"""The key of a seed's Teacher record (``run.json``) that was planted rather than trained by
-Stage I (a recipe's Teacher known to be better, e.g. ``algos.recipes.micro.control``): how it
-was made. Its lead is then measured in the workflow its record names (``workflow``)."""
+"""The key of a Teacher's ``run.json`` that a recipe planted rather than Stage I trained (e.g.
+``algos.recipes.micro.control``): how it was made."""
 
 FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_per_workflow",
            "macro_invalid_turns_per_workflow", "invalid_rate_train", "macro_input_tokens_per_workflow",
@@ -54,21 +41,16 @@ SUBSET_FIGURES = ("macro_avg@k", "macro_pass@k", "macro_all_k", "macro_searches_
 """A variant's figures on the questions that are not two-choice."""
 
 ENDPOINTS = ("team/searches_per_workflow", "team/mixed_em_groups", "team/cov_searches_em")
-"""Continuous per-step figures of a run's metrics.jsonl that ``table2.json`` keeps per run
-(first and last value), when the run logged them: the sampled training rollouts' searches
-per workflow, the share of groups whose R_EM varies and the within-group covariance of
-searches with R_EM (:func:`algos.mechanism.outcome_signal`)."""
+"""Per-step figures of a run's metrics.jsonl that ``table2.json`` keeps (first and last value)
+when the run logged them (:func:`algos.mechanism.outcome_signal`)."""
 
 SKIP_ENDPOINT = "searchers/skip_probability"
-"""A run's Searchers' probability of reporting without searching on their first turn, of its
-starting (step 0) and final model, measured after training into
-:data:`algos.mechanism.SKIP_FILE`."""
-
+"""The Searchers' first-turn probability of reporting without searching, of the starting and
+final model (measured after training into :data:`algos.mechanism.SKIP_FILE`)."""
 
 KL_FILE = "searcher_kl.json"
-"""A run's Searchers' KL to its seed's Teacher on held-out rollouts, of its starting (step 0)
-and final model, measured after training (``python -m algos.recipes.micro.control kl --out
-DIR``; ``{"step0", "final", "final_step"}``)."""
+"""The Searchers' KL to the seed's Teacher of the starting and final model, measured after
+training (``python -m algos.recipes.micro.control kl``; ``{"step0", "final", "final_step"}``)."""
 
 KL_ENDPOINT = "searchers/kl_to_teacher"
 """The continuous endpoint read from :data:`KL_FILE`."""
@@ -137,10 +119,8 @@ def question_styles(config: Mapping[str, Any]) -> dict[tuple[str, str], str | No
 
 
 def endpoints(metrics: Sequence[Mapping[str, Any]], run_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
-    """The first and last logged value of each of :data:`ENDPOINTS` a run's metrics hold; and
-    the Searchers' KL to the Teacher and skip probability of its starting and final model when
-    the run's directory holds :data:`KL_FILE` or :data:`algos.mechanism.SKIP_FILE` (a recipe
-    measures them after training, e.g. ``python -m algos.recipes.micro.mechanism --runs DIR``)."""
+    """The first and last logged value of each of :data:`ENDPOINTS` a run's metrics hold, and
+    those of :data:`KL_FILE` and :data:`algos.mechanism.SKIP_FILE` when ``run_dir`` has them."""
     out = {}
     for key in ENDPOINTS:
         series = metric_series(metrics, key)
@@ -161,10 +141,9 @@ def metric_series(rows: Sequence[Mapping[str, Any]], key: str) -> dict[int, floa
 
 
 def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Table 2 of the ablation under ``out`` from its finished runs (see the module's
-    docstring); a variant's comparison uses the seeds it and ``opd`` both finished. What it read
-    is in ``table["_records"]``, ``["_metrics"]`` and ``["_run_records"]`` (archived by
-    :func:`benchmarks.table2.render.write_table2`, not in the JSON)."""
+    """Table 2 of the ablation under ``out`` from its finished runs; a comparison uses the seeds
+    both variants finished. What it read is in ``table["_records"]``, ``["_metrics"]`` and
+    ``["_run_records"]`` (archived by :func:`benchmarks.table2.render.write_table2`)."""
     out = Path(out)
     runs = finished_runs(out)
     plan = _read_plan(out)
@@ -253,11 +232,10 @@ def build_table(out: str | Path, *, n_resamples: int = 10000, seed: int = 0) -> 
 def question_subsets(out: Path, final: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
                      start: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], *,
                      n_resamples: int, seed: int) -> dict[str, Any]:
-    """Every variant on each named set of validation questions that a recipe marked in
-    ``out``'s :data:`algos.mechanism.QUESTION_SUBSETS_FILE` ({} when there is none): its
-    :data:`SUBSET_FIGURES` at the end (``final``) and at step 0 (``start``: the base), and
-    its comparison with ``opd`` on those questions. Raises ValueError naming the file when
-    it is not such a set, or names questions no run validated."""
+    """Every variant on each set of questions marked in ``out``'s
+    :data:`algos.mechanism.QUESTION_SUBSETS_FILE` ({} without one): its :data:`SUBSET_FIGURES`
+    at the end and at step 0, and its comparison with ``opd``. Raises ValueError naming the
+    file when it is not such a set, or names questions no run validated."""
     path = out / QUESTION_SUBSETS_FILE
     if not path.exists():
         return {}
@@ -290,11 +268,9 @@ def _only(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], keys: set[tuple[s
 
 
 def _bases_trained_from(planned: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Each seed's base as its finished runs recorded it (``base_seed``, ``base_weight_hash``,
-    the config's ``model``) over what the plan says (``ablation.json`` names the base as built
-    on the machine that continued the ablation, which for seeds restored from another machine
-    may be other weights). Raises ValueError when the runs of one seed recorded different
-    bases: their comparison would not share a start."""
+    """Each seed's base as its finished runs recorded it, over what the plan says (which for
+    seeds restored from another machine may be other weights). Raises ValueError when the
+    runs of one seed recorded different bases: their comparison would not share a start."""
     bases = {name: dict(base) for name, base in planned.items()}
     for seed in sorted({r["seed"] for r in records if r.get("base_weight_hash")}):
         found = {(r.get("base_seed"), r["base_weight_hash"], r.get("config", {}).get("model"))
@@ -334,10 +310,8 @@ def _subset_figures(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict
 
 
 def _environment(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The environment the runs recorded (``run.json``'s ``environment``): one when they all
-    agree, else ``{"differs": [{"environment": ..., "runs": [...]}, ...]}``, the runs grouped
-    by the environment they ran in (None for runs that recorded none); None when none
-    recorded one."""
+    """The ``environment`` the runs recorded: one when they all agree, else ``{"differs":
+    [{"environment": ..., "runs": [...]}, ...]}``; None when none recorded one."""
     groups: list[dict[str, Any]] = []
     for r in records:
         env = r.get("environment") or None
