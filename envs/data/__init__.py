@@ -1,10 +1,5 @@
-"""QA data: FlashRAG-layout loaders for the seven benchmarks and the synthetic world.
-
-``load_qa(name, split, root)`` reads ``<root>/<name>/<split>.jsonl`` (or parquet), the
-hub dataset when ``root`` is None, or the built-in synthetic world when ``root`` is
-``"synthetic"``. ``build_world(seed)`` makes a synthetic encyclopedia and questions in
-the styles of the seven benchmarks; ``write_flashrag`` writes it out as files.
-"""
+"""QA data: FlashRAG-layout loaders for the seven benchmarks (``load_qa``) and the synthetic
+world (``build_world``, written out as files by ``write_flashrag``)."""
 
 from envs.data.items import DATASETS, MULTI_HOP, SINGLE_HOP, QAItem, read_jsonl, write_jsonl
 from envs.data.qa import load_qa

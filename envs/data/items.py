@@ -133,25 +133,18 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
-def json_depth(text: str) -> int:
-    """How deeply the arrays and objects of the JSON ``text`` nest (``[[1]]``: 2), counted
-    outside strings; a bound, not a validation: bad JSON gets a number too."""
-    depth = deepest = 0
-    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
 def loads(text: str) -> Any:
     """``json.loads`` for text from a file we did not write: a value that nests deeper than
     :data:`MAX_DEPTH` is a ``ValueError`` saying so (not a ``RecursionError``, here or in
     whatever walks the value later). Bad JSON is ``json.JSONDecodeError``, a ``ValueError``.
     Costs nothing more on text with at most :data:`MAX_DEPTH` brackets."""
     if text.count("[") + text.count("{") > MAX_DEPTH:  # else it cannot nest deeper
-        depth = json_depth(text)
-        if depth > MAX_DEPTH:
-            raise ValueError(f"nested {depth} levels deep, more than the {MAX_DEPTH} a row may have")
+        depth = deepest = 0  # brackets outside strings: a bound, bad JSON gets a number too
+        for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
+            depth += 1 if bracket in "[{" else -1
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            raise ValueError(f"nested {deepest} levels deep, more than the {MAX_DEPTH} a row may have")
     try:
         return json.loads(text)
     except RecursionError:  # cannot happen below MAX_DEPTH; kept so no traceback can escape

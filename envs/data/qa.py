@@ -1,11 +1,7 @@
-"""QA loaders, in the FlashRAG layout.
-
-A dataset lives at ``<root>/<name>/<split>.jsonl`` (or ``.jsonl.gz``, ``.json`` or
-``.parquet``), one question per row: ``{"id", "question", "golden_answers": [...], "dataset"?,
-"metadata"?}``. This is the layout of the hub dataset ``RUC-NLPIR/FlashRAG_datasets``,
-which ``load_qa`` reads when no ``root`` is given, and of what ``write_flashrag`` (the
-synthetic world) writes. The items and the JSONL helpers are in ``envs.data.items``;
-``envs.data`` exports both.
+"""QA loaders, in the FlashRAG layout (the hub dataset ``RUC-NLPIR/FlashRAG_datasets``'s, and
+what ``write_flashrag`` writes): ``<root>/<name>/<split>.jsonl`` (or ``.jsonl.gz``, ``.json``,
+``.parquet``), one row ``{"id", "question", "golden_answers": [...], "dataset"?, "metadata"?}``
+per question.
 """
 
 from __future__ import annotations

@@ -74,13 +74,9 @@ bamboogle         hard_two_hop       2     Who produced the first film directed 
 Splits ``train``/``dev``/``test`` are disjoint in question text. They are drawn test
 first, so the test set of a seed does not change when ``train`` or ``dev`` grow.
 
-The package
------------
-This module builds a world (``build_world``) and writes it out; the steps live in
-``names.py`` (made-up names and titles), ``world.py`` (the entities and how they are
-drawn), ``render.py`` (their passages) and ``questions.py`` (the seven question sets, a
-table of question templates each). Each step draws from seeded generators in a fixed
-order: reordering the draws changes every world (``tests/envs/test_synthwiki_stable.py``).
+This module builds a world (``build_world``) and writes it out; ``names.py``, ``world.py``,
+``render.py`` and ``questions.py`` are the steps, each drawing in a fixed order (reordering
+the draws changes every world: ``tests/envs/test_synthwiki_stable.py``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-# ----------------------------------------------------------------------------- names
-
 _ONSETS = tuple("b d f g h k l m n p r s t v z br dr gr kr st tr th sk vr bl fl".split())
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "i", "a", "ai", "ei")
 _CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "k", "rn", "ld")
@@ -112,11 +110,6 @@ class Names:
             return False
         self.used.add(key)
         return True
-
-
-def country_root(rng: random.Random) -> str:
-    """The stem a country's name and its language share."""
-    return (_syllable(rng, coda=False) + _syllable(rng)).capitalize()
 
 
 def country_name(rng: random.Random, root: str) -> str:

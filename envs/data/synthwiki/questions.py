@@ -40,9 +40,6 @@ class _Draft(NamedTuple):
     """Passage ids in hop order."""
 
 
-# ------------------------------------------------------------------- drawing entities
-
-
 def _via(attribute: str, pool: str) -> Callable[[SynthWiki, Any], Any]:
     """A step from an entity to the one its ``attribute`` points at in ``world.<pool>``
     (None where it points nowhere: no father, no university)."""
@@ -129,9 +126,6 @@ def _first_film(world: SynthWiki, rng: random.Random) -> tuple[Person, Work, Per
                                   and world.works[director.works[1]].year == first.year):
         return None
     return director, first, world.people[first.producer]
-
-
-# -------------------------------------------------------------------------- answers
 
 
 def _names(entity: Any) -> list[str]:

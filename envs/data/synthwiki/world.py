@@ -17,7 +17,6 @@ from envs.data.synthwiki.names import (
     Names,
     city_name,
     country_name,
-    country_root,
     family_name,
     given_name,
     language_name,
@@ -209,7 +208,7 @@ def make_entities(seed: int, rng: random.Random, *, countries: int, cities: int,
 def _make_places(world: SynthWiki, rng: random.Random, names: Names, n_countries: int,
                  n_cities: int) -> None:
     for _ in range(n_countries):
-        root = country_root(rng)
+        root = made_up_word(rng)  # the stem the country's name and its language share
         name = names.take(functools.partial(country_name, rng, root))
         language = names.take(functools.partial(language_name, rng, root))
         form = rng.choice(("Republic", "Kingdom", "Grand Duchy", "Federation", "Commonwealth"))
