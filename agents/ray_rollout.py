@@ -1,22 +1,12 @@
 """Rollout workers on Ray: N actors that each hold env copies, a policy backend and a client of
 one shared retriever, and return the same :class:`~envs.episode.Episode` records as
-:func:`agents.collect.collect` (``pip install -e .[distributed]``; docs/scaleout.md).
+:func:`agents.collect.collect` (``pip install -e .[distributed]``).
 
-The unit of work is a question group (the G workflows of one question), sampled with its own
-seed (:func:`group_seed`) and reset with the seeds ``collect`` gives it, so which worker rolls
-a group, and how many workers there are, changes nothing: :func:`collect_groups` is the
-one-process run that the pool equals, token for token. (Plain ``collect`` batches all groups
-through one sampler: the same distribution, other draws.) The trainer's weights reach each
-worker once per version through Ray's object store (:meth:`RayRolloutPool.push_weights`); the
-retriever is an http(s) URL that every worker calls, or one :class:`RetrieverActor`.
-
-A worker that dies (any of :func:`lost_worker_errors`) or does not answer within ``timeout_s``
-is restarted with the current weights and its group rolled again from its seed, so the
-Episodes are as if it had not died (``rollout/worker_restarts``, ``rollout/rerolled_groups``);
-after ``max_restarts`` restarts in one :meth:`~RayRolloutPool.collect` the pool raises. Workers
-generate with HF on the CPU, ``threads`` torch threads each (vLLM inside workers is not wired);
-the retriever actor runs on the driver's node, and the workers' code and the weights' model
-config must import on every node.
+A question group is the unit of work, sampled with its own seed (:func:`group_seed`), so the
+pool equals :func:`collect_groups` in one process, token for token, whatever the number of
+workers; a worker that dies (:func:`lost_worker_errors`) or hangs past ``timeout_s`` is
+restarted and its group rolled again. How the weights, the retriever and a cluster's nodes
+take part: docs/scaleout.md, "Rollout workers".
 
 >>> pool = RayRolloutPool(2, model=model, tokenizer=tok, env_kwargs=kw, retriever=r)  # doctest: +SKIP
 >>> pool.push_weights(model); groups = pool.collect(questions, 5, seed=0)             # doctest: +SKIP
@@ -197,16 +187,14 @@ class RolloutWorker:
             import ray
 
             self.load_weights(version, ray.get(weights[0]))
-        questions = questions_from_json(questions_json)
-        groups = collect_groups(self.env_fn(questions), self.policy, questions, group_size, seed=seed,
-                                first_index=first_index)
-        return json.dumps(groups_to_dicts(groups))
-
-    def env_fn(self, questions: Sequence[Any]) -> Callable[[], Any]:
         from envs import env_fn
 
-        return env_fn(tokenizer=self.tokenizer, retriever=self.retriever, questions=list(questions),
-                      **self.env_kwargs)
+        questions = questions_from_json(questions_json)
+        make_env = env_fn(tokenizer=self.tokenizer, retriever=self.retriever, questions=questions,
+                          **self.env_kwargs)
+        groups = collect_groups(make_env, self.policy, questions, group_size, seed=seed,
+                                first_index=first_index)
+        return json.dumps(groups_to_dicts(groups))
 
 
 # ---------------------------------------------------------------------- the pool
