@@ -3,19 +3,13 @@ CUDA GPU with ``pip install -e .[vllm]``; on the CPU with vLLM's CPU build,
 ``bash scripts/install_vllm.sh``).
 
 Every observation's context goes to the engine as a ``TokensPrompt`` (the env's exact ids,
-never re-tokenised text), all live env copies in one ``LLM.generate`` call; each request
-carries its role's stop strings (kept in the output, as :class:`~agents.hf.HFPolicy` keeps
-them), the temperature, top-p, the turn budget ``min(obs.max_new_tokens, max_new_tokens)``
-and its own seed, drawn from the policy's seed and a counter (:meth:`VLLMPolicy.reseed`
-restarts it: the same seed and calls give the same tokens). Each sampled token comes back
-with its log-prob (``SamplingParams(logprobs=0)``), of the distribution sampled from where
-the installed vLLM has ``logprobs_mode``; the learner recomputes them anyway.
+never re-tokenised text), all live env copies in one ``LLM.generate`` call, each request with
+its role's stop strings (kept in the output, as :class:`~agents.hf.HFPolicy` keeps them) and
+its own seed, drawn from the policy's seed and a counter (:meth:`VLLMPolicy.reseed`).
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so that
-:meth:`VLLMPolicy.load_weights` can hand it the trainer's tensors through vLLM's own loader;
-:meth:`VLLMPolicy.sleep` releases its memory while the learner updates on the same GPU, and
-:meth:`VLLMPolicy.close` shuts it down (vLLM allows one sleep-mode engine per process). Why,
-and how the weight push, the sleep levels and the CPU build work: docs/scaleout.md, "vLLM".
+:meth:`VLLMPolicy.load_weights` can hand it the trainer's tensors through vLLM's own loader.
+Why, and how the weight push, the sleep levels and the CPU build work: docs/scaleout.md, "vLLM".
 """
 
 from __future__ import annotations
@@ -48,12 +42,8 @@ def require_vllm() -> Any:
 
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
     """Run inside vLLM's worker by ``collective_rpc``: the weights in place through vLLM's
-    own reload (``Worker.reload_weights(weights_iterator=...)``, vLLM >= 0.11, which maps
-    Hugging Face names onto fused layers and repacks them for the platform's kernels), else
-    the model's loader directly (right only where nothing was repacked after the first load:
-    CUDA). ``weights`` must name every parameter, tied ones included
-    (``named_parameters(remove_duplicate=False)``): a layer whose name is missing keeps its
-    old processed weights, silently (docs/scaleout.md)."""
+    own reload (vLLM >= 0.11), else the model's loader directly (right only on CUDA).
+    ``weights`` must name every parameter, tied ones included (docs/scaleout.md)."""
     reload = getattr(worker, "reload_weights", None)
     if reload is not None:
         reload(weights_iterator=weights)
@@ -65,9 +55,7 @@ def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
 
 
 CPU_KV_CACHE_BYTES = 1 << 30
-"""The KV cache an engine on the CPU reserves unless ``kv_cache_memory_bytes`` says otherwise
-(vLLM's CPU worker would otherwise take ``gpu_memory_utilization`` of the machine's RAM and
-spend half a minute zeroing it)."""
+"""The KV cache an engine on the CPU reserves unless ``kv_cache_memory_bytes`` says otherwise."""
 
 
 def _platform_says(vllm: Any, query: str, default: bool) -> bool:
@@ -81,14 +69,9 @@ def _platform_says(vllm: Any, query: str, default: bool) -> bool:
 
 def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> tuple[Any, dict[str, Any]]:
     """A ``vllm.LLM`` for ``model`` in this process, and what it was built with
-    (:attr:`VLLMPolicy.engine_info`: its vLLM, the platform, ``sleep_mode``,
-    ``processed_logprobs``). Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` first (vLLM reads it
-    when the engine is built) and refuses another value already set. Settings are checked
-    against ``vllm.EngineArgs``' fields (``logprobs_mode`` exists from vLLM 0.10.2) rather
-    than retried on a TypeError, which would hide an error raised inside the build. Sleep mode
-    is on where the platform has it (CUDA) unless ``enable_sleep_mode=False`` is given; on the
-    CPU it is off (a line says so) and the KV cache is :data:`CPU_KV_CACHE_BYTES` unless
-    ``kv_cache_memory_bytes`` is given."""
+    (:attr:`VLLMPolicy.engine_info`). Settings are checked against ``vllm.EngineArgs``'
+    fields rather than retried on a TypeError, which would hide an error raised inside the
+    build; sleep mode is on where the platform has it (CUDA) unless ``enable_sleep_mode=False``."""
     mode = os.environ.get(MULTIPROCESSING)
     if mode not in (None, "0"):
         raise ValueError(f"{MULTIPROCESSING}={mode}: rollout_backend=vllm runs the engine in the trainer's "
@@ -113,9 +96,7 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
     if cpu and "kv_cache_memory_bytes" in fields:
         kwargs.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
     if cpu and "enable_chunked_prefill" in fields:
-        # a prefill cut in two discards its sampled token and rewinds the request's seeded
-        # generator (gpu_model_runner: gen.set_offset), which a CPU generator cannot do
-        # ("CPU Generator does not use offset"): every request carries a seed, so prefills go whole
+        # a seeded CPU generator cannot rewind a prefill cut in two (docs/scaleout.md)
         kwargs.setdefault("enable_chunked_prefill", False)
     unknown = sorted(set(kwargs) - fields)
     if unknown:
@@ -130,9 +111,7 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
 
 
 def _empty_cache() -> None:
-    """Hand torch's cached blocks back to the driver (vLLM's sleep-mode pool is not torch's
-    allocator: memory torch still caches cannot be re-mapped by ``wake_up``); nothing
-    without CUDA."""
+    """Hand torch's cached blocks back to the driver, for ``wake_up`` to re-map; nothing without CUDA."""
     import torch
 
     if torch.cuda.is_available():
@@ -167,9 +146,8 @@ class VLLMPolicy(SampledPolicy):
         if engine is None:
             engine, self.engine_info = build_engine(require_vllm(), model, seed=seed, **engine_kwargs)
         self.processed_logprobs = bool(self.engine_info["processed_logprobs"])
-        """Whether the engine returns the log-probs of the distribution it sampled from
-        (``logprobs_mode``, vLLM >= 0.10.2); without it ``Action.logprobs`` is None rather
-        than the raw (temperature-1) values."""
+        """The engine returns the log-probs of the distribution it sampled from (vLLM >= 0.10.2);
+        without it ``Action.logprobs`` is None rather than the raw (temperature-1) values."""
         self.can_sleep = bool(self.engine_info["sleep_mode"])
         self.engine = engine
         self.sleeping = False
@@ -234,10 +212,8 @@ class VLLMPolicy(SampledPolicy):
     # -- weights and memory ---------------------------------------------------------------
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Push ``(name, tensor)`` pairs (Hugging Face names, e.g. ``model.named_parameters()``)
-        into the engine through vLLM's loader, and wake it. Asleep, with ``wake_up(tags=...)``:
-        the weights are woken alone, loaded, torch's cache emptied, then the KV cache woken
-        (its memory is not taken before the load is done)."""
+        """Push ``(name, tensor)`` pairs (Hugging Face names) into the engine through vLLM's
+        loader, and wake it: the weights first, the KV cache after the load where it can."""
         weights = [(name, t.detach()) for name, t in named_tensors]
         if self.sleeping and self.wakes_by_tag:
             _empty_cache()
@@ -260,10 +236,8 @@ class VLLMPolicy(SampledPolicy):
 
     def sleep(self, level: int | None = None) -> None:
         """Release the engine's GPU memory, e.g. while the learner updates on the same GPU.
-        Level 1 keeps a CPU copy of the weights and drops the KV cache; level 2 (the default
-        where ``wake_up`` takes tags) discards the weights too: only when
-        :meth:`load_weights` follows (vLLM then has no weights of its own to restore;
-        generating before that gives garbage, vLLM issue #29341)."""
+        Level 2 (the default where ``wake_up`` takes tags) discards the weights too: only
+        when :meth:`load_weights` follows (generating before that gives garbage, vLLM #29341)."""
         level = self.sleep_level if level is None else int(level)
         self.engine.sleep(level=level)
         self.sleeping, self._slept_at = True, level
