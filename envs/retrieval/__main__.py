@@ -1,14 +1,7 @@
 """Command line for retrieval.
 
-python -m envs.retrieval serve --corpus wiki.jsonl [--index flat|hnsw|ivf] [--encoder ID]
-                               [--index-file e5_Flat.index [--no-mmap]] [--lazy]
-                               [--pooling auto|model|mean|cls]
-                               [--host 127.0.0.1] [--port 8000] [--max-batch 4] [--topk 3]
-                               [--max-body-bytes N] [--max-query-chars N] [--keep-alive S]
+python -m envs.retrieval serve --corpus wiki.jsonl [--index-file e5_Flat.index] [--port 8000] ...
 python -m envs.retrieval search --corpus wiki.jsonl [--topk 3] "who wrote hamlet" ...
-
-Encoding a corpus (once: the embeddings are cached) says so on stderr with a progress bar
-from a few hundred passages on; --no-progress keeps it quiet.
 """
 
 from __future__ import annotations
@@ -66,13 +59,6 @@ def _build(args: argparse.Namespace) -> DenseRetriever:
     return retriever
 
 
-class _NoRetriever:
-    """Stands in for the retriever while the server settings are checked."""
-
-    def search(self, queries, top_k=3):  # pragma: no cover - never called
-        raise NotImplementedError
-
-
 _SERVER_OPTIONS = (  # (RetrievalServer setting, flag, type, default, help)
     ("max_batch", "--max-batch", int, None, "most queries per encoder batch (default 4 on a CPU "
      "encoder, which keeps small requests fast beside big ones; 64 on a GPU)"),
@@ -110,7 +96,7 @@ def server_settings(args: argparse.Namespace, device: str = "cpu", **fixed: obje
         settings["max_batch"] = 4 if device == "cpu" else 64
     settings["batch_wait_s"] /= 1000  # the flag is in milliseconds
     try:
-        RetrievalServer(_NoRetriever(), **settings)
+        RetrievalServer(None, **settings)  # no retriever yet: only the settings are checked
     except ValueError as e:
         setting = str(e).split(": ", 1)[-1].split("=", 1)[0]
         flag = _FLAGS.get(setting)

@@ -247,10 +247,8 @@ class DenseRetriever:
         self.query_prefix = query_prefix if query_prefix is not None else ("query: " if e5 else "")
         self.passage_prefix = (passage_prefix if passage_prefix is not None
                                else ("passage: " if e5 else ""))
-        self.batch_size = batch_size
-        self.device = device
-        self.nprobe = nprobe
-        self.ef_search = ef_search
+        self.batch_size, self.device = batch_size, device
+        self.nprobe, self.ef_search = nprobe, ef_search
         self.index_file = str(index_file) if index_file is not None else None
         # Hashing 14 GB of wiki-18 would dominate start-up: a lazy corpus is identified by
         # its path, size and mtime instead (a rewritten file gets a new key).
@@ -292,8 +290,6 @@ class DenseRetriever:
             "nprobe": self.nprobe if self.index_kind == "ivf" else None,
             "ef_search": self.ef_search if self.index_kind == "hnsw" else None,
         }
-
-    # -- building ---------------------------------------------------------------------------
 
     @property
     def encoder(self):
@@ -408,8 +404,6 @@ class DenseRetriever:
         index.add(emb)
         atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
         return index, False
-
-    # -- searching --------------------------------------------------------------------------
 
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         """Top-``top_k`` passages for each query, best first, encoding all queries in one

@@ -13,10 +13,8 @@ anything else                  :class:`DenseRetriever` over that corpus JSONL(.g
 =============================  ===============================================
 
 The trainer's ``retriever`` setting, the benchmark suite's ``--corpus`` and
-``--retriever-url`` and the env's default all come through here. The index kind is one
-setting beside the spec (``index=``, the trainer's ``retriever_index``): ``auto`` (flat
-below ``envs.retrieval.dense.AUTO_APPROXIMATE_FROM`` passages, HNSW from there), ``flat``,
-``hnsw`` or ``ivf``. A server chooses its own index (``serve --index``).
+``--retriever-url`` and the env's default all come through here. The index kind
+(``index=``, the trainer's ``retriever_index``) is a setting beside the spec.
 """
 
 from __future__ import annotations
@@ -43,13 +41,11 @@ def spec_kind(spec: str | os.PathLike) -> str:
 
 def make_retriever(spec: str | os.PathLike = DEFAULT, *, index: str | None = None, progress: bool = True,
                    **kwargs: Any) -> Any:
-    """The retriever ``spec`` names (table above). ``index``: the index kind of a local
-    corpus (``auto``, ``flat``, ``hnsw`` or ``ivf``; None = ``auto``); a URL accepts only
-    None or ``auto`` (its server has chosen). ``kwargs`` go to the retriever's class (e.g.
-    ``timeout=`` for a URL, ``nprobe=`` for a corpus); ``default`` takes none. ``progress``:
-    say so (a line and a bar) when a corpus must be encoded first. Raises
-    ``ValueError`` for an empty spec or an unknown index kind, ``FileNotFoundError`` for a
-    corpus that does not exist (from ``DenseRetriever``)."""
+    """The retriever ``spec`` names (table above). ``index``: a local corpus's
+    (``DenseRetriever``'s ``index``; None = ``auto``), only None or ``auto`` for a URL (its
+    server has chosen). ``kwargs`` go to the retriever's class (``timeout=`` for a URL,
+    ``nprobe=`` for a corpus); ``default`` takes none. ``progress``: as ``DenseRetriever``'s.
+    ValueError for an empty spec or an unknown index kind."""
     from envs.retrieval.dense import INDEX_KINDS
 
     spec = os.fspath(spec)

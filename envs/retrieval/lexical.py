@@ -1,10 +1,7 @@
 """A retriever with nothing to load: passages ranked by the words they share with the query
-(``make_retriever("words")``, the ``tiny`` preset's retriever).
-
-Smoke tests, CI and the tiny preset use it so that they never wait on a sentence encoder
-(MiniLM over the synthetic corpus takes about a minute to encode on two busy cores, once per
-process that has no cached index). It speaks the ``Retriever`` protocol
-(``search(queries, top_k) -> list[list[Passage]]``) and pickles, so a Ray actor can hold it. It knows no synonyms: a stand-in for tests and smoke runs, not a benchmark retriever."""
+(``make_retriever("words")``), so smoke tests, CI and the ``tiny`` preset never wait on a
+sentence encoder. It pickles (a Ray actor can hold it) and knows no synonyms: a stand-in
+for tests and smoke runs, not a benchmark retriever."""
 
 from __future__ import annotations
 

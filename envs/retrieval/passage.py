@@ -22,25 +22,18 @@ from envs.data.items import iter_lines
 
 @dataclass(frozen=True)
 class Passage:
-    """One retrievable passage.
-
-    Attributes:
-        id: the corpus id, always a string.
-        title: the title line, without wiki-18's wrapping double quotes.
-        text: the body, exactly as in the corpus (wiki-18's may begin by repeating the title).
-        score: the retriever's similarity (inner product of unit vectors, so in [-1, 1]);
-            0.0 for passages that were not retrieved.
-        row: the passage's row number in its corpus (file order, blank lines skipped) when
-            the retriever knows it, else None. Not part of equality: it says where the
-            passage was read from, which lets a server return the stored row without an
-            id map over 21M passages.
-    """
+    """One retrievable passage."""
 
     id: str
     title: str
+    """The title line, without wiki-18's wrapping double quotes."""
     text: str
+    """The body, exactly as in the corpus (wiki-18's may begin by repeating the title)."""
     score: float = 0.0
+    """The retriever's similarity (a cosine, in [-1, 1]); 0.0 for a passage not retrieved."""
     row: int | None = field(default=None, compare=False, repr=False)
+    """Its row in its corpus (file order, blank lines skipped) when the retriever knows it:
+    a server returns the stored row without an id map over 21M passages."""
 
     @classmethod
     def from_contents(cls, id: str, contents: str, score: float = 0.0) -> Passage:

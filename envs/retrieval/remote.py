@@ -17,18 +17,10 @@ class RetrievalError(RuntimeError):
 
 
 class RemoteRetriever:
-    """Search a retrieval server speaking Search-R1's ``POST /retrieve`` protocol.
-
-    Args:
-        url: the endpoint, e.g. ``http://127.0.0.1:8000/retrieve``; a bare
-            ``http://host:port`` gets ``/retrieve`` appended.
-        timeout: seconds each HTTP attempt may take in all (connect, send and read the
-            whole answer): a deadline, not a per-read timeout, so a server that trickles
-            its answer cannot hold the caller longer.
-        retries: further attempts after the first on connection errors, timeouts and 5xx
-            answers, waiting ``backoff * 2**i`` seconds before retry ``i``; 4xx answers are
-            not retried.
-        max_queries_per_request: larger batches are sent as several requests, in order.
+    """Search a retrieval server speaking Search-R1's ``POST /retrieve`` protocol at ``url``
+    (a bare ``http://host:port`` gets ``/retrieve`` appended). ``timeout``, ``retries`` and
+    ``backoff`` are :func:`envs.http.post_json`'s (``timeout`` a deadline for each whole
+    attempt); batches over ``max_queries_per_request`` are sent as several requests, in order.
     """
 
     def __init__(
@@ -49,10 +41,7 @@ class RemoteRetriever:
             raise ValueError(f"bad client settings: timeout={timeout}, retries={retries}, "
                              f"backoff={backoff}, "
                              f"max_queries_per_request={max_queries_per_request}")
-        self.url = url
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
         self.max_queries_per_request = max_queries_per_request
 
     def describe(self) -> dict[str, Any]:
@@ -86,18 +75,10 @@ class RemoteRetriever:
 
 
 def _passage(hit: Any) -> Passage:
-    """Read one hit in any shape Search-R1's servers answer with.
-
-    - ``{"document": {...}, "score": s}``: the dense server (and ours) with return_scores;
-    - the bare document: a server that ignores return_scores;
-    - documents ``{"id", "contents", ...}`` (dense; BM25 over a corpus file) or
-      ``{"title", "text", "contents"}`` with no id (BM25 over an index that stores the
-      documents: its title has the quotes stripped, ``contents`` keeps them), or
-      ``{"title", "text"}`` without ``contents``; null fields (the corpus table's columns
-      that a row lacks) count as absent;
-    - a ``contents`` string in place of the document (the rerank server).
-
-    A hit without an id gets the id ``""``. Raises ValueError or TypeError on anything else.
+    """Read one hit in any shape Search-R1's servers answer with (docs/retrieval_server.md):
+    ``{"document", "score"}`` or the bare document, ``{"id", "contents", ...}``, BM25's
+    ``{"title", "text"[, "contents"]}`` without an id (id ``""``), or the rerank server's
+    ``contents`` string; null fields count as absent. ValueError or TypeError otherwise.
     """
     score: Any = 0.0
     doc = hit

@@ -70,9 +70,6 @@ class _HttpError(Exception):
         self.message = message
 
 
-# -- the stored documents ---------------------------------------------------------------------
-
-
 class CorpusDocuments:
     """The corpus rows as stored, by passage id: what Search-R1 returns as a ``document``,
     with every column any row has (null where a row lacks it), as its ``datasets`` table.
@@ -161,9 +158,6 @@ def _row(line: bytes, path: Path, lineno: int) -> Any:
         raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
 
 
-# -- request checks ---------------------------------------------------------------------------
-
-
 def _render(content: Any) -> bytes:
     """The bytes FastAPI writes for ``content`` returned from an endpoint: its
     ``JSONResponse`` rendering (tests/envs/test_searchr1_compat.py holds the two equal)."""
@@ -224,9 +218,6 @@ class _IdleTimeoutH11(H11Protocol):
         if self.timeout_keep_alive_task is None and not self.transport.is_closing():
             self.timeout_keep_alive_task = self.loop.call_later(
                 max(0.0, self._head_deadline - self.loop.time()), self.timeout_keep_alive_handler)
-
-
-# -- the server -------------------------------------------------------------------------------
 
 
 class RetrievalServer:
