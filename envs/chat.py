@@ -1,10 +1,6 @@
-"""The token side of the protocol: how turns are framed as chat messages in token ids
-(:class:`ChatFormat`, one per tokenizer through :func:`chat_format`), how a chat request's
-contents are quoted (:func:`quote_message`), and where a generated turn ends in token ids
-(:class:`TurnEnder`).
-
-The words themselves (tags, templates, prompt sets, the parser) are in ``envs.protocol``;
-this module only puts them into a tokenizer's ids and reads turn ends back out of them.
+"""The token side of the protocol (whose words are ``envs.protocol``'s): turns framed as chat
+messages in token ids (:class:`ChatFormat`), a chat request's contents quoted
+(:func:`quote_message`), and where a generated turn ends (:class:`TurnEnder`).
 """
 
 from __future__ import annotations
@@ -39,12 +35,10 @@ class ChatFormat:
     otherwise. Env-written pieces start and end on special tokens or newlines, so
     encoding them separately never changes how the agent's own tokens are split.
 
-    **Quoted text is never markup.** Everything inside a message (questions, sub-tasks,
-    reports, passages, corrective messages, and text actions) goes through :meth:`encode`,
-    which turns off special-token parsing: a spelled ``<|im_end|>\\n<|im_start|>system``
-    stays ordinary tokens and cannot forge a chat turn. Only the frame's own markers are
-    the real special ids. Added tokens that are not special (the micro tokenizer's
-    ``<search>``...) still tokenise as themselves.
+    **Quoted text is never markup.** Everything inside a message, text actions included,
+    goes through :meth:`encode`, with special-token parsing off; only the frame's own markers
+    are special ids. Added tokens that are not special (the micro tokenizer's ``<search>``)
+    still tokenise as themselves.
     """
 
     def __init__(self, tokenizer: Any):
@@ -219,15 +213,14 @@ def template_markers(tokenizer: Any) -> tuple[str, ...]:
 def quote_message(text: str, special_tokens: Sequence[str] = ()) -> str:
     r"""``text`` made safe as the content of a chat request's message, in any chat layout.
 
-    A chat server renders contents with its own template and tokenises the result with
-    special-token parsing on, so a spelled marker in a content would become a real turn
-    there. Each occurrence of :data:`SPELLED_MARKERS` and of ``special_tokens`` (the
-    server's special strings, when known) gets a zero-width joiner after its first
-    character (``<|im_start|>`` -> ``<\u200d|im_start|>``), which no marker contains, so
-    none can match (``special_tokens``: the markers a policy names for its own template,
-    :func:`template_markers`' or given; never read from the text being quoted); a line that starts with a plain-layout header (``User:``) is quoted as
-    :func:`plain_quote` does. Text with neither is returned as is; quoting twice changes
-    nothing more. What UTF-8 cannot encode becomes U+FFFD (:func:`clean_text`).
+    A chat server tokenises the rendered template with special-token parsing on, so a
+    spelled marker in a content would become a real turn there. Each occurrence of
+    :data:`SPELLED_MARKERS` and of ``special_tokens`` (the markers of the policy's own
+    template, :func:`template_markers`' or given; never read from the text being quoted)
+    gets a zero-width joiner after its first character (``<|im_start|>`` ->
+    ``<\u200d|im_start|>``), which no marker contains; a line that starts with a
+    plain-layout header is quoted as :func:`plain_quote` does. Quoting twice changes
+    nothing more; what UTF-8 cannot encode becomes U+FFFD.
 
     >>> quote_message("<|im_end|>\nUser: hi") == "<\u200d|im_end|>\nUser\uff1a hi"
     True

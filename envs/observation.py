@@ -1,8 +1,5 @@
-"""What an awaiting agent sees: the :class:`Observation` record (``agents.Observation`` is
-this class) and how to get the awaiting agents' from an env (one agent's:
-``raw_env.turn_observation``). The turn engine that plays the
-actions policies return is ``envs.turns``.
-"""
+"""What an awaiting agent sees: the :class:`Observation` record, and the awaiting agents' of
+an env (one agent's: ``raw_env.turn_observation``)."""
 
 from __future__ import annotations
 

@@ -2,24 +2,9 @@
 and every template the env fills. Text only: ``envs.chat`` puts these words into token ids
 (the chat frame) and finds where a generated turn ends.
 
-Tags (``<think>...</think>`` is free text for every role and is ignored by the parser):
-
-============  ====================================================  ===========================
-role          a valid turn                                          effect
-============  ====================================================  ===========================
-leader        one ``<subtask>...</subtask>`` per Searcher           dispatches a wave
-leader        ``<select>1, 3</select>`` (report numbers, may be     hands those reports to the
-              empty)                                                Answerers; the Leader is done
-searcher      ``<search>query</search>``                            the env answers with
-                                                                    ``<information>Doc 1(Title:
-                                                                    T) text ...</information>``
-searcher      ``<summary>report</summary>``                         ends the Searcher; the report
-                                                                    goes back to the Leader
-answerer      ``<answer>text</answer>``                             the candidate answer
-============  ====================================================  ===========================
-
-Parsing sees only what the agent generated in this turn, never its prompt (PITFALLS 6).
-A Searcher's turn is read up to its first action tag; anything else is invalid.
+What each tag does is the env's doc page (``envs.search_team``, "Flow"). Parsing sees only
+what the agent generated in this turn, never its prompt (PITFALLS 6): ``<think>`` blocks are
+ignored, a ``<select>`` may be empty, a Searcher's turn is read up to its first action tag.
 """
 
 from __future__ import annotations
@@ -114,8 +99,6 @@ LOG_ROLE_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  re
 
 
 # --------------------------------------------------------------------------- prompt sets
-# What each role is told (system prompt, worked exchanges) and reminded of (after an invalid
-# turn) is a named, swappable set; the tags, the parser and every other template stay the same.
 
 SHORT_SYSTEM_PROMPTS: dict[str, str] = {
     LEADER: ("Send up to {max_searchers} searches as <subtask>...</subtask>, then pick reports "
@@ -165,9 +148,7 @@ PROMPT_SETS: dict[str, PromptSet] = {
     "short": PromptSet("short", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS),
     "oneshot": PromptSet("oneshot", SHORT_SYSTEM_PROMPTS, SHORT_FORMAT_REMINDERS, ONESHOT_DEMOS),
 }
-"""The env's prompt sets by name: ``paper`` (the default; every recorded number used it),
-``short`` (one line per role with an example) and ``oneshot`` (``short`` plus one worked
-exchange per role before the real question)."""
+"""The env's prompt sets by name (``paper``, the default, is what every recorded number used)."""
 DEFAULT_PROMPTS = "paper"
 
 
@@ -298,7 +279,6 @@ def render_rewards(rewards: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------- rendering
-
 
 def render_passages(passages: Sequence[Any], turns_left: int | None = None) -> str:
     """Search-R1's observation: ``<information>Doc 1(Title: T) text ...</information>``,

@@ -1,8 +1,5 @@
-"""Transformers' progress bars, off inside a block.
-
-``from_pretrained`` prints ``Loading weights`` and ``save_pretrained`` prints ``Writing model
-shards`` as tqdm bars; from a trainer that loads a Teacher and saves checkpoints, they land
-in the middle of its log as unexplained noise. The bars come back afterwards if they were on.
+"""Transformers' progress bars (``Loading weights``, ``Writing model shards``), off inside a
+block: in a trainer's log they are unexplained noise. They come back afterwards if they were on.
 """
 
 from __future__ import annotations

@@ -501,9 +501,6 @@ class raw_env(AECEnv):
         return text
 
 
-# ---------------------------------------------------------------------- action decoding
-
-
 def _token_of(action: Any) -> tuple[int | None, float | None]:
     """(token id, log-prob) from an int, a 0-d array, an object or a dict; None if garbage."""
     logprob = None

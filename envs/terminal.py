@@ -1,24 +1,13 @@
-"""What a person at a terminal types at a turn prompt, in one place.
+"""What reaches a terminal: text made safe, the turn prompt, and the turn screen.
 
 ``python -m envs step`` (every role by hand) and ``agents.simple.HumanPolicy`` (the
 ``human`` policy of ``python -m agents play`` and the benchmarks) read turns with
-:func:`read_turn`, so both take the same commands:
-
->>> print(COMMANDS)                                           # doctest: +NORMALIZE_WHITESPACE
-Commands (never sent as a turn):
-  :help          this list
-  :ctx           the agent's whole context, its prompt included
-  :all ANSWER    Answerers: ANSWER is this and every later Answerer's candidate
-  :quit          leave (Ctrl-D too)
-
-Anything else is the agent's whole turn, sent as typed.
+:func:`read_turn`, so both take the same :data:`COMMANDS`, and show each turn's header
+and each agent's new context with one :class:`ContextScreen`.
 
 Text that the env, a model, the corpus or a dataset wrote reaches a terminal only through
 :func:`terminal_safe` (or :func:`safe_print`): an escape sequence in a passage would
 otherwise clear the screen, move the cursor or write the clipboard (OSC 52).
-
-Both terminal episode loops (``python -m envs step`` and ``python -m agents play``) show
-each turn's header and each agent's new context with one :class:`ContextScreen`.
 """
 
 from __future__ import annotations
@@ -105,13 +94,10 @@ def answer_turn(answer: str) -> str:
 def read_turn(agent: str, role: str, context: Callable[[], str], *,
               input_fn: Callable[[str], str] = input,
               output_fn: Callable[[str], object] = safe_print) -> Typed:
-    """Read lines at the prompt ``"<agent>> "`` until one is a turn; answer the commands of
-    :data:`COMMANDS` on the way (none of them is a turn, none costs the agent anything).
-
-    ``context()`` gives the agent's whole context as text (called only for ``:ctx``); it is
-    shown through :func:`terminal_safe`, whatever ``output_fn`` is.
-    An empty line asks again. Raises :class:`Quit` on ``:quit``; end of input
-    (``EOFError``) propagates."""
+    """Read lines at the prompt ``"<agent>> "`` until one is a turn (an empty line asks again),
+    answering the :data:`COMMANDS` on the way (``context()`` only for ``:ctx``, shown through
+    :func:`terminal_safe` whatever ``output_fn`` is). Raises :class:`Quit` on ``:quit``;
+    end of input (``EOFError``) propagates."""
     while True:
         line = input_fn(f"{agent}> ")
         command, _, rest = line.strip().partition(" ")

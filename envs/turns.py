@@ -1,10 +1,7 @@
-"""The one implementation of a turn.
-
-:func:`apply_turns` is the only way a turn is played, whoever drives the env: the AEC
-``step()`` (one turn), ``raw_env.play_turns`` (one env, many agents), the batched
-collector and the single-role Gymnasium views (many envs at once). Each turn is cut,
-recorded and parsed by the env (``raw_env.begin_turn``); each env settles at the end
-(``raw_env.settle``: scores a finished episode, selects its next agent, refreshes ``infos``).
+"""The one implementation of a turn: :func:`apply_turns`, whoever drives the env (the AEC
+``step()``, ``raw_env.play_turns``, the batched collector, the single-role views). Each turn
+is cut, recorded and parsed by ``raw_env.begin_turn``; each env then ``settle``s (scores a
+finished episode, or selects its next agent and refreshes ``infos``).
 """
 
 from __future__ import annotations
