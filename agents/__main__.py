@@ -149,18 +149,15 @@ def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
     """Step through a saved episode (``--all``: every turn at once), shown through
     :func:`envs.terminal.terminal_safe`. A file that is not an episode file (bad JSON, a
     record of the wrong shape or types) is one line on stderr naming file and line: 2."""
-    from agents.viewer.records import ViewError, read_records
+    from agents.viewer.records import ViewError, pick, read_records
     from envs.tokenizer import load_tokenizer
 
     out = _terminal(out)
     try:  # the viewer's checks: every record's fields and types, its turns inside its segments
-        episodes = [ep for ep, _ in read_records(args.file)]
+        ep, _ = pick(read_records(args.file), args.index, args.file)
     except ViewError as err:
         print(f"python -m agents replay: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
         return 2
-    if not 0 <= args.index < len(episodes):
-        raise SystemExit(f"--index {args.index} is out of range: {args.file} holds {len(episodes)} episodes")
-    ep = episodes[args.index]
     tokenizer = load_tokenizer(args.tokenizer)
     blocks = replay_steps(ep, tokenizer.decode)
     out(f"Question: {ep.question['question']}  ({len(blocks)} turns)")
@@ -183,9 +180,12 @@ def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
         i = min(i + 1, len(blocks) - 1) if key == "n" else max(i - 1, 0) if key == "p" else i
 
 
-def _add_prompts_argument(parser: argparse.ArgumentParser) -> None:
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What play and demo share: the prompt set, the seed and the sampling settings."""
     parser.add_argument("--prompts", default=DEFAULT_PROMPTS, metavar="NAME",
                         help=f"the env's prompt set: {', '.join(PROMPT_SETS)} (default {DEFAULT_PROMPTS})")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the env and the policies (default 0)")
+    add_sampling_arguments(parser)
 
 
 def demo(args: argparse.Namespace, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
@@ -241,9 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="turn", choices=["turn", "token"],
                    help="step mode: a step is a whole turn (default) or one token")
     p.add_argument("--save", default=None, help="write the episode as JSONL")
-    _add_prompts_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seeds the env and the policies (default 0)")
-    add_sampling_arguments(p)
+    _add_run_arguments(p)
     r = sub.add_parser("replay", help="step through a saved episode, forward and backward")
     r.add_argument("file", help="episodes JSONL, e.g. from play --save FILE")
     r.add_argument("--index", type=int, default=0, help="which episode of the file (default 0)")
@@ -258,9 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--split", default="dev", help="synthetic split (default dev)")
     d.add_argument("--workflows", default="hierarchical,cascade", help="comma list of workflows to run")
     d.add_argument("--max-turn-tokens", type=int, default=256, help="per-turn token budget")
-    _add_prompts_argument(d)
-    d.add_argument("--seed", type=int, default=0, help="seeds the env and the policy (default 0)")
-    add_sampling_arguments(d)
+    _add_run_arguments(d)
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     for option in ("policy", "leader", "searcher", "answerer"):  # before the env or a model loads
@@ -288,25 +284,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print("\n(end of input before the end of the episode; nothing saved)")
         return 1
-    except Exception as err:
-        if not _remote_failure(err):
+    except Exception as err:  # a server's failure (OpenAI-compatible, a retriever's) is one line
+        from agents.openai_chat import OpenAIError
+        from envs.retrieval.remote import RetrievalError
+
+        sdk = sys.modules.get("openai")  # the SDK's own errors too, once it is loaded
+        remote = (OpenAIError, RetrievalError) + ((sdk.OpenAIError,) if hasattr(sdk, "OpenAIError") else ())
+        if not isinstance(err, remote):
             raise
         print(f"python -m agents {args.command}: {terminal_safe(str(err), one_line=True)}",
               file=sys.stderr)
         return 1
     return 0
-
-
-def _remote_failure(err: BaseException) -> bool:
-    """Whether ``err`` is a server's failure that one line reports in full: an
-    OpenAI-compatible server's (``agents.openai_chat.OpenAIError``, or the ``openai`` SDK's
-    own ``OpenAIError``) or a remote retriever's (``envs.retrieval.RetrievalError``)."""
-    from agents.openai_chat import OpenAIError
-    from envs.retrieval.remote import RetrievalError
-
-    sdk = sys.modules.get("openai")
-    kinds = (OpenAIError, RetrievalError) + ((sdk.OpenAIError,) if hasattr(sdk, "OpenAIError") else ())
-    return isinstance(err, kinds)
 
 
 if __name__ == "__main__":
