@@ -170,18 +170,10 @@ def _curves(args: argparse.Namespace) -> int:
         paths.append(path)
         points = [(r["step"], r["val/avg@1"]) for r in read_metrics(path) if "val/avg@1" in r]
         print(f"{path.parent}: validation avg@1 " + ", ".join(f"step {s}: {v:.3f}" for s, v in points))
-    print(f"wrote {plot_training_curves(paths, args.out or curves_path(paths))}")
+    # by default beside the runs, in the folder that holds them all, never the current folder
+    default = Path(os.path.commonpath([p.resolve().parent for p in paths])) / "curves.png"
+    print(f"wrote {plot_training_curves(paths, args.out or default)}")
     return 0
-
-
-def curves_path(metrics: list[Path]) -> Path:
-    """Where ``curves`` writes by default: beside the runs, never the current folder. One
-    run: ``<run>/curves.png``; several: ``curves.png`` in the folder that holds them all
-    (``runs/micro`` for ``runs/micro/teacher`` and ``runs/micro/team``)."""
-    runs = [p.resolve().parent for p in metrics]
-    if len(runs) == 1:
-        return runs[0] / "curves.png"
-    return Path(os.path.commonpath(runs)) / "curves.png"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,9 +267,11 @@ def _dispatch(argv: list[str] | None) -> int:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "table2" and args.render_docs:
-        from benchmarks.docs_tables import render_command
+        from benchmarks.docs_tables import render_docs
 
-        return render_command()
+        changed = ", ".join(render_docs())  # in this checkout
+        print(f"rewrote the tables of {changed}" if changed else "the tables were up to date")
+        return 0
     if args.command in ("ablate", "table2"):
         from benchmarks.table2.cli import ablate_command, table_command
 

@@ -1,14 +1,6 @@
-"""The tables the README and ``docs/table2.md`` show, rendered from the committed JSON
-(:data:`BLOCKS` names each page's blocks and their sources), so that no figure in them is typed
-by hand. Each table sits between ``<!-- name -->`` and ``<!-- /name -->`` in its page;
-``tests/benchmarks/test_committed_tables.py`` fails when a block differs from its rendering, and
-
-    python -m benchmarks table2 runs/table2 --publish docs   # the table and its archives
-    python -m benchmarks table2 --render-docs
-
-rewrites the blocks after new runs (``python -m algos.recipes.micro.seeds collect`` writes
-``docs/micro_seeds.json``).
-"""
+"""The tables the README and docs pages show, rendered from the committed JSON (:data:`BLOCKS`)
+between ``<!-- name -->`` and ``<!-- /name -->``, so that no figure in them is typed by hand;
+``python -m benchmarks table2 --render-docs`` rewrites them after new runs."""
 
 from __future__ import annotations
 
@@ -23,9 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def summary_table(table: Mapping[str, Any], *, per_seed: bool = True) -> str:
-    """Table 2 in short (the top of ``docs/table2.md``; the README's without ``per_seed``):
-    per variant the figures its header names, in points, avg@k without the two-choice
-    questions when the table has them, then what each interval covers."""
+    """Table 2 in short (the top of ``docs/table2.md``; the README's without ``per_seed``),
+    then what each interval covers."""
     rows = table["rows"]
     k = min(r["k"] for r in rows.values())
     subset = all(r.get("without_two_choice") for r in rows.values())
@@ -62,9 +53,8 @@ STAGE_NAMES = {"teacher": "I (Teacher)", "team": "II (team)"}
 
 
 def seeds_table(result: Mapping[str, Any]) -> str:
-    """The seed distribution of a ``docs/micro_seeds.json`` (``python -m
-    algos.recipes.micro.seeds collect``) as a markdown table (the README's "Train"
-    headline), one row a stage: avg@1 as mean [min, max] over seeds, then the tests."""
+    """The seed distribution of ``docs/micro_seeds.json`` (``python -m algos.recipes.micro.seeds
+    collect``), one row a stage: avg@1 as mean [min, max] over seeds, then the tests."""
     lines = ["| stage | base avg@1 | trained | seeds up (sign test) | "
              "pooled, (seed, question) pairs assumed independent |", "|---|---|---|---|---|"]
     for stage, f in result["stages"].items():
@@ -80,10 +70,8 @@ def seeds_table(result: Mapping[str, Any]) -> str:
 
 
 def bases_table(mechanism: Mapping[str, Any]) -> str:
-    """The ``micro_search`` bases measured before training (the entries of
-    ``docs/table2_mechanism.json``'s ``bases`` that name their ``base_seed``; ``python -m
-    algos.recipes.micro.mechanism``) as a markdown table, one row a base and one column a
-    measurement, as the header names them ("-" where not measured)."""
+    """The ``micro_search`` bases measured before training (``docs/table2_mechanism.json``'s
+    ``bases`` that name their ``base_seed``), one row a base ("-" where not measured)."""
     default_env = mechanism.get("environment") or {}
     vendors = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}
 
@@ -112,9 +100,8 @@ def bases_table(mechanism: Mapping[str, Any]) -> str:
 
 
 def closed_book_table(mechanism: Mapping[str, Any]) -> str:
-    """The closed-book candidates (``docs/table2_mechanism.json``'s ``closed_book_candidates``:
-    bases that learnt geography facts, issue 30's item 1) as a markdown table, one row a base
-    and one column a measurement, as the header names them ("-" where not measured)."""
+    """The closed-book candidates (bases that learnt geography facts, issue 30) of
+    ``docs/table2_mechanism.json``, one row a base ("-" where not measured)."""
     lines = ["| base (weights) | worlds known | fact passes | skip (known tasks) | practice episodes | SFT steps | "
              "facts recalled | avg@1 (right) | retriever finds nothing | from memory alone | searches | "
              "cov(searches, R_EM) [95%] |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -195,10 +182,3 @@ def render_docs(root: str | Path = ROOT) -> list[str]:
             path.write_text(new, encoding="utf-8")
             changed.append(page)
     return changed
-
-
-def render_command() -> int:
-    """``python -m benchmarks table2 --render-docs``: :func:`render_docs` in this checkout."""
-    changed = render_docs()
-    print(f"rewrote the tables of {', '.join(changed)}" if changed else "the tables were up to date")
-    return 0

@@ -4,13 +4,10 @@
     python -m benchmarks.retrieval_load --url http://127.0.0.1:8000/retrieve   # an external server
     python -m benchmarks.retrieval_load --fairness       # one small client beside six greedy ones
 
-Prints requests/s, latency percentiles and (for our server) the mean number of queries per
-encoder batch: the figure that shows requests are batched across clients (PITFALLS 7).
-``--fairness`` measures a one-query client's latency alone, then beside ``--greedy`` clients
-that each send the largest request the server accepts (1,024 queries, topk 100) back to
-back, and prints the ratio of the two p99s (issue #27.6: within 5x).
-The defaults finish in well under a minute on two cores; docs/retrieval_server.md has the
-figures before and after the move to FastAPI + uvicorn, and the command that measured them.
+Prints requests/s, latency percentiles and (for our server) the mean queries per encoder
+batch; ``--fairness`` prints the ratio of the one-query client's p99 beside ``--greedy``
+maximal clients (1,024 queries, topk 100) to its p99 alone. docs/retrieval_server.md has the
+figures.
 """
 
 from __future__ import annotations
@@ -104,10 +101,6 @@ class FairnessReport:
     """Greedy requests answered while the small client ran."""
     greedy_errors: list[str] = field(default_factory=list)
 
-    @property
-    def p99_ratio(self) -> float:
-        return self.beside.latency_ms(0.99) / self.alone.latency_ms(0.99)
-
 
 def _post(url: str, payload: dict, timeout_s: float) -> bytes:
     req = urllib.request.Request(url, data=json.dumps(payload).encode(),
@@ -120,12 +113,9 @@ def run_fairness(url: str, queries: Sequence[str], greedy: int = 6, greedy_queri
                  greedy_topk: int = 100, small_requests: int = 100, small_topk: int = 3,
                  time_limit_s: float = 60.0, settle_s: float = 2.0) -> FairnessReport:
     """A one-query client's latencies alone (``small_requests`` requests, one at a time), then
-    beside ``greedy`` threads that each send ``greedy_queries`` queries at ``greedy_topk`` per
-    request, back to back, starting ``settle_s`` before the small client does. Each phase
-    stops after ``time_limit_s``. The greedy answers (about 20 MB each) are read, not
-    parsed, so their clients cost this process little. The greedy threads stop when the
-    small client is done; a greedy request still waiting then is abandoned (its client
-    times out after ``time_limit_s``), so stop the server after this returns."""
+    beside ``greedy`` threads sending ``greedy_queries`` queries at ``greedy_topk`` back to
+    back (their answers read, not parsed). A greedy request still waiting at the end is
+    abandoned: stop the server after this returns."""
 
     def small_client() -> LoadReport:  # one client sending one-query requests one after another
         return run_load(url, queries, small_requests, threads=1, topk=small_topk,
@@ -271,7 +261,8 @@ def _fairness(report: FairnessReport, args: argparse.Namespace, served: int) -> 
               f"p50 {r.latency_ms(0.5):.1f} ms, p99 {r.latency_ms(0.99):.1f} ms")
     print(f"greedy: {report.greedy_requests} requests of 1024 queries answered meanwhile; "
           f"{served} queries searched in all")
-    print(f"p99 ratio (beside / alone): {report.p99_ratio:.1f}")
+    ratio = report.beside.latency_ms(0.99) / report.alone.latency_ms(0.99)
+    print(f"p99 ratio (beside / alone): {ratio:.1f}")
     for error in report.alone.errors + report.beside.errors + report.greedy_errors:
         print("error:", error)
     return 0 if not (report.alone.error_count or report.beside.error_count) else 1

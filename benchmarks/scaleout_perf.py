@@ -1,24 +1,15 @@
 """Scale-out ratios on this machine (issue 15), measured in one run and printed as JSON:
 
-- ``collect.ray_workers_speedup``: seconds of ``RayRolloutPool(1).collect`` over seconds of
-  ``RayRolloutPool(2).collect`` on the same questions and seed (the Episodes are the same
-  ones: each group is sampled from its own seed); above 1, two workers are faster.
-- ``learner.ddp_step_ratio``: seconds of one learner step (``Trainer.learn``: scoring and the
-  update, on one fixed global batch) with 2 gloo ranks under torchrun over seconds of the
-  same step in one process; below 1, two ranks are faster.
+- ``collect.ray_workers_speedup``: seconds of ``RayRolloutPool(1).collect`` over
+  ``RayRolloutPool(2).collect``, same questions and seed; above 1, two workers are faster.
+- ``learner.ddp_step_ratio``: seconds of one learner step (``Trainer.learn`` on one fixed
+  global batch) on 2 gloo ranks under torchrun over one process; below 1, two are faster.
 
-Both are interleaved pairs (one-worker / two-worker collect, one-process / two-rank step,
-alternating), and each ratio is the median of the pairs' ratios, so a change in the machine's
-load hits both sides of a pair alike. Every process runs one torch thread (two threads per
-process on two shared cores wait on each other, PITFALLS). The model: ``--model tiny`` (the
-tiny preset's base, built in seconds the first time), ``micro`` (the micro preset's base,
-only if one was built already) or a model directory over the micro tokenizer.
+Each is the median of interleaved pairs (the order alternating), one torch thread per
+process; the load average and core count are printed beside them.
 
     python benchmarks/scaleout_perf.py                      # both ratios, 3 pairs each
     python benchmarks/scaleout_perf.py --only ray --pairs 5 --out scaleout.json
-
-The load average and the core count are printed with the ratios: on a shared 2-core machine
-the ratios say as much about the other tenants as about the code.
 """
 
 from __future__ import annotations
@@ -62,7 +53,7 @@ def _questions(n: int) -> list[Any]:
 
 def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: int) -> dict[str, Any]:
     """Interleaved 1-worker / 2-worker collects of the same batch; their seconds and the
-    median ratio. Both pools live through the run (an idle actor costs no CPU)."""
+    median ratio."""
     import torch
 
     from agents.models import load_causal_lm
@@ -102,8 +93,7 @@ def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: 
 
 def _ddp_worker(model_dir: str, out: str, steps: int) -> int:
     """Run by :func:`ddp_step_ratio`, alone or under torchrun: ``steps`` timed learner steps
-    (after one untimed) on one batch that every rank rolls identically; rank 0 writes the
-    median seconds to ``out/seconds.json``."""
+    (after one untimed) on one batch; rank 0 writes the seconds to ``out/seconds.json``."""
     import torch
 
     torch.set_num_threads(1)

@@ -18,27 +18,31 @@ from typing import Any
 from algos.report import OVER_SEEDS, seeds_improved
 
 
+def _mean_sd(per_seed: Mapping[str, float]) -> tuple[int, float, float | None]:
+    """(n, mean, sample standard deviation; None with one value) of the per-seed values."""
+    values = [float(v) for v in per_seed.values()]
+    n = len(values)
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return n, mean, sd
+
+
 def seed_interval(per_seed: Mapping[str, float], *, confidence: float = 0.95) -> dict[str, Any]:
     """The seed-level figures of a comparison from its per-seed differences (seed -> A minus
-    B, each a macro over the same questions): ``mean``; ``sd`` (sample standard deviation);
-    the two-sided Student-t ``confidence`` interval ``low``/``high`` with ``df = seeds - 1``
-    (None with one seed, and ``note`` says so; zero width when every seed differs alike);
-    and ``sign_test`` (:func:`algos.report.seeds_improved`: seeds better, worse, tied, exact
-    p). ``covers`` names the population the interval speaks of
-    (:data:`algos.report.OVER_SEEDS`)."""
+    B, each a macro over the same questions): ``mean``; ``sd``; the two-sided Student-t
+    ``confidence`` interval ``low``/``high`` with ``df = seeds - 1`` (None with one seed, and
+    ``note`` says so); and ``sign_test`` (:func:`algos.report.seeds_improved`). ``covers``
+    names the population the interval speaks of (:data:`algos.report.OVER_SEEDS`)."""
     from scipy.stats import t
 
     if not per_seed:
         raise ValueError("no per-seed difference: the two variants share no finished seed")
-    values = [float(v) for v in per_seed.values()]
-    n = len(values)
-    mean = math.fsum(values) / n
+    n, mean, sd = _mean_sd(per_seed)
     out: dict[str, Any] = {"covers": OVER_SEEDS, "confidence": confidence, "seeds": n, "mean": mean,
                            "per_seed": {str(s): float(v) for s, v in per_seed.items()}}
-    if n < 2:
+    if sd is None:
         out.update(sd=None, df=0, low=None, high=None, note="one seed: no interval over seeds")
     else:
-        sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
         half = float(t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
         out.update(sd=sd, df=n - 1, low=mean - half, high=mean + half)
     out["sign_test"] = seeds_improved(out["per_seed"])
@@ -52,12 +56,9 @@ def t_test_p(per_seed: Mapping[str, float]) -> float | None:
     every seed alike (sd 0) 0.0 when they differ from zero, else 1.0."""
     from scipy.stats import t
 
-    values = [float(v) for v in per_seed.values()]
-    n = len(values)
-    if n < 2:
+    if len(per_seed) < 2:
         return None
-    mean = math.fsum(values) / n
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    n, mean, sd = _mean_sd(per_seed)
     if sd == 0:
         return 0.0 if mean != 0 else 1.0
     return float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))

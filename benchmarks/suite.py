@@ -1,10 +1,6 @@
 """The seven-dataset evaluation suite: a policy over the datasets, k runs per question,
-per-question JSONL, every episode (``episodes.jsonl``, for ``python -m agents view`` and
-``agents replay``), a summary JSON, a Table-1 style table and plots.
-
-Every result file records what it takes to reproduce it (PITFALLS 11): the policy, the
-workflow, the data, the retriever and corpus, top-k, k, the seed and the env settings.
-"""
+per-question JSONL, every episode, a summary JSON (recording all it takes to reproduce it), a
+Table-1 style table and plots."""
 
 from __future__ import annotations
 
@@ -33,9 +29,8 @@ QUICK = {"limit": 20, "runs": 4}
 
 
 def build_policy(spec: str, seed: int = 0, sampling: Sampling | None = None) -> Any:
-    """A policy from its spec: ``agents.registry.make_policy``, which knows ``ckpt:<dir>``
-    once this module is imported (kept as a name for callers of the suite). ``sampling``:
-    the command line's settings (``agents.sampling``)."""
+    """``agents.registry.make_policy``, which knows ``ckpt:<dir>`` once this module is imported
+    (kept as a name for callers of the suite)."""
     return make_policy(spec, seed=seed, sampling=sampling)
 
 
@@ -59,11 +54,9 @@ def check_prompts(name: str) -> None:
 
 def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None,
               retriever_url: str | None = None) -> None:
-    """Refuse a suite run that cannot work, before anything loads or any output folder
-    exists: a policy spec that names nothing here (``agents.registry.check_policy``: a
-    ``ckpt:`` run without a checkpoint, an offline ``hf:`` hub id, ...), a data folder,
-    corpus or retrieval server that is not there (a URL must answer one query within a few
-    seconds). Raises :class:`algos.commands.preflight.PreflightError` with one line."""
+    """Refuse, in one line (:class:`algos.commands.preflight.PreflightError`), a suite run that
+    cannot work, before anything loads: a policy spec that names nothing here, a data folder,
+    corpus or retrieval server that is not there (a URL must answer one query)."""
     try:
         check_policy(policy)
     except ValueError as err:  # a kind's check names its spec first; name the option before it
@@ -85,10 +78,8 @@ def check_run(policy: str, *, data: str = "synthetic", corpus: str | None = None
 
 def check_datasets(data: str, datasets: Sequence[str], split: str) -> None:
     """Read every row of every dataset file a run will play, before the first episode: an
-    unknown dataset name or a malformed row anywhere (``golden_answers`` not a list of
-    strings, no ``question``, bad JSON, a line nested too deep, bytes that are not UTF-8)
-    raises :class:`algos.commands.preflight.PreflightError`, one line naming the file and line
-    (``envs.data.load_qa``'s message). A missing dataset or split passes: the run skips it."""
+    unknown dataset or a malformed row anywhere raises a one-line PreflightError naming the
+    file and line (``envs.data.load_qa``'s message). A missing dataset or split passes."""
     import warnings
 
     from envs.terminal import terminal_safe
@@ -120,13 +111,10 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               threads: int | None = None, keep_episodes: bool = True,
               sampling: Sampling | None = None) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
-    files into ``out_dir`` (docs/benchmarks.md, "The synthetic suite", says what each holds;
-    ``keep_episodes=False`` skips ``episodes.jsonl``). A run that cannot work raises
-    ``PreflightError`` (one line, see :func:`check_run`) before anything loads; ``out_dir`` is
-    created only when there are results to write. ``threads``: torch's and faiss's intra-op
-    threads meanwhile (:func:`algos.reproducible.run_threads`; None: 1). ``sampling``: the
-    command line's settings for the LM policies whose spec sets none (``agents.sampling``);
-    ``summary.json``'s ``meta`` records both, and every episode its ``sampling``."""
+    files into ``out_dir`` (docs/benchmarks.md, "The synthetic suite"), created only when there
+    are results. A run that cannot work raises ``PreflightError`` first (:func:`check_run`).
+    ``threads``: intra-op threads meanwhile (None: 1). ``sampling``: for the LM policies whose
+    spec sets none; ``summary.json``'s ``meta`` records both."""
     from algos.reproducible import run_threads
 
     check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)

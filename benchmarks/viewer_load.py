@@ -4,14 +4,10 @@ workflow must open in under a second).
     python -m benchmarks.viewer_load                      # ~10,000 tokens, 5 runs
     python -m benchmarks.viewer_load --tokens 20000 --runs 9 --chromium /usr/bin/chromium
 
-Builds a big workflow page (a scripted-team episode on a synthetic question whose contexts
-and turns are repeated until it holds ``--tokens`` tokens, with made-up per-token values on
-every generated token, as a training sample), opens it ``--runs`` times in a fresh headless
-Chromium (``--dump-dom`` runs the page's script) and prints what the page measured itself:
-``data-ready-ms`` is the milliseconds from navigation start to the end of its script, after
-a forced layout of every token (``data-script-ms``: the same before that layout). The
-browser's own start-up is not in it; the process's wall time is printed beside it.
-docs/performance.md ("Viewer") has the figures and the machine they were measured on.
+Opens a scripted-team workflow repeated to ``--tokens`` tokens ``--runs`` times in a fresh
+headless Chromium and prints what the page measured itself (``data-ready-ms``, after a forced
+layout of every token; ``data-script-ms`` before it) beside the browser process's wall time.
+docs/performance.md ("Viewer") says more and has the figures.
 """
 
 from __future__ import annotations
@@ -39,9 +35,7 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 def repeat_episode(ep: Episode, copies: int, seed: int = 0) -> tuple[Episode, EpisodeValues]:
     """``ep`` (changed in place) with every context and its turns repeated ``copies`` times,
-    and made-up per-token values on every generated token (old and Teacher log-probs in
-    (-1, 0], advantages from a standard normal; KL on every role but the Searchers'):
-    a big workflow for size and load checks."""
+    and made-up per-token values on every generated token: a big workflow for load checks."""
     if copies < 1:
         raise ValueError(f"copies must be >= 1, got {copies}")
     rng = np.random.default_rng(seed)

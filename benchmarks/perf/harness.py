@@ -1,7 +1,5 @@
 """The measuring harness: sides timed in turn (``interleaved``), the median ratio of paired
-runs (``figure``), peak memory of one call, wrappers that time a policy and env
-construction inside ``collect``, and ``Bench``, what every section shares and writes its
-figures into."""
+runs (``figure``), peak memory, timing wrappers, and ``Bench``, what every section shares."""
 
 from __future__ import annotations
 

@@ -15,9 +15,7 @@ from benchmarks.perf.harness import Bench, Figure, call, figure, interleaved, pe
 
 
 def learner(bench: Bench) -> None:
-    """Trainer.update against a plain forward + cross_entropy + backward (time and peak
-    memory per trained token, before and after chunked log-probs), and score_rows against
-    a no-grad forward."""
+    """The section's figures (the module's docstring) into ``bench``."""
     from agents.collect import collect
     from agents.scripted import ScriptedPolicy
     from algos.advantages import AdvantageContext

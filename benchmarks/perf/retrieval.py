@@ -1,10 +1,7 @@
 """The retrieval section: ``DenseRetriever.search`` against faiss alone, flat against HNSW
-and IVF, query batching and cost against passage count, and recall@3 of the approximate
-indexes. The passage-count runs search seeded random unit vectors, not encodings (encoding 1M
-passages takes hours on 2 cores; a flat scan costs the same whatever its vectors hold), so
-their recall is a floor; recall is measured on MiniLM embeddings of the synthetic world's
-corpus and of the real corpora in ``PerfSettings.realdata``. docs/performance.md
-("Retrieval") says why, and what the figures were.
+and IVF, query batching and cost against passage count (over seeded random unit vectors, not
+encodings: their recall is a floor), and recall@3 on MiniLM embeddings of real corpora.
+docs/performance.md ("Retrieval") says why, and what the figures were.
 """
 
 from __future__ import annotations
@@ -24,9 +21,7 @@ from envs.retrieval.dense import DenseRetriever
 
 class SyntheticRetriever(DenseRetriever):
     """``DenseRetriever`` over ``n`` synthetic passages whose vectors are seeded random unit
-    vectors instead of encodings (see the module docstring); queries are encoded for real.
-    ``index``: the index kind built over them (HNSW and IVF are written under
-    ``cache_dir``; flat is not written anywhere)."""
+    vectors instead of encodings; queries are encoded for real."""
 
     def __init__(self, n: int, dim: int, seed: int = 0, index: str = "flat",
                  cache_dir: str | None = None):
@@ -51,9 +46,7 @@ class SyntheticRetriever(DenseRetriever):
 
 
 def retrieval(bench: Bench, dim: int, queries: list[str]) -> None:
-    """Search at 100k and 1M passages (random vectors): DenseRetriever against faiss alone
-    on precomputed query vectors, flat against the approximate kinds (end to end and faiss
-    alone), query batching, and cost against passage count. Then recall on real embeddings."""
+    """The section's figures (the module's docstring) into ``bench``."""
     import gc
 
     s = bench.settings

@@ -11,9 +11,8 @@ from benchmarks.perf.harness import Bench, TimedEnvFn, TimedPolicy, Trial, call,
 
 
 def model_rollouts(bench: Bench, temperature: float, top_p: float = 1.0) -> None:
-    """Decoding with the model: collect (this release's decoding step and the replaced one)
-    against the minimal KV-cache loop on the same prompts and lengths, ``model.generate`` as
-    a peer; greedy (``temperature=0``) also batched against one env copy at a time."""
+    """Decoding with the model, greedy (``temperature=0``; then also batched against one env
+    copy at a time) or sampled, on the same prompts and lengths on every side."""
     from agents.collect import collect
     from agents.hf import HFPolicy
 

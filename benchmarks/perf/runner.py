@@ -100,11 +100,9 @@ def _run_perf(settings: PerfSettings, log: Callable[[str], None], vllm: bool = F
 
 
 def add_scaleout(result: dict[str, Any], settings: PerfSettings, log: Callable[[str], None] = print) -> None:
-    """Add issue 15's two ratios to ``result`` (figures ``collect.ray_workers_speedup`` and
-    ``learner.ddp_step_ratio``, the raw measurement under ``details["scaleout"]``), measured by
-    :func:`benchmarks.scaleout_perf.measure` with ``settings.reps`` interleaved pairs on the
-    tiny preset's base (``micro``'s base for ``--model micro``). Without ray, the Ray ratio is
-    skipped with one line and only the learner's is measured."""
+    """Add :func:`benchmarks.scaleout_perf.measure`'s two ratios to ``result``'s figures (the raw
+    measurement under ``details["scaleout"]``), ``settings.reps`` pairs on the tiny preset's
+    base (``micro``'s for ``--model micro``); without ray, only the learner's."""
     import importlib.util
 
     from benchmarks import scaleout_perf
@@ -128,6 +126,6 @@ def add_scaleout(result: dict[str, Any], settings: PerfSettings, log: Callable[[
             fig = Figure(float(measured[name]), min(pairs), max(pairs), what)
             result["figures"][name] = asdict(fig)
             log(f"  {name:<44} {fig.ratio:8.3f}  [{fig.low:.3f}, {fig.high:.3f}]")
-    result.setdefault("details", {})["scaleout"] = measured
-    result.setdefault("details", {}).setdefault("section_seconds", {})["scale-out"] = round(
-        time.perf_counter() - t0, 1)
+    details = result.setdefault("details", {})
+    details["scaleout"] = measured
+    details.setdefault("section_seconds", {})["scale-out"] = round(time.perf_counter() - t0, 1)
