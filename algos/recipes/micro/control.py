@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 import agents.router
-from algos.recipes.micro.settings import CONTROL_PRESET, CONTROL_TEACHER, ENV
+from algos.recipes.micro.settings import CONTROL_TEACHER, CONTROL_TRAIN, ENV
 from envs import protocol as P
 
 PLANTED = "planted"
@@ -133,10 +133,10 @@ def build_skipping_base(seed: int, *, skip_search: float = 0.7, progress: bool =
 def control_config(seed: int, **overrides: Any) -> Any:
     """The Stage-II config the ablation gives ``seed`` (its validation's questions, sampler
     seeds and env shape are what :func:`validate_team` uses), with ``overrides``."""
-    from algos.commands.presets import preset_config
+    from algos.config import TrainConfig
 
-    return preset_config(CONTROL_PRESET, **{"stage": "team", "teacher": "base", "seed": seed, "base_seed": seed,
-                                            **overrides})
+    return TrainConfig(**{**CONTROL_TRAIN, "stage": "team", "teacher": "base", "seed": seed, "base_seed": seed,
+                          **overrides})
 
 
 def validate_team(config: Any, model: str | Path, searcher: str | Path | None = None, *, retriever: Any = None,
@@ -228,8 +228,8 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
     probabilities (``algos.mechanism.SKIP_FILE``) and ``run.json`` with :data:`PLANTED`. A
     seed that has its ``run.json`` is read back, not redone (rerun to resume). Returns the
     checks by seed."""
-    from algos.commands.presets import prepare_model
     from algos.mechanism import SKIP_FILE
+    from algos.recipes.micro import RECIPE
     from algos.reproducible import environment, weight_hash
     from algos.trainer import validation_path
 
@@ -243,7 +243,7 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
             _log(progress, f"[seed{seed}/teacher] planted before: {_summary(checks[str(seed)])}")
             continue
         started = time.perf_counter()
-        base = prepare_model("micro", seed=seed, progress=progress)
+        base = RECIPE.prepare_model(seed=seed, progress=progress)
         teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
         check = check_teacher(seed, base, teacher, splits=("test",), progress=progress)
         records = check.pop("_records")
@@ -433,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
                 plant(args.out, seeds, progress=progress, **overrides)
             return 0
-        from algos.commands.presets import prepare_model
+        from algos.recipes.micro import RECIPE
 
         for seed in seeds:
             if args.design == "skipping":
@@ -442,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 teacher = build_searching_base(seed=seed, progress=progress)
                 base = build_skipping_base(seed, skip_search=args.skip, progress=progress)
             else:
-                base = prepare_model("micro", seed=seed, progress=progress)
+                base = RECIPE.prepare_model(seed=seed, progress=progress)
                 teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
             check = check_teacher(seed, base, teacher, splits=tuple(args.splits.split(",")),
                                   progress=progress)
