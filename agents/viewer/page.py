@@ -15,8 +15,9 @@ a scale is the 95th percentile of the magnitudes, larger values take the end bin
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,22 +121,13 @@ def _num(x: float | int | None) -> str:
     return repr(float(x)) if isinstance(x, float) else str(x)
 
 
-class TokenText:
+def token_text(tokenizer: Any) -> Callable[[int], str]:
     """Each token id's own text, decoded once per id (special tokens shown as themselves)."""
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-
-    def __call__(self, token: int) -> str:
-        text = self.cache.get(token)
-        if text is None:
-            text = self.cache[token] = self.tokenizer.decode([token], skip_special_tokens=False)
-        return text
+    return functools.cache(lambda token: tokenizer.decode([token], skip_special_tokens=False))
 
 
-def token_spans(seg: Segment, turns: Sequence[tuple[int, int, int]], tv: TokenValues, text: TokenText,
-                scales: Scales, prefix: str) -> str:
+def token_spans(seg: Segment, turns: Sequence[tuple[int, int, int]], tv: TokenValues,
+                text: Callable[[int], str], scales: Scales, prefix: str) -> str:
     """The HTML of one segment's tokens: runs of env-written text (``envrun``) and the
     agent's turns (``turn``; ``turns`` holds this segment's ``(start, end, play-order
     number)``), every token a span."""
@@ -226,7 +218,8 @@ def role_rewards(ep: Episode) -> dict[str, float]:
 
 
 def episode_view(n: int, ep: Episode, values: EpisodeValues | None, tvs: list[TokenValues],
-                 tokenizer: Any, text: TokenText, scales: Scales, source: str) -> dict[str, Any]:
+                 tokenizer: Any, text: Callable[[int], str], scales: Scales,
+                 source: str) -> dict[str, Any]:
     """Everything the template shows of one episode (``n``: its column, 0 or 1)."""
     from markupsafe import Markup
 
@@ -270,7 +263,7 @@ def render_page(shown: Sequence[tuple[Episode, EpisodeValues | None, str]], toke
         raise ValueError(f"a page shows one or two episodes, not {len(shown)}")
     tvs = [token_values(ep, values) for ep, values, _ in shown]
     scales = Scales.of([(ep, tv) for (ep, _, _), tv in zip(shown, tvs)])
-    text = TokenText(tokenizer)
+    text = token_text(tokenizer)
     views = [episode_view(n, ep, values, tv, tokenizer, text, scales, source)
              for n, ((ep, values, source), tv) in enumerate(zip(shown, tvs))]
     has = {mode: any(v is not None for t in tvs for s in t for v in getattr(s, name))
