@@ -12,14 +12,10 @@
     python -m benchmarks table2 --render-docs   # README's and docs' tables from docs/*.json
     python -m benchmarks perf
 
-Policies: the kinds of ``agents.registry`` and ``ckpt:<run dir>`` (``run --help`` lists them). An LM policy samples
-with its spec's ?temperature=&top_p=&max_new_tokens=, else --temperature/--top-p/--max-new-tokens,
-else the model's generation config (greedy when it does not sample, as SmolLM2's); summary.json
-and every episode record the settings, and `compare` pairs only runs sampled alike.
-
-A run that cannot work (a ``ckpt:`` folder without a checkpoint, an offline ``hf:`` hub id,
-a missing corpus, a retrieval server that does not answer) stops before anything loads
-and before its --out folder exists: one line, exit status 2.
+Policies: ``run --help`` lists the kinds. An LM policy samples with its spec's settings, else
+--temperature/--top-p/--max-new-tokens, else the model's generation config (docs/benchmarks.md);
+`compare` pairs only runs sampled alike. A run that cannot work stops before anything loads and
+before its --out folder exists: one line, exit status 2.
 """
 
 from __future__ import annotations

@@ -168,8 +168,7 @@ def rendered(root: str | Path = ROOT) -> dict[str, dict[str, str]]:
 
 
 def render_docs(root: str | Path = ROOT) -> list[str]:
-    """Rewrite every block of :data:`BLOCKS` from the committed JSON; returns the pages that
-    changed."""
+    """Rewrite every block of :data:`BLOCKS` from the committed JSON; returns the changed pages."""
     root = Path(root)
     changed = []
     for page, blocks in rendered(root).items():

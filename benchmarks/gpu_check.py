@@ -1,21 +1,16 @@
-"""GPU check of the scale-out path, made for a GPU machine with no package index: the checkout
-and a small folder of wheels (tens of MiB; torch with CUDA is expected to be there already).
+"""GPU check of the scale-out path, for a GPU machine with the checkout and a folder of wheels
+but no package index (docs/scaleout.md):
 
     python -m benchmarks.gpu_check --steps 3 --out runs/gpu_check
 
-(``python -m`` from the checkout's root, so that ``agents`` and ``algos`` import without an
-install; ``benchmarks/gpu_check.sh`` runs exactly this.) First it names each missing piece in
-one line (a module and the wheel that brings it, or no visible GPU) and stops; vLLM missing
-only drops the vLLM backend, with a note. Then it runs the tiny preset's Stage II end to end
-on CUDA (bfloat16 compute over float32 weights, the words retriever, its base built on first
-use) with ``rollout_backend=hf`` and then ``vllm`` (the trainer's own engine, as a training
-run builds it), and after each backend writes ``gpu_check.json``: a later failure keeps the
-earlier figures. For each backend, steps 2..N are averaged: the step split (rollout /
-scoring / update), the weight sync (the engine's sleep and the push of new weights, timed
-around the trainer's calls), peak memory and the gradient norm. The headline ratio is
-generated tokens per second of rollout *plus weight sync*, vLLM over HF, with the end-to-end
-step-time ratio beside it: the tiny model's ratio says little about a 4B model's.
-Imports nothing outside the standard library until the pieces are found.
+First it names each missing piece in one line (a module and its wheel, or no visible GPU) and
+stops; vLLM missing only drops its backend. Then it runs the tiny preset's Stage II on CUDA
+(bfloat16 over float32 weights) with ``rollout_backend=hf`` and then ``vllm``, writing
+``gpu_check.json`` after each. Per backend, steps 2..N averaged: the step split (rollout /
+scoring / update), the weight sync (the engine's sleep and weight push), peak memory and the
+gradient norm. The headline: generated tokens per second of rollout *plus weight sync*, vLLM
+over HF, beside the end-to-end step-time ratio. Imports only the standard library until the
+pieces are found.
 """
 
 from __future__ import annotations

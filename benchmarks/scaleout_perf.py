@@ -52,8 +52,7 @@ def _questions(n: int) -> list[Any]:
 
 
 def ray_workers_speedup(model_dir: str, pairs: int, questions: int, group_size: int) -> dict[str, Any]:
-    """Interleaved 1-worker / 2-worker collects of the same batch; their seconds and the
-    median ratio."""
+    """Interleaved 1-worker / 2-worker collects of the same batch: their seconds, median ratio."""
     import torch
 
     from agents.models import load_causal_lm
@@ -134,8 +133,7 @@ def _run_step(model_dir: str, ranks: int, steps: int, timeout: float) -> float:
 
 
 def ddp_step_ratio(model_dir: str, pairs: int, steps: int, timeout: float = 600) -> dict[str, Any]:
-    """Interleaved 1-process / 2-rank runs of the same learner steps; the median ratio of
-    the per-run median step seconds."""
+    """Interleaved 1-process / 2-rank runs of the same learner steps: median of median ratios."""
     seconds: dict[int, list[float]] = {1: [], 2: []}
     for p in range(pairs):
         for ranks in ((1, 2) if p % 2 == 0 else (2, 1)):
@@ -147,8 +145,7 @@ def ddp_step_ratio(model_dir: str, pairs: int, steps: int, timeout: float = 600)
 
 def measure(model: str = "tiny", pairs: int = 3, only: str | None = None, questions: int = 8,
             group_size: int = 3, steps: int = 3) -> dict[str, Any]:
-    """Both ratios (or ``only`` one: ``ray`` or ``ddp``) with the machine they ran on; for
-    ``benchmarks.perf.runner.add_scaleout`` to call."""
+    """Both ratios (or ``only`` one: ``ray`` or ``ddp``) with the load and core count."""
     model_dir = resolve_model(model)
     result: dict[str, Any] = {"model": model, "cores": os.cpu_count(), "load_before": os.getloadavg()[0]}
     if only in (None, "ray"):

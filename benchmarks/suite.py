@@ -96,8 +96,7 @@ def check_datasets(data: str, datasets: Sequence[str], split: str) -> None:
 
 
 def build_retriever(data: str, corpus: str | None, retriever_url: str | None) -> tuple[Any, str]:
-    """The retriever of a suite run (``envs.retrieval.make_retriever``) and how the result
-    files name it."""
+    """The retriever of a suite run (``make_retriever``) and its name in the result files."""
     if data != "synthetic" and not (corpus or retriever_url):
         raise PreflightError(f"--data {data}: give --corpus FILE or --retriever-url URL for real data")
     spec = retriever_url or corpus or "default"

@@ -55,8 +55,7 @@ def repeat_episode(ep: Episode, copies: int, seed: int = 0) -> tuple[Episode, Ep
 
 
 def scripted_episode(dataset: str = "hotpotqa", index: int = 0) -> Episode:
-    """One scripted-team workflow on a synthetic question (SmolLM2's tokenizer, the
-    word-overlap retriever: nothing to encode)."""
+    """One scripted-team workflow on a synthetic question (the word-overlap retriever)."""
     from agents.collect import collect
     from agents.scripted import ScriptedPolicy
     from envs import env_fn

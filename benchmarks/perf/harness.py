@@ -136,8 +136,7 @@ class TimedPolicy:
 
 
 class TimedEnvFn:
-    """Wraps an ``env_fn``: seconds spent making envs (``collect`` makes its copies on every
-    call, as the trainer does every step)."""
+    """Wraps an ``env_fn``: seconds spent making envs (``collect`` makes them on every call)."""
 
     def __init__(self, env_fn: Callable[[], Any]):
         self.env_fn = env_fn

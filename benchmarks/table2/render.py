@@ -254,8 +254,7 @@ def _versus(ci: Mapping[str, Any] | None) -> list[str]:
 
 
 def plot_curves(out: str | Path, variants: Sequence[str], png: str | Path) -> Path:
-    """Validation avg@1 and searches per workflow against the step, one colour per variant
-    (mean over its finished seeds, each seed a thin line)."""
+    """Validation avg@1 and searches per workflow against the step, a colour per variant."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -98,8 +98,7 @@ def seed_figures(records: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping
 
 
 def first_validation(out: str | Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-question records of a finished run's first validation (step 0: its start),
-    or [] when it kept none."""
+    """The per-question records of a finished run's step-0 validation, or [] when it kept none."""
     files = sorted((Path(out) / record["run"] / "validation").glob("step_*.jsonl"))
     return read_metrics(files[0]) if files else []
 
@@ -289,8 +288,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _two_choice_count(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """How many of the questions (the first seed's; every seed asks the same) are two-choice,
-    in all and per dataset."""
+    """How many of the (first seed's) questions are two-choice, in all and per dataset."""
     rows = per_seed[min(per_seed)]
     datasets: dict[str, int] = {}
     for r in rows:
