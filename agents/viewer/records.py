@@ -78,9 +78,6 @@ class EpisodeValues:
     (:func:`tokenizer_fingerprint`) of the tokenizer the episode was played with."""
     segments: list[SegmentValues] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeValues:
         data = dict(data)
@@ -121,7 +118,7 @@ def recorded_name(name: Any) -> str:
 
 def sample_line(episode: Episode, values: EpisodeValues) -> str:
     """One JSONL line (with its newline): the Episode's record plus the ``values`` block."""
-    return json.dumps({**episode.to_dict(), "values": values.to_dict()}, ensure_ascii=False) + "\n"
+    return json.dumps({**episode.to_dict(), "values": asdict(values)}, ensure_ascii=False) + "\n"
 
 
 def read_records(path: str | Path) -> list[tuple[Episode, EpisodeValues | None]]:
@@ -322,21 +319,14 @@ def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, w
             raise ViewError(f"{where}: segment {i} ({seg.agent}) holds token id {high}, outside the "
                             f"{vocab}-token vocabulary of {name}: recorded with another tokenizer; "
                             "pass it with --tokenizer")
-    header = _chatml_header(tokenizer)
-    if header:
-        for i, seg in enumerate(ep.segments):
-            if seg.token_ids[: len(header)] != header:
-                raise ViewError(f"{where}: segment {i} ({seg.agent}) does not open with {name}'s "
-                                "'<|im_start|>system' tokens: recorded with another tokenizer; pass it "
-                                "with --tokenizer")
-
-
-def _chatml_header(tokenizer: Any) -> list[int]:
-    """The ids the env opens every ChatML context with (``envs.chat.ChatFormat.prompt``),
-    or [] when the tokenizer does not frame chat in ChatML."""
     from envs.chat import ChatFormat
 
     if not ChatFormat(tokenizer).chatml:
-        return []
-    return list(tokenizer.encode("<|im_start|>system\n", add_special_tokens=False))
+        return
+    header = list(tokenizer.encode("<|im_start|>system\n", add_special_tokens=False))  # ChatFormat.prompt's
+    for i, seg in enumerate(ep.segments):
+        if seg.token_ids[: len(header)] != header:
+            raise ViewError(f"{where}: segment {i} ({seg.agent}) does not open with {name}'s "
+                            "'<|im_start|>system' tokens: recorded with another tokenizer; pass it "
+                            "with --tokenizer")
 
