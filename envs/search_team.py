@@ -466,11 +466,9 @@ class raw_env(AECEnv):
     def _next_agent(self, current: str) -> str:
         """The next awaiting agent after ``current`` in cycle order (round robin)."""
         order = self.possible_agents
-        awaiting = set(self.core.awaiting)
-        start = order.index(current)
-        for k in range(1, len(order) + 1):
-            candidate = order[(start + k) % len(order)]
-            if candidate in awaiting:
+        start = order.index(current) + 1
+        for candidate in order[start:] + order[:start]:
+            if candidate in self.core.awaiting:
                 return candidate
         raise RuntimeError(f"no agent awaits a turn in phase {self.core.phase!r}")  # a core bug
 
