@@ -81,8 +81,6 @@ class HFPolicy(SampledPolicy):
         # prefill projects only the last position onto the vocabulary when the model can
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_params else {}
 
-    # -- the policy interface -------------------------------------------------------------
-
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         """One :class:`Action` per observation, in order."""
         # Batches of similar prompt lengths waste less compute on padding.
@@ -94,8 +92,6 @@ class HFPolicy(SampledPolicy):
             for i, action in zip(chunk, actions_, strict=True):
                 actions[i] = action
         return actions  # type: ignore[return-value]
-
-    # -- sampling ---------------------------------------------------------------------------
 
     def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
         # Only the last few tokens are decoded: a stop string of n UTF-8 bytes spans at most

@@ -38,8 +38,6 @@ from agents.base import Action, Observation
 from envs.chat import quote_message
 from envs.http import excerpt, remote_text, server_message
 
-# --------------------------------------------------------------------------- chat messages
-
 CHAT_ROLES = ("system", "user", "assistant")
 
 
@@ -81,8 +79,6 @@ def restore_stop(text: str, stops: Sequence[str]) -> str:
             best, best_at = stop, opened
     return text if best is None else text + best
 
-
-# --------------------------------------------------------------------------- HTTP
 
 _RETRIED_STATUS = (408, 409, 429)  # and every 5xx: what the SDK retries
 
@@ -169,8 +165,6 @@ class OpenAIPolicy:
         self._client: Any = None
         self._start_lock = threading.Lock()
 
-    # -- acting -------------------------------------------------------------------------------
-
     def act(self, observations: Sequence[Observation]) -> list[Action | str]:
         """One ``Action(text=...)`` per observation, in order. Raises :class:`OpenAIError`
         when a request fails for good (the first failure in batch order), ``ValueError``
@@ -221,8 +215,6 @@ class OpenAIPolicy:
         finally:
             for task in tasks:
                 task.cancel()
-
-    # -- the client ---------------------------------------------------------------------------
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._start_lock:

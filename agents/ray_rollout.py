@@ -96,9 +96,6 @@ def collect_groups(env_fn: Callable[[], Any], policy: Any, questions: Sequence[A
     return out
 
 
-# ---------------------------------------------------------------------- the actors' classes
-
-
 class RetrieverActor:
     """Holds the one retriever every worker searches (run as a Ray actor). Queries (model
     text) and passages (corpus text) cross the process boundary as JSON text."""
@@ -195,9 +192,6 @@ class RolloutWorker:
         groups = collect_groups(make_env, self.policy, questions, group_size, seed=seed,
                                 first_index=first_index)
         return json.dumps(groups_to_dicts(groups))
-
-
-# ---------------------------------------------------------------------- the pool
 
 
 class RayRolloutPool:

@@ -48,17 +48,6 @@ from agents.reading import (
 )
 from envs import protocol as P
 
-# ----------------------------------------------------------------------------- observations
-
-
-@dataclass(frozen=True)
-class Doc:
-    title: str
-    text: str
-
-
-# ----------------------------------------------------------------------------- the policy
-
 
 @dataclass
 class _Progress:
@@ -141,8 +130,6 @@ class ScriptedPolicy:
             return self._answerer(info, context)
         raise ValueError(f"unknown role {role!r}; expected one of {P.ROLES}")
 
-    # ------------------------------------------------------------------ Leader
-
     def _leader(self, info: Mapping[str, Any]) -> str:
         question = info["question"].strip()
         plan = parse_question(question)
@@ -182,20 +169,17 @@ class ScriptedPolicy:
             useful = [n for n, _, _ in reports]
         return P.write_select(sorted(set(useful)))
 
-    # ------------------------------------------------------------------ Searcher
-
     def _searcher(self, info: Mapping[str, Any], max_chars: int = 600) -> str:
         task = info["task"].strip()
         plan = parse_question(task)
-        searches = [[Doc(str(getattr(p, "title", "")).strip(), str(getattr(p, "text", "")).strip())
-                     for p in ps] for ps in info.get("passages", ())]  # one list per search
+        searches = list(info.get("passages", ()))  # one list of passages per search
         asked = () if self.repeat_queries else list(info.get("queries", ()))
         seen, sents = set(), []
-        for docs in searches:
-            for d in docs:
-                if (d.title, d.text) not in seen:
-                    seen.add((d.title, d.text))
-                    sents += sentences_of(d.title, d.text)
+        for passage in (p for ps in searches for p in ps):
+            doc = (str(getattr(passage, "title", "")).strip(), str(getattr(passage, "text", "")).strip())
+            if doc not in seen:
+                seen.add(doc)
+                sents += sentences_of(*doc)
         exclude = "" if plan.is_comparison else task
         progress = [(c, resolve(c, sents, exclude, task)) for c in plan.chains]
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
@@ -240,8 +224,6 @@ class ScriptedPolicy:
             lines = [sents[0].text]
         text = " ".join(dict.fromkeys(lines))
         return text[:max_chars] if text else SKIPPED_REPORT
-
-    # ------------------------------------------------------------------ Answerer
 
     def _answerer(self, info: Mapping[str, Any], context: str | Callable[[], str] = "") -> str:
         question = info["question"].strip()

@@ -157,8 +157,6 @@ class VLLMPolicy(SampledPolicy):
         self.wakes_by_tag = "tags" in inspect.signature(engine.wake_up).parameters
         self.sleep_level = 2 if self.wakes_by_tag else 1
 
-    # -- the policy interface -------------------------------------------------------------
-
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         """One :class:`Action` per observation, in order, from one ``generate`` call. A
         sleeping engine is woken first (level 1); after a level-2 sleep it has no weights
@@ -208,8 +206,6 @@ class VLLMPolicy(SampledPolicy):
 
     def set_state(self, state: Sequence[int]) -> None:
         self.seed, self._requests = int(state[0]), int(state[1])
-
-    # -- weights and memory ---------------------------------------------------------------
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Push ``(name, tensor)`` pairs (Hugging Face names) into the engine through vLLM's
@@ -274,8 +270,6 @@ class VLLMPolicy(SampledPolicy):
                 destroy_distributed_environment()
         gc.collect()
         _empty_cache()
-
-    # -- helpers ----------------------------------------------------------------------------
 
     def _next_seed(self) -> int:
         self._requests += 1
