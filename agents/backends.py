@@ -1,22 +1,7 @@
-"""The one contract of a learner's rollout generator, and the one table that names them.
-
-A :class:`RolloutBackend` acts for a batch of observations (the collector's policy
-interface), takes the trainer's updated weights after each update, sleeps and wakes (an
-engine that shares the learner's GPU releases its memory while the learner scores and
-updates; a no-op where there is no engine), keeps its sampler's state for checkpoints, and
-closes (frees its engine before another one is built: Stage II after Stage I).
-
-======================  ========================================  ============================================  ===========
-``rollout_backend``     class                                     new weights                                   sleeps
-======================  ========================================  ============================================  ===========
-``hf``                  :class:`HFBackend`                        copied into its model object (nothing to do   no
-                                                                  when it is the trainer's own model)
-``vllm``                :class:`agents.vllm_policy.VLLMPolicy`    vLLM's loader in the in-process engine        yes (a GPU)
-======================  ========================================  ============================================  ===========
-
-The Ray worker pool (:class:`agents.ray_rollout.RayRolloutPool`) is not a row: its unit of
-work is a whole question group rolled in other processes, not a batch of observations; each
-of its workers builds its own backend from this table.
+"""The one contract of a learner's rollout generator, :class:`RolloutBackend` (act, take the
+trainer's weights, sleep and wake, keep the sampler's state, close), and the one table that
+names them, :data:`BACKENDS`; docs/scaleout.md, "The rollout backend", compares them. The Ray
+pool is not a row: each of its workers builds its own backend from the table.
 """
 
 from __future__ import annotations
@@ -143,7 +128,7 @@ class HFBackend(PolicyBackend):
 
 
 BACKENDS: dict[str, type] = {"hf": HFBackend, "vllm": VLLMPolicy}
-"""``rollout_backend`` -> the class that generates (the table above). Each takes
+"""``rollout_backend`` -> the class that generates. Each takes
 ``(model, tokenizer, **settings)``: ``model`` a model object for ``hf``, a directory for
 ``vllm`` (the engine reads the files itself)."""
 

@@ -32,16 +32,18 @@ def collect(env_fn: Callable[[], Any], policy: Policy, questions: Sequence[Any],
     retriever. Copy k of question i is reset with seed ``seed + i * group_size + k``.
     ``max_envs`` bounds how many copies run at once (all by default). ``progress``: a bar on
     stderr (a str labels it, e.g. the dataset), counting episodes with the turns played so
-    far beside it. ``out`` also writes the Episodes as
-    JSON lines, in question order. Every Episode records the policy's sampling settings
-    (``agents.sampling.team_settings``).
+    far beside it. ``out`` also writes the Episodes as JSON lines, in question order. Every
+    Episode records the policy's sampling settings (``agents.sampling.team_settings``).
     """
+    from tqdm.auto import tqdm
+
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     jobs = [(i, k) for i in range(len(questions)) for k in range(group_size)]
     results: list[list[Episode | None]] = [[None] * group_size for _ in questions]
     width = max_envs or len(jobs) or 1
-    bar = _progress(len(jobs), progress)
+    bar = tqdm(total=len(jobs), desc=progress if isinstance(progress, str) else "episodes", unit="ep",
+               disable=not progress)
     turns, shown = 0, time.monotonic()
     settings = team_settings(policy)
     envs = [env_fn() for _ in range(min(width, len(jobs)))]
@@ -83,9 +85,3 @@ def _advance(live, policy, results, bar, settings=None) -> tuple[list, int]:
         else:
             still.append((env, i, k))
     return still, len(observations)
-
-
-def _progress(total: int, show: bool | str) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=show if isinstance(show, str) else "episodes", unit="ep", disable=not show)

@@ -106,18 +106,6 @@ def _smollm2_dir() -> Path:
     return target
 
 
-def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
-    """Batched generation pads; models without a pad token pad with EOS."""
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token_id is None:
-            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos "
-                             "token")
-        tokenizer.pad_token = tokenizer.eos_token
-    model.config.pad_token_id = tokenizer.pad_token_id
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-
-
 def local_model_dir(name_or_path: str) -> str:
     """A directory an engine that reads model files itself (vLLM) can load ``name_or_path``
     from: the SmolLM2 aliases become the converted copy in the cache (made on first use,
@@ -172,7 +160,14 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
         with quiet_progress():
             model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    _ensure_pad_token(model, tokenizer)
+    if tokenizer.pad_token_id is None:  # batched generation pads: with EOS when there is no pad token
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos "
+                             "token")
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(device)
     model.eval()
     return model, tokenizer
