@@ -61,21 +61,15 @@ def in_text(span: str, text: str) -> bool:
 # ----------------------------------------------------------------------------- sentences
 
 
-@dataclass(frozen=True)
-class Sentence:
-    text: str
-    """The sentence, its leading pronoun replaced by the passage's title."""
-    title: str = ""
-
-
 _PRONOUN = re.compile(r"^(?:He|She|It|They|This|The (?:film|novel|opera|album|story|book|city|"
                       r"country|company|university|label|studio|newspaper|orchestra))\b")
 _POSSESSIVE = re.compile(r"^(?:His|Her|Its|Their)\b")
 _SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9'\"(])")
 
 
-def sentences_of(title: str, text: str) -> list[Sentence]:
-    """Split a passage (or a report, with no title) into sentences about their subject."""
+def sentences_of(title: str, text: str) -> list[str]:
+    """Split a passage (or a report, with no title) into sentences about their subject: a
+    leading pronoun is replaced by the title."""
     out = []
     for s in _SPLIT.split(" ".join(text.split())):
         s = s.strip()
@@ -86,7 +80,7 @@ def sentences_of(title: str, text: str) -> list[Sentence]:
                 s = _POSSESSIVE.sub(f"{title}'s", s, count=1)
             elif _PRONOUN.match(s):
                 s = _PRONOUN.sub(title, s, count=1)
-        out.append(Sentence(s, title))
+        out.append(s)
     return out
 
 
@@ -415,7 +409,7 @@ def answer_kind(question: str) -> str:
     return "year" if re.search(r"\b(?:when|what year|which year)\b", question.lower()) else "name"
 
 
-def read_relation(rel: str, subject: str, sentences: Sequence[Sentence], exclude: str = "",
+def read_relation(rel: str, subject: str, sentences: Sequence[str], exclude: str = "",
                   question: str = "") -> Hop | None:
     """The answer of ``rel`` for ``subject`` in ``sentences`` (rank order), or None.
 
@@ -432,45 +426,45 @@ def read_relation(rel: str, subject: str, sentences: Sequence[Sentence], exclude
     if rel == "ask":
         question = question or subject
         return read_by_type(answer_kind(question), question, sentences, exclude or question)
-    about = [s for s in sentences if starts_with(s.text, subject)]
-    others = [s for s in sentences if not starts_with(s.text, subject) and _mentions(s.text, subject)]
+    about = [s for s in sentences if starts_with(s, subject)]
+    others = [s for s in sentences if not starts_with(s, subject) and _mentions(s, subject)]
     for s in about:
-        rest = s.text[s.text.lower().find(subject.lower()) + len(subject):]
+        rest = s[s.lower().find(subject.lower()) + len(subject):]
         if relation.extract is not None:
-            span = relation.extract(s.text, subject)
+            span = relation.extract(s, subject)
             if span and ok(span):
-                return Hop(span, s.text)
+                return Hop(span, s)
             continue
         for pattern in relation.patterns:
             for m in re.finditer(pattern, rest):
                 span = re.sub(r"['’]s$", "", m.group("a").strip())
                 if ok(span):
-                    return Hop(span, s.text)
+                    return Hop(span, s)
     subj = re.escape(subject)
     for s in others:
         for pattern in relation.reverse:
-            for m in re.finditer(pattern.replace("SUBJ", subj), s.text, flags=re.IGNORECASE):
+            for m in re.finditer(pattern.replace("SUBJ", subj), s, flags=re.IGNORECASE):
                 span = re.sub(r"['’]s$", "", m.group("a").strip())
                 if ok(span):
-                    return Hop(span, s.text)
+                    return Hop(span, s)
     return None
 
 
-def read_by_type(kind: str, question: str, sentences: Sequence[Sentence], exclude: str) -> Hop | None:
+def read_by_type(kind: str, question: str, sentences: Sequence[str], exclude: str) -> Hop | None:
     """The first span of ``kind`` (``year``, else a name) not in ``exclude``, from the
     sentences that share the most words with the question (earlier ones first on ties)."""
     words = set(normalize_answer(question).split()) - {"what", "who", "when", "where", "which", "is",
                                                        "was", "did", "does", "of", "in"}
     ranked = sorted(enumerate(sentences),
-                    key=lambda t: (-len(words & set(normalize_answer(t[1].text).split())), t[0]))
+                    key=lambda t: (-len(words & set(normalize_answer(t[1]).split())), t[0]))
     for _, s in ranked:
-        for span in re.findall(YEAR, s.text) if kind == "year" else _names(s.text):
+        for span in re.findall(YEAR, s) if kind == "year" else _names(s):
             if not in_text(span, exclude):
-                return Hop(span, s.text)
+                return Hop(span, s)
     return None
 
 
-def resolve(chain: Chain, sentences: Sequence[Sentence], exclude: str = "", question: str = "") -> list[Hop]:
+def resolve(chain: Chain, sentences: Sequence[str], exclude: str = "", question: str = "") -> list[Hop]:
     """Follow ``chain`` through ``sentences``; the hops resolved, stopping at the first gap.
     ``exclude`` applies to the last hop (a final answer is never a span of the question)."""
     hops: list[Hop] = []

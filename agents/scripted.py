@@ -36,7 +36,6 @@ from agents.reading import (
     Chain,
     Hop,
     Plan,
-    Sentence,
     answer_kind,
     in_text,
     parse_question,
@@ -209,7 +208,7 @@ class ScriptedPolicy:
             return None
         return self.memory.get((plan.chains[0].entity, plan.chains[0].relations[0]))
 
-    def _summary(self, progress: list[tuple[Chain, list[Hop]]], sents: list[Sentence],
+    def _summary(self, progress: list[tuple[Chain, list[Hop]]], sents: list[str],
                  max_chars: int) -> str:
         """The answer-bearing sentences of every resolved hop; for a gap, the sentences
         that mention its entity (or the top passage's first sentence)."""
@@ -218,10 +217,10 @@ class ScriptedPolicy:
             lines += [h.sentence for h in hops]
             if len(hops) < len(chain.relations):
                 entity = hops[-1].answer if hops else chain.entity
-                about = [s.text for s in sents if starts_with(s.text, entity)]
-                lines += about[:2] or [s.text for s in sents if in_text(entity, s.text)][:1]
+                about = [s for s in sents if starts_with(s, entity)]
+                lines += about[:2] or [s for s in sents if in_text(entity, s)][:1]
         if not lines and sents:
-            lines = [sents[0].text]
+            lines = [sents[0]]
         text = " ".join(dict.fromkeys(lines))
         return text[:max_chars] if text else SKIPPED_REPORT
 
@@ -242,7 +241,7 @@ class ScriptedPolicy:
         hop = read_by_type(kind, question, sents[::-1], question)
         return P.write("answer", hop.answer if hop else "")
 
-    def _compare(self, plan: Plan, sents: list[Sentence], context: str | Callable[[], str]) -> str:
+    def _compare(self, plan: Plan, sents: list[str], context: str | Callable[[], str]) -> str:
         values: list[int | None] = []
         for chain in plan.chains:
             hops = resolve(chain, sents)
@@ -251,8 +250,8 @@ class ScriptedPolicy:
                 year = re.search(YEAR, hops[-1].answer)
                 value = int(year.group(0)) if year else None
             if value is None:  # a year in a sentence about the option itself
-                year = next((m.group(0) for s in sents if starts_with(s.text, chain.entity)
-                             for m in [re.search(YEAR, s.text)] if m), None)
+                year = next((m.group(0) for s in sents if starts_with(s, chain.entity)
+                             for m in [re.search(YEAR, s)] if m), None)
                 value = int(year) if year else None
             values.append(value)
         known = [(v, i) for i, v in enumerate(values) if v is not None]
