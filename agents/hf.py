@@ -1,10 +1,8 @@
 """HFPolicy: a transformers causal LM as a batched policy.
 
 :class:`HFPolicy` samples with its own loop (left-padded batch, KV cache) rather than
-``model.generate``, so that each returned log-prob is exactly the log-prob of the sampled
-token under the distribution it was drawn from (:func:`agents.logprobs.next_tokens`);
-:func:`agents.logprobs.token_logprobs` scores the same tokens teacher-forced to float
-rounding, which is what the learner's importance ratios assume (PITFALLS 2 and 8).
+``model.generate``, so that each returned log-prob is that of the sampled token under the
+distribution it was drawn from, as the learner scores it (:mod:`agents.logprobs`).
 
 >>> policy = HFPolicy("smollm2", temperature=0.7, top_p=0.9)   # doctest: +SKIP
 >>> [action] = policy.act([observation])                       # doctest: +SKIP
@@ -33,12 +31,8 @@ class HFPolicy(SampledPolicy):
     ``dtype`` apply), or a model object (then ``tokenizer`` is required and the model stays
     on its own device and dtype).
     ``sampling`` (an :class:`agents.sampling.Sampling`), or ``temperature``, ``top_p`` and
-    ``max_new_tokens`` as keywords (which win): temperature 0 means greedy, and the returned
-    log-probs are then those of the plain softmax (temperature 1), i.e. the model's own
-    log-probs of the chosen tokens; ``top_p``: nucleus sampling, the smallest set of most
-    likely tokens whose mass reaches ``top_p`` is kept and renormalised (ignored when greedy);
-    ``max_new_tokens``: a cap on every turn, on top of each observation's own budget. Unset
-    ones are :data:`agents.sampling.POLICY_DEFAULT` (temperature 1, top-p 1, 256 tokens).
+    ``max_new_tokens`` as keywords (which win; unset: :data:`agents.sampling.POLICY_DEFAULT`);
+    greedy turns carry the plain softmax's log-probs (:func:`agents.logprobs.next_tokens`).
     ``seed``: seeds the policy's own ``torch.Generator``; the same seed and the same calls
     give the same tokens. ``batch_size``: observations per forward batch.
 

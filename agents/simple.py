@@ -111,13 +111,9 @@ class HumanPolicy:
 
     The Answerers of one episode share one context: it is shown once (the next ones say
     whose it is), and ``:all ANSWER`` makes ANSWER the candidate of this Answerer and of
-    every later Answerer of the same env and question, without asking again.
-
-    An Answerer's bare answer is accepted: ``Paris`` is sent as ``<answer>Paris</answer>``
-    (a line that has the ``<answer>`` tag is sent as typed).
-
-    An empty line asks again. ``:quit`` raises ``envs.terminal.Quit`` and end of input
-    ``EOFError`` (``Quit`` is one), so a session ends cleanly on either.
+    every later Answerer of the same env and question, without asking again. An Answerer's
+    bare answer ``Paris`` is sent as ``<answer>Paris</answer>``. ``:quit`` and end of input
+    raise ``EOFError`` (``envs.terminal.Quit`` is one), so a session ends cleanly on either.
 
     Args:
         input_fn: reads one line given a prompt (``input`` by default).
