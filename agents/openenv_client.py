@@ -1,12 +1,7 @@
 """``collect_remote``: the collector over the wire, against a SearchTeam OpenEnv server
-(``python -m envs.openenv serve``). Optional extra ``openenv``.
-
-The same contract as ``agents.collect.collect`` (copy k of question i reset with seed
-``seed + i * group_size + k``, Episodes grouped by question, each recording the policy's
-sampling settings), over one WebSocket session per episode, at most ``max_sessions`` at once.
-Every round sends the agent each live session names to the policy in one ``act`` batch, then
-steps the sessions concurrently: a deterministic policy gives exactly ``collect``'s Episodes,
-a sampling one other draws (docs/ecosystems.md, "OpenEnv").
+(``python -m envs.openenv serve``; optional extra ``openenv``): ``agents.collect.collect``'s
+contract over one WebSocket session per episode, at most ``max_sessions`` at once; a
+deterministic policy gives exactly ``collect``'s Episodes (docs/ecosystems.md, "OpenEnv").
 """
 
 from __future__ import annotations

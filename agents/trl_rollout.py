@@ -1,14 +1,8 @@
 """SearchTeam rollouts for TRL's ``GRPOTrainer(rollout_func=...)``: GRPO for the Leader or one
-Answerer (optional extra ``trl``; this module itself imports nothing of TRL's).
-
-Each GRPO sample is one role's segment of one episode (:func:`segment_sample`): ``prompt_ids``
-up to the role's first generated token, ``completion_ids`` the rest of the segment (its turns
-and what the env wrote between them), ``env_mask`` the segment's loss mask there (1 exactly on
-the tokens the model generated), ``logprobs`` the behaviour log-probs; ``role_reward``,
-``team_em`` and ``final_em`` reach the reward functions. The Searchers' per-token OPD term
-cannot be TRL's one scalar advantage per sample, so ``role="searcher"`` is refused: Stage II
-stays in ``python -m algos train``. The mapping, an example and the tests: docs/ecosystems.md,
-"TRL".
+Answerer (optional extra ``trl``; this module itself imports nothing of TRL's). Each GRPO
+sample is one role's segment of one episode (:func:`segment_sample`); the Searchers' per-token
+OPD term cannot be TRL's one scalar advantage per sample, so ``role="searcher"`` is refused.
+The mapping, an example and the tests: docs/ecosystems.md, "TRL".
 """
 
 from __future__ import annotations
@@ -77,7 +71,9 @@ def blocks(prompts: Sequence[str], group: int) -> list[str]:
 
 
 def segment_sample(ep: Episode, agent: str) -> dict[str, Any]:
-    """One GRPO sample from ``agent``'s segment of ``ep`` (see the module docstring)."""
+    """One GRPO sample from ``agent``'s segment of ``ep``: ``prompt_ids`` up to its first
+    generated token, then ``completion_ids``, ``logprobs`` and ``env_mask`` (its loss mask)
+    over the rest, and the rewards (docs/ecosystems.md, "TRL")."""
     seg = next((s for s in ep.segments if s.agent == agent), None)
     if seg is None:
         raise ValueError(f"episode {ep.question.get('id')!r} has no segment of {agent} "
