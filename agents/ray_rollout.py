@@ -40,16 +40,12 @@ def require_ray() -> Any:
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
-"""Host names that mean "this machine": a retriever URL with one reaches another server
-(or none) from a worker on another node."""
+"""Host names that mean "this machine", wherever the URL is read."""
 
 
 def lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """What ``ray.get`` raises when a worker's process or node is gone rather than its code
-    wrong: a dead actor (``RayActorError``), Ray's memory monitor killing it
-    (``OutOfMemoryError``), its node dying (``NodeDiedError``), its worker crashing
-    (``WorkerCrashedError``), its result lost with it (``ObjectLostError``). Only the first
-    is a ``RayActorError``; the others are plain ``RayError`` subclasses."""
+    wrong (only the first is a ``RayActorError``; the others are plain ``RayError`` subclasses)."""
     names = ("RayActorError", "OutOfMemoryError", "NodeDiedError", "WorkerCrashedError", "ObjectLostError")
     return tuple(getattr(ray.exceptions, name) for name in names)
 
@@ -174,12 +170,10 @@ class RolloutWorker:
 
     def rollout(self, version: int, weights: list[Any], questions_json: str, first_index: int,
                 group_size: int, seed: int) -> str:
-        """The groups of the questions in ``questions_json`` (:func:`questions_to_json`; batch
-        indices from ``first_index``) under weights ``version``, as JSON text
-        (``envs.episode.groups_to_dicts``): questions and the episodes' model- and
-        corpus-written text cross between processes as JSON, never as pickled objects.
-        ``weights``: ``[ObjectRef]`` of that version's state dict, fetched only when this
-        worker holds another version."""
+        """The groups of the questions in ``questions_json`` (batch indices from
+        ``first_index``) under weights ``version``, as JSON text (``groups_to_dicts``: text
+        crosses processes as JSON, never pickled). ``weights``: ``[ObjectRef]`` of that
+        version's state dict, fetched only when this worker holds another version."""
         if version != self.version:
             import ray
 

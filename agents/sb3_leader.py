@@ -8,14 +8,11 @@ decomposition policy's sub-tasks, or ``<select>...</select>``. It plays the Lead
 route the other roles elsewhere (``leader=sb3:runs/sb3_leader,searcher=scripted,...``).
 
 A saved Leader is two files side by side, both data: ``leader.safetensors`` (the SB3
-policy's ``state_dict``) and ``leader.json`` (the algorithm, one of :data:`ALGOS`; the
-network's settings as plain JSON; the env sizes that fix the observation and action
-spaces; the feature names; the decomposition policy, one of :data:`DECOMPOSERS`). The
-policy is rebuilt from the settings and the weights are copied in: nothing in a Leader
-folder is unpickled. SB3's own zip (``leader.zip``, as saved before) cloudpickles part of
-its settings, so loading it could run code: it is refused, and ``python -m algos
-train-leader-sb3 --resave DIR`` rewrites it in this form reading only its weights
-(``torch.load(weights_only=True)``) and its plain JSON settings.
+policy's ``state_dict``) and ``leader.json`` (its settings, :func:`save_leader`). The policy
+is rebuilt from the settings and the weights are copied in: nothing in a Leader folder is
+unpickled. SB3's own zip (``leader.zip``, as saved before) cloudpickles part of its
+settings, so loading it could run code: it is refused, and ``python -m algos
+train-leader-sb3 --resave DIR`` rewrites it in this form (:func:`resave_leader`).
 """
 
 from __future__ import annotations
