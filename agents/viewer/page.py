@@ -195,17 +195,15 @@ def workflow_tree(ep: Episode, decode: Any, tvs: list[TokenValues]) -> list[dict
             last = {"kind": kind, "wave": seg.wave, "members": []}
             nodes.append(last)
         if s not in seg_node:
+            index = seg.agent.rsplit("_", 1)[-1]  # an Answerer's candidate
+            c = int(index) if seg.role == "answerer" and index.isdigit() else -1
             seg_node[s] = {"seg": s, "agent": seg.agent, "role": seg.role, "first_turn": k, "turns": [],
                            "task": _short(seg.task), "output": _short(seg.output, 240), "reward": seg.reward,
                            "searches": seg.num_searches, "invalid": seg.invalid_turns,
-                           "valid_end": seg.finished_validly, "adv": _mean(tvs[s].adv)}
+                           "valid_end": seg.finished_validly, "adv": _mean(tvs[s].adv),
+                           "em": ep.candidate_em[c] if 0 <= c < len(ep.candidate_em) else None}
             last["members"].append(seg_node[s])
         seg_node[s]["turns"].append({"turn": k, "text": said})
-    for node in nodes:
-        if node["kind"] == "answerer":
-            for m in node["members"]:
-                c = int(m["agent"].rsplit("_", 1)[1]) if m["agent"].rsplit("_", 1)[-1].isdigit() else -1
-                m["em"] = ep.candidate_em[c] if 0 <= c < len(ep.candidate_em) else None
     return nodes
 
 
