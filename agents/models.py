@@ -135,11 +135,8 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = _torch_dtype(dtype)
-    if name_or_path.lower() in SMOLLM2_ALIASES:
-        with quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), dtype=torch_dtype)
-        tokenizer = load_tokenizer("smollm2")
-    elif Path(name_or_path).is_dir():  # a saved model (ours): loaded whole or refused
+    smollm2 = name_or_path.lower() in SMOLLM2_ALIASES
+    if not smollm2 and Path(name_or_path).is_dir():  # a saved model (ours): loaded whole or refused
         from transformers.utils import logging as hf_logging
 
         verbosity = hf_logging.get_verbosity()
@@ -155,11 +152,11 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
         finally:
             hf_logging.set_verbosity(verbosity)
         check_loaded(model, info, name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     else:
         with quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(_smollm2_dir() if smollm2 else name_or_path,
+                                                         dtype=torch_dtype)
+    tokenizer = load_tokenizer("smollm2") if smollm2 else AutoTokenizer.from_pretrained(name_or_path)
     if tokenizer.pad_token_id is None:  # batched generation pads: with EOS when there is no pad token
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos "
