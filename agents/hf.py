@@ -90,7 +90,6 @@ class HFPolicy(SampledPolicy):
     def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
         # Only the last few tokens are decoded: a stop string of n UTF-8 bytes spans at most
         # n byte-level tokens, and it can only just have been completed (we check every step).
-        # And only when the newest token could have completed one (see _may_complete).
         if not self._may_complete(generated[-1], stops):
             return False
         tail = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)

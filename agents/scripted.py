@@ -76,14 +76,11 @@ class ScriptedPolicy:
             the same query again; by default it moves on to the entity and keywords. (The
             micro recipe's base imitates a team that repeated itself.)
         memory: closed-book facts, ``(entity, relation) -> sentence`` (e.g.
-            ``SynthWiki.geography()``): a Searcher that skips the search (``skip_search``) on a
-            one-hop task it knows reports the fact instead of ``SKIPPED_REPORT``, so the
-            no-search path is sometimes right, as a real LM's is.
-        skip_known: the share of the one-hop tasks :attr:`memory` holds that the Searcher
-            reports on from memory, in place of ``skip_search`` for those tasks (None: the
-            same share as any task): a team that searches less for what it knows, as a real
-            LM does. The same draw decides both, so a task skipped at the smaller share is
-            skipped at the larger.
+            ``SynthWiki.geography()``): a Searcher that skips the search on a one-hop task it
+            knows reports the fact instead of ``SKIPPED_REPORT`` (docs/table2.md).
+        skip_known: ``skip_search`` for the one-hop tasks :attr:`memory` holds (None: the
+            same share as any task). The same draw decides both, so a task skipped at the
+            smaller share is skipped at the larger.
     """
 
     def __init__(self, max_searches: int = 2, seed: int = 0, skip_search: float = 0.0,
@@ -102,8 +99,7 @@ class ScriptedPolicy:
         self.skip_known = skip_search if skip_known is None else skip_known
 
     def skips(self, task: str, known: bool = False) -> bool:
-        """Whether the Searcher reports on ``task`` without searching: ``skip_search``, or
-        ``skip_known`` for a task whose answer it knows from memory (``known``)."""
+        """Whether the Searcher reports on ``task`` (``known``: from memory) without searching."""
         share = self.skip_known if known else self.skip_search
         return random.Random(f"{self.seed}:skip:{task}").random() < share
 

@@ -7,6 +7,7 @@ The mapping, an example and the tests: docs/ecosystems.md, "TRL".
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,13 +39,12 @@ def make_rollout_func(env_fn: Callable[[], Any], role: str = "answerer", *,
                 "them with python -m algos train." if role == "searcher" else "")
         raise ValueError(f"role must be one of {ROLES}, got {role!r}.{hint}")
     agent = "leader_0" if role == "leader" else f"answerer_{answerer}"
-    calls = [0]
+    calls = itertools.count()
 
     def rollout_func(prompts: list[str], trainer: Any) -> dict[str, list]:
         group = _group_size(trainer)
         unique = blocks(prompts, group)
-        call = calls[0]
-        calls[0] += 1
+        call = next(calls)
         policy = (policy_factory or _hf_policy)(trainer, call)
         items = [questions.get(p, p) if questions is not None else p for p in unique]
         groups = collect(env_fn, policy, items, group_size=group, seed=seed + call * 1_000_003)
