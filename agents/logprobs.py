@@ -191,12 +191,10 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
 
     Memory: the output layer is applied to chunks of at most ``chunk_elements // V``
     predicting positions at a time, forward and backward (default
-    :data:`LOGIT_CHUNK_ELEMENTS`), so the (N, V) float32 logits, their softmax and their
-    gradient are never held whole: what a trained token costs beyond the decoder's own
-    activations is its hidden state. ``chunk_elements=0``, or a model whose logits are not
-    a plain linear layer over the decoder (soft-capping, scaling), takes the model's own
-    forward with all N rows of logits at once. Both give the same values and gradients
-    (up to float summation order).
+    :data:`LOGIT_CHUNK_ELEMENTS`; :class:`_ChunkedTokenLogprob`), so the (N, V) logits are
+    never held whole. ``chunk_elements=0``, or a model whose logits are not a plain linear
+    layer over the decoder, takes the model's own forward; both give the same values and
+    gradients (up to float summation order).
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")

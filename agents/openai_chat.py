@@ -325,7 +325,6 @@ def _action(reply: dict[str, Any], obs: Observation, url: str) -> Action:
         text = choice["message"]["content"]
     except (KeyError, IndexError, TypeError):
         text = None
-        choice = {}
     if not isinstance(text, str):
         raise OpenAIError(f"POST {url}: the response has no choices[0].message.content: "
                           f"{excerpt(json.dumps(reply))}")

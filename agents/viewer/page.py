@@ -1,16 +1,14 @@
 """One self-contained HTML page of one episode (or two side by side), token by token.
 
 Everything heavy happens here, once: every token becomes one ``<span class="k">`` with its
-values as data attributes (``data-id``, ``data-role``, ``data-mask``, ``data-adv``,
-``data-teacher-logratio``, ``data-old``, ``data-loss``, ``data-kl``; ``""`` where there is
-no value) and its colour bins as classes, so the page's script only switches a class on
-``<body>`` (colour mode), moves a highlight (n / p) and fills one tooltip. A 10,000-token
-workflow is 10,000 spans and a few kilobytes of script.
+values as data attributes (:func:`token_spans`) and its colour bins as classes, so the
+page's script only switches a class on ``<body>`` (colour mode), moves a highlight (n / p)
+and fills one tooltip.
 
 Colours: a diverging scale (red below 0, blue above) in 21 bins. Advantages are scaled per
 role (a Searcher's OPD term and a Leader's GRPO advantage differ by orders of magnitude),
-the Teacher's log-ratio ``log pi_T - log pi_old`` and the old log-prob each on one scale;
-a scale is the 95th percentile of the magnitudes, larger values take the end bin.
+the Teacher's log-ratio ``log pi_T - log pi_old`` and the old log-prob each on one scale
+(:func:`scale_of`).
 """
 
 from __future__ import annotations
