@@ -9,8 +9,8 @@ import sys
 MOVED = {f"algos.{old}": f"algos.{new}" for old, new in {
     "pipeline": "commands.train", "preflight": "commands.preflight", "plan": "commands.plan",
     "presets": "commands.presets", "sft_cli": "commands.sft", "train_leader_sb3": "commands.train_leader_sb3",
-    "runlock": "commands.runlock", "checkpoint": "engine.checkpoint", "precision": "engine.precision",
-    "distributed": "engine.distributed", "freeze": "engine.freeze"}.items()}
+    "runlock": "engine.runlock", "commands.runlock": "engine.runlock", "checkpoint": "engine.checkpoint",
+    "precision": "engine.precision", "distributed": "engine.distributed", "freeze": "engine.freeze"}.items()}
 """Old module name (users import it) -> its name now; ``import algos.pipeline`` gives
 ``algos.commands.train`` itself, one object (a patch through either name patches both)."""
 

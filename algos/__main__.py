@@ -15,7 +15,7 @@ Teacher, ``--resume`` with no run and a retrieval server that does not answer ar
 before anything loads or builds (``algos.commands.preflight``): one line, exit status 2. So are a
 checkpoint or Teacher that does not load whole (``--resume`` first falls back to the newest
 complete checkpoint, saying which it skipped and why) and a second run into an ``--out`` that
-a live run holds (``algos.commands.runlock``).
+a live run holds (``algos.engine.runlock``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from agents.models import ModelFileError
 from algos.commands.preflight import PreflightError
 from algos.commands.presets import PRESETS
-from algos.commands.runlock import RunLockedError
+from algos.engine.runlock import RunLockedError
 from algos.config import TrainConfig
 from algos.config import parse_overrides as config_overrides
 from algos.roles import STAGES, searcher_signals

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from algos.commands.presets import RECIPES
-from algos.commands.runlock import run_lock
+from algos.engine.runlock import run_lock
 from algos.reproducible import DEFAULT_THREADS, run_threads
 from algos.sft import sft
 from envs.episode import load_episodes
@@ -136,7 +136,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--episodes {args.episodes} does not exist")
     episodes = load_episodes(args.episodes)
     out = args.out or Path(f"{args.episodes.with_suffix('')}-sft-{Path(args.model).name}")
-    with run_lock(out):  # one run per --out: a second is refused naming the first (algos.commands.runlock)
+    with run_lock(out):  # one run per --out: a second is refused naming the first (algos.engine.runlock)
         model, tokenizer = starting_model(args.model)
         settings = {"epochs": 1, "lr": 1e-4, "batch_tokens": 8192, "context_weight": 0.0, **given,
                     "max_len": args.max_len, "seed": args.seed}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from algos.commands.presets import prepare_model, preset_config
-from algos.commands.runlock import run_lock
+from algos.engine.runlock import run_lock
 from algos.config import TrainConfig
 from algos.engine.checkpoint import latest_checkpoint
 from algos.engine.distributed import this_process
@@ -40,7 +40,7 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
 
     Under ``torchrun`` every rank runs this function; rank 0 alone builds the base, prints,
     validates and writes, and each stage ends at a barrier, so Stage II finds the Teacher rank 0
-    saved. ``out_dir`` is locked for the whole run (:func:`algos.commands.runlock.run_lock`)."""
+    saved. ``out_dir`` is locked for the whole run (:func:`algos.engine.runlock.run_lock`)."""
     import torch.distributed as torch_dist
 
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from algos.commands.runlock import run_lock
+    from algos.engine.runlock import run_lock
 
     torch.set_num_threads(1)  # a 64x64 MLP: threads only cost
     with run_lock(args.out):  # one run per --out: two would interleave monitor.csv and the saved Leader

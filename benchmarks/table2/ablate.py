@@ -18,7 +18,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algos.commands.runlock import run_lock
+from algos.engine.runlock import run_lock
 from algos.report import read_metrics
 from algos.reproducible import describe_base, environment, run_threads, weight_hash
 from benchmarks.table2.runs import (
@@ -177,13 +177,13 @@ def run_ablation(preset: str, out: str | Path, seeds: Sequence[int], variants: S
     ``jobs``: runs at once, each in its own process, missing bases built in workers too (by
     ``build``, default :func:`algos.commands.presets.prepare_model`). ``train`` and ``build``
     (module-level when ``jobs > 1``) and ``retriever`` (``jobs=1``) are for tests. ``out`` is
-    locked: a second ablation into it raises :class:`algos.commands.runlock.RunLockedError`."""
+    locked: a second ablation into it raises :class:`algos.engine.runlock.RunLockedError`."""
     if retriever is not None and jobs > 1:
         raise ValueError("a retriever object cannot be shared with worker processes: use jobs=1")
     out = Path(out)
     runs, plan = check_ablation(preset, out, seeds, variants, overrides, base_seeds=base_seeds, threads=threads,
                                 jobs=jobs)
-    # one ablation per directory (algos.commands.runlock): a second would train the same runs at once
+    # one ablation per directory (algos.engine.runlock): a second would train the same runs at once
     with run_lock(out, log=log), run_threads(threads):  # (a base's cache key holds the thread count)
         work = work_estimate(runs, built=lambda model, seed: _built_base(model, seed, progress) is not None)
         for line in describe_work(work, jobs=jobs):

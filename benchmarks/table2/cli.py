@@ -13,7 +13,7 @@ from benchmarks.table2.runs import VARIANTS
 def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
     from algos.commands.preflight import PreflightError
-    from algos.commands.runlock import RunLockedError
+    from algos.engine.runlock import RunLockedError
     from algos.config import parse_overrides
     from benchmarks.table2.ablate import run_ablation
     from benchmarks.table2.runs import check_ablation

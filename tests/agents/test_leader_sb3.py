@@ -297,7 +297,7 @@ def test_cli_trains_and_saves_a_leader(tmp_path, monkeypatch, synth_retriever, c
 
 def test_cli_refuses_an_out_folder_another_live_run_holds(tmp_path, capsys):
     from algos.__main__ import main
-    from algos.commands.runlock import run_lock
+    from algos.engine.runlock import run_lock
 
     with run_lock(tmp_path, command="the first Leader run"):
         rc = main(["train-leader-sb3", "--algo", "a2c", "--timesteps", "32", "--out", str(tmp_path)])

@@ -121,7 +121,7 @@ def test_tied_weights_saved_once_count_as_present(tmp_path, torch_one_thread):
 
 HOLDER = """
 import sys
-from algos.commands.runlock import run_lock
+from algos.engine.runlock import run_lock
 with run_lock(sys.argv[1], command="the first run"):
     print("held", flush=True)
     sys.stdin.read()
@@ -150,7 +150,7 @@ def test_a_second_run_into_a_live_runs_out_is_refused_in_one_line_naming_it(tmp_
 
 
 def test_the_lock_is_refused_inside_one_process_and_released_after(tmp_path):
-    from algos.commands.runlock import RunLockedError, run_lock
+    from algos.engine.runlock import RunLockedError, run_lock
 
     with run_lock(tmp_path, command="first") as record:
         assert record["pid"] == os.getpid()
@@ -166,7 +166,7 @@ def test_the_lock_is_refused_inside_one_process_and_released_after(tmp_path):
 
 
 def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_note(tmp_path):
-    from algos.commands.runlock import run_lock
+    from algos.engine.runlock import run_lock
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid is free now (reaped)
@@ -182,7 +182,7 @@ def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_note(tmp_path):
 
 def test_the_pipeline_holds_the_lock_of_its_out(tmp_path, tiny_dirs, monkeypatch):
     from algos.commands import train as pipeline
-    from algos.commands.runlock import RunLockedError
+    from algos.engine.runlock import RunLockedError
 
     seen = []
 

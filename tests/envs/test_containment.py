@@ -115,7 +115,7 @@ def test_a_shard_index_naming_a_file_outside_is_refused(tmp_path):
 
 
 def test_a_planted_lock_symlink_is_refused_and_its_target_left_alone(tmp_path):
-    from algos.commands.runlock import RunLockedError, run_lock
+    from algos.engine.runlock import RunLockedError, run_lock
 
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
@@ -136,7 +136,7 @@ def test_a_planted_lock_symlink_is_refused_and_its_target_left_alone(tmp_path):
 
 
 def test_a_lock_hard_linked_to_another_file_is_refused(tmp_path):
-    from algos.commands.runlock import RunLockedError, run_lock
+    from algos.engine.runlock import RunLockedError, run_lock
 
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
@@ -151,7 +151,7 @@ def test_a_lock_hard_linked_to_another_file_is_refused(tmp_path):
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_lock_path_that_is_not_a_plain_file_is_refused_in_one_line(tmp_path, kind):
-    from algos.commands.runlock import RunLockedError, run_lock
+    from algos.engine.runlock import RunLockedError, run_lock
 
     if kind == "folder":
         (tmp_path / "run.lock").mkdir()
@@ -179,7 +179,7 @@ def test_the_train_command_refuses_a_folder_lock_in_one_line(tmp_path, capsys, m
 
 def test_the_lock_record_is_rewritten_whole(tmp_path):
     """Item 7: a stale record longer than the new one leaves no byte behind it."""
-    from algos.commands.runlock import run_lock
+    from algos.engine.runlock import run_lock
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

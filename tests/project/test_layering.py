@@ -2,7 +2,7 @@
 benchmarks/: no import circles (imports inside functions count too; those under
 ``if TYPE_CHECKING:`` never run and do not), dependencies flow one way (benchmarks -> algos
 -> agents -> envs), and inside algos/ the floors by folder: the engine below the method, the
-recipes above it, imported only by the commands."""
+recipes above it, imported only by the commands, the top floor that nothing below imports."""
 
 from __future__ import annotations
 
@@ -219,6 +219,14 @@ def recipe_importers(graph: dict[str, set[str]]) -> list[str]:
                   if _in(dep, RECIPES) and not _in(name, RECIPES) and not _in(name, COMMANDS))
 
 
+def command_importers(graph: dict[str, set[str]]) -> list[str]:
+    """The arrows into the commands, algos' top floor, from the algos modules below it (only
+    ``python -m algos``, ``algos/__main__.py``, and the benchmarks above algos may import them)."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                  if _in(dep, COMMANDS) and _in(name, "algos") and not _in(name, COMMANDS)
+                  and name != "algos.__main__")
+
+
 def engine_escapes(graph: dict[str, set[str]]) -> list[str]:
     """The arrows from the engine to algos modules other than its own and the numerics."""
     return sorted(f"{name} -> {dep}" for name, deps in graph.items() if _in(name, ENGINE) for dep in deps
@@ -229,12 +237,19 @@ def test_the_floor_rules_see_a_planted_violation():
     planted = {"algos.trainer": {"algos.recipes.micro"}, "algos.commands.train": {"algos.recipes.micro"},
                "algos.recipes.micro": {"algos.recipes"}, "algos.engine.update": {"algos.losses", "algos.roles"}}
     assert recipe_importers(planted) == ["algos.trainer -> algos.recipes.micro"]
+    planted["algos.recipes.micro.control"] = {"algos.commands.presets"}
+    assert command_importers(planted) == ["algos.recipes.micro.control -> algos.commands.presets"]
     assert engine_escapes(planted) == ["algos.engine.update -> algos.roles"]
 
 
 def test_only_the_commands_import_a_recipe(graph):
     assert any(_in(dep, RECIPES) for name, deps in graph.items() if _in(name, COMMANDS) for dep in deps)
     assert recipe_importers(graph) == []
+
+
+def test_nothing_below_the_commands_imports_them(graph):
+    assert any(_in(dep, COMMANDS) for deps in graph.values() for dep in deps)
+    assert command_importers(graph) == []
 
 
 def test_the_engine_imports_only_the_numerics_and_names_no_recipe(graph):

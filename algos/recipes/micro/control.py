@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_searcher_kl(args.out, progress=progress)
             return 0
         if args.command == "plant":
-            from algos.commands.runlock import run_lock
+            from algos.engine.runlock import run_lock
 
             with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
                 plant(args.out, seeds, progress=progress, **overrides)
