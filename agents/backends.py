@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from agents.base import Action, Observation
 from agents.vllm_policy import VLLMPolicy
 
-__all__ = ["BACKENDS", "HFBackend", "PolicyBackend", "RolloutBackend", "as_backend", "make_backend"]
+__all__ = ["BACKENDS", "HFBackend", "PolicyBackend", "RolloutBackend", "as_backend", "make_backend", "reseed"]
 
 
 @runtime_checkable
@@ -46,6 +46,18 @@ class RolloutBackend(Protocol):
         """Free the engine and what it holds; the backend cannot act after it."""
 
 
+def reseed(policy: Any, seed: int) -> None:
+    """Restart ``policy``'s sampler at ``seed``: its ``reseed(seed)`` method, or the
+    ``torch.Generator`` an :class:`~agents.hf.HFPolicy` samples with."""
+    if hasattr(policy, "reseed"):
+        policy.reseed(seed)
+    elif hasattr(policy, "generator"):
+        policy.generator.manual_seed(seed)
+    else:
+        raise TypeError(f"{type(policy).__name__} has neither reseed(seed) nor a generator: its "
+                        "samples cannot be made independent of which process draws them")
+
+
 class PolicyBackend:
     """Any object with ``act`` (a scripted team, a policy a test injects) as a backend: it
     generates with what it holds, takes no weights, never sleeps; its ``reseed``,
@@ -71,11 +83,7 @@ class PolicyBackend:
         """Nothing to retake."""
 
     def reseed(self, seed: int) -> None:
-        reseed = getattr(self.policy, "reseed", None)
-        if reseed is None:
-            raise TypeError(f"{type(self.policy).__name__} has no reseed(seed): its samples cannot be made "
-                            "independent of which process draws them")
-        reseed(seed)
+        reseed(self.policy, seed)
 
     def get_state(self) -> Any:
         get = getattr(self.policy, "get_state", None)
@@ -116,9 +124,6 @@ class HFBackend(PolicyBackend):
                                    "this backend generates with")
                 if own[name].data_ptr() != tensor.data_ptr():  # the same storage: already these weights
                     own[name].copy_(tensor)
-
-    def reseed(self, seed: int) -> None:
-        self.policy.generator.manual_seed(seed)
 
     def get_state(self) -> Any:
         return self.policy.generator.get_state()

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.backends import make_backend
+from agents.backends import make_backend, reseed
 from agents.collect import collect
 from agents.extras import require
 from envs.episode import Episode, groups_from_dicts, groups_to_dicts
@@ -65,18 +65,6 @@ def check_retriever_url(url: str, nodes: int) -> None:
 def group_seed(seed: int, index: int) -> int:
     """The sampler seed of question group ``index`` of a batch collected with ``seed``."""
     return (int(seed) * 1_000_003 + 7_919 * (int(index) + 1)) % (2**63 - 1)
-
-
-def reseed(policy: Any, seed: int) -> None:
-    """Restart ``policy``'s sampler at ``seed``: its ``reseed(seed)`` method, or the
-    ``torch.Generator`` an :class:`~agents.hf.HFPolicy` samples with."""
-    if hasattr(policy, "reseed"):
-        policy.reseed(seed)
-    elif hasattr(policy, "generator"):
-        policy.generator.manual_seed(seed)
-    else:
-        raise TypeError(f"{type(policy).__name__} has neither reseed(seed) nor a generator: a rollout "
-                        "worker cannot make its samples independent of which worker draws them")
 
 
 def collect_groups(env_fn: Callable[[], Any], policy: Any, questions: Sequence[Any], group_size: int,
