@@ -12,7 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 from agents.base import Action, Observation
 from agents.vllm_policy import VLLMPolicy
 
-__all__ = ["BACKENDS", "HFBackend", "PolicyBackend", "RolloutBackend", "as_backend", "make_backend", "reseed"]
+__all__ = ["BACKENDS", "HFBackend", "PolicyBackend", "RolloutBackend", "as_backend", "make_backend",
+           "reseed"]
 
 
 @runtime_checkable
