@@ -184,7 +184,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What play and demo share: the prompt set, the seed and the sampling settings."""
     parser.add_argument("--prompts", default=DEFAULT_PROMPTS, metavar="NAME",
                         help=f"the env's prompt set: {', '.join(PROMPT_SETS)} (default {DEFAULT_PROMPTS})")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the env and the policies (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the env and the policies (default 0)")
     add_sampling_arguments(parser)
 
 
@@ -289,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         from envs.retrieval.remote import RetrievalError
 
         sdk = sys.modules.get("openai")  # the SDK's own errors too, once it is loaded
-        remote = (OpenAIError, RetrievalError) + ((sdk.OpenAIError,) if hasattr(sdk, "OpenAIError") else ())
+        remote = (OpenAIError, RetrievalError) + ((sdk.OpenAIError,) if hasattr(sdk, "OpenAIError")
+                                                  else ())
         if not isinstance(err, remote):
             raise
         print(f"python -m agents {args.command}: {terminal_safe(str(err), one_line=True)}",

@@ -42,8 +42,8 @@ def collect(env_fn: Callable[[], Any], policy: Policy, questions: Sequence[Any],
     jobs = [(i, k) for i in range(len(questions)) for k in range(group_size)]
     results: list[list[Episode | None]] = [[None] * group_size for _ in questions]
     width = max_envs or len(jobs) or 1
-    bar = tqdm(total=len(jobs), desc=progress if isinstance(progress, str) else "episodes", unit="ep",
-               disable=not progress)
+    bar = tqdm(total=len(jobs), desc=progress if isinstance(progress, str) else "episodes",
+               unit="ep", disable=not progress)
     turns, shown = 0, time.monotonic()
     settings = team_settings(policy)
     envs = [env_fn() for _ in range(min(width, len(jobs)))]

@@ -154,10 +154,11 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
         check_loaded(model, info, name_or_path)
     else:
         with quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(_smollm2_dir() if smollm2 else name_or_path,
-                                                         dtype=torch_dtype)
-    tokenizer = load_tokenizer("smollm2") if smollm2 else AutoTokenizer.from_pretrained(name_or_path)
-    if tokenizer.pad_token_id is None:  # batched generation pads: with EOS when there is no pad token
+            model = AutoModelForCausalLM.from_pretrained(
+                _smollm2_dir() if smollm2 else name_or_path, dtype=torch_dtype)
+    tokenizer = (load_tokenizer("smollm2") if smollm2
+                 else AutoTokenizer.from_pretrained(name_or_path))
+    if tokenizer.pad_token_id is None:  # batched generation pads: with EOS if there is no pad
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos "
                              "token")

@@ -464,7 +464,8 @@ def read_by_type(kind: str, question: str, sentences: Sequence[str], exclude: st
     return None
 
 
-def resolve(chain: Chain, sentences: Sequence[str], exclude: str = "", question: str = "") -> list[Hop]:
+def resolve(chain: Chain, sentences: Sequence[str], exclude: str = "",
+            question: str = "") -> list[Hop]:
     """Follow ``chain`` through ``sentences``; the hops resolved, stopping at the first gap.
     ``exclude`` applies to the last hop (a final answer is never a span of the question)."""
     hops: list[Hop] = []

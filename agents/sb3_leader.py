@@ -387,8 +387,8 @@ class SB3LeaderPolicy:
         self.meta = read_settings(meta_path)
         self.macro = _macro(self.meta)
         # the settings against the saved tensors' shapes, before anything is built
-        _mismatch(model_path, expected_shapes(self.meta["algo"], self.macro, self.meta["policy_kwargs"]),
-                  saved_shapes(model_path))
+        wanted = expected_shapes(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
+        _mismatch(model_path, wanted, saved_shapes(model_path))
         self.model = build_policy(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
         """The SB3 policy (``predict(obs, deterministic)``), its weights from ``leader.safetensors``."""
         load_weights(model_path, self.model)

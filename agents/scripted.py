@@ -170,8 +170,8 @@ class ScriptedPolicy:
         searches = list(info.get("passages", ()))  # one list of passages per search
         asked = () if self.repeat_queries else list(info.get("queries", ()))
         seen, sents = set(), []
-        for passage in (p for ps in searches for p in ps):
-            doc = (str(getattr(passage, "title", "")).strip(), str(getattr(passage, "text", "")).strip())
+        for p in (p for ps in searches for p in ps):
+            doc = (str(getattr(p, "title", "")).strip(), str(getattr(p, "text", "")).strip())
             if doc not in seen:
                 seen.add(doc)
                 sents += sentences_of(*doc)

@@ -111,7 +111,7 @@ def build_engine(vllm: Any, model: str, *, seed: int, **engine_kwargs: Any) -> t
 
 
 def _empty_cache() -> None:
-    """Hand torch's cached blocks back to the driver, for ``wake_up`` to re-map; nothing without CUDA."""
+    """Hand torch's cached blocks back to the driver, for ``wake_up``; nothing without CUDA."""
     import torch
 
     if torch.cuda.is_available():

@@ -323,7 +323,8 @@ def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, w
 
     if not ChatFormat(tokenizer).chatml:
         return
-    header = list(tokenizer.encode("<|im_start|>system\n", add_special_tokens=False))  # ChatFormat.prompt's
+    # the ids ChatFormat.prompt opens every ChatML context with
+    header = list(tokenizer.encode("<|im_start|>system\n", add_special_tokens=False))
     for i, seg in enumerate(ep.segments):
         if seg.token_ids[: len(header)] != header:
             raise ViewError(f"{where}: segment {i} ({seg.agent}) does not open with {name}'s "
