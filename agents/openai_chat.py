@@ -107,12 +107,9 @@ class OpenAIPolicy:
     ``backoff * 2**attempt`` seconds (less up to 25% jitter, at most 8 s) or the server's
     ``Retry-After``; other HTTP errors raise at once. ``extra`` is merged into every
     request body (server-specific options such as ``top_k``, ``seed`` or llama.cpp's
-    ``grammar``). ``special_tokens``: the server tokenizer's special strings, when known,
-    broken in every message content besides the common markers (:func:`chat_messages`);
-    ``markers``: spelled markers of the server's chat template that the built-in list
-    lacks (the ``openai:`` spec's ``?markers=[A]|[B]``); ``tokenizer``: a local copy of the
-    server's tokenizer, whose special strings and chat-template markers are broken too
-    (``envs.chat.template_markers``).
+    ``grammar``). ``special_tokens`` (the server tokenizer's), ``markers`` (the ``openai:``
+    spec's ``?markers=[A]|[B]``) and those of ``tokenizer``'s chat template (a local copy of
+    the server's) are broken in every message content besides the built-in markers.
 
     ``timeout`` bounds each phase of an attempt (connect, send, each wait for the server's
     bytes); ``deadline`` bounds the whole request, every attempt and wait included (default

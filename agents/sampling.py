@@ -15,10 +15,8 @@ spec                                               sampling
 A spec's own settings win over the command line's, and those over the model's defaults.
 The keys are :data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line
 naming the spec, before anything loads. A temperature is 0 (greedy) or at least
-:func:`min_temperature` (2.9e-36: below it, logits up to :data:`LOGIT_BOUND` divided by it
-overflow float32, where the samplers divide them); a top-p is in (0, 1], 1 included. Kinds
-that do not sample (``scripted``, ``random``, ...) refuse a query and ignore the command
-line's settings.
+:func:`min_temperature`; a top-p is in (0, 1], 1 included. Kinds that do not sample
+(``scripted``, ``random``, ...) refuse a query and ignore the command line's settings.
 
 >>> parse_sampling("temperature=0.7&top_p=0.9", "hf:smollm2?temperature=0.7&top_p=0.9")
 Sampling(temperature=0.7, top_p=0.9, max_new_tokens=None)

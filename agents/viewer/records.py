@@ -299,11 +299,9 @@ def pick(records: Sequence[tuple[Episode, EpisodeValues | None]], index: int,
 def check_tokenizer(ep: Episode, values: EpisodeValues | None, tokenizer: Any, where: str,
                     recorded: dict[str, Any] | None = None) -> None:
     """Refuse to show an episode with a tokenizer other than the one it was played with:
-    the decoded text would be another text. A sample names its tokenizer's fingerprint
-    (``recorded``, when given, stands for the record of a file without values, e.g. a
-    benchmark run's); a plain episode must have every id inside the vocabulary and, when the
-    tokenizer frames chat in ChatML, every context must open with that tokenizer's
-    ``<|im_start|>system``."""
+    the decoded text would be another text. The recorded fingerprint (``recorded``, when
+    given, stands for the record of a file without values, e.g. a benchmark run's), the
+    vocabulary and the ChatML header each refuse another tokenizer."""
     name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
     if recorded is None:
         recorded = values.tokenizer if values is not None else {}
