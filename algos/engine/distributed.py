@@ -1,20 +1,15 @@
 """The data-parallel learner on ``torch.distributed``: what a Trainer does differently under
 ``torchrun --nproc-per-node K -m algos train ...`` (``docs/scaleout.md``, "The data-parallel
-learner", has the measurements).
+learner": why one step on K ranks equals the one-process step, and the measurements).
 
-One step on K ranks equals the one-process step on the same global batch: every rank holds
-every row; scoring is split by token count and gathered; each minibatch's rows are split by
-token count (:meth:`Dist.shard`) and each rank divides its loss by the *whole minibatch's*
-token count (``algos.losses.Totals``), so the ranks' gradients are summed
-(:meth:`Dist.all_reduce_grads`), not averaged (K per-rank means would weight a short rank's
-tokens more). Why not ``DistributedDataParallel``'s wrapper: it all-reduces inside each
-backward and needs the same number of backward calls on every rank, but a rank's share of
-rows can take a different number of memory-bounded chunks; the sum is what DDP computes,
-once per minibatch, in one flat buffer.
+The ranks' gradients are summed (:meth:`Dist.all_reduce_grads`), not averaged: each rank
+divides by the whole minibatch's token count (``algos.losses.Totals``). Why not
+``DistributedDataParallel``'s wrapper: it all-reduces inside each backward and needs the same
+number of backwards on every rank, but a rank's share of rows can take a different number of
+memory-bounded chunks; the sum is what DDP computes, once per minibatch.
 
 The Trainer always holds a :class:`Dist` (:func:`this_process`; outside torchrun a
-:class:`OneProcess` whose collectives are the identity), and how the trained model lies on
-the ranks is chosen once (:func:`layout_for`): :class:`Replicated` or :class:`Sharded` (FSDP2).
+:class:`OneProcess`), and the trained model's layout is chosen once (:func:`layout_for`).
 """
 
 from __future__ import annotations
@@ -40,20 +35,16 @@ __all__ = ["Dist", "FullOptimizer", "OneProcess", "Replicated", "Sharded", "copy
 
 
 DIST_TIMEOUT_S = 2 * 3600
-"""How long a rank waits inside a collective before the job is stopped (seconds;
-``MOPD_DIST_TIMEOUT_S`` overrides it). NCCL's own default is 10 minutes, but rank 0 alone
-validates, writes checkpoints and drives the Ray workers while the others wait in the next
-collective: a 4B model's validation or checkpoint takes longer than that."""
+"""Seconds a rank waits inside a collective (``MOPD_DIST_TIMEOUT_S`` overrides it); not NCCL's
+10 minutes: the others wait while rank 0 alone validates or checkpoints a 4B model."""
 
 GRAD_BUCKET_BYTES = 1 << 28
-"""Gradients are summed over the ranks in buckets of at most this many bytes (one copy of a
-bucket at a time, not of the whole model)."""
+"""The largest bucket of gradients summed at once (one bucket's copy, not the whole model's)."""
 
 
 def shard_by_tokens(sizes: Sequence[int], world: int) -> list[list[int]]:
-    """Indices of ``sizes`` for each of ``world`` ranks, balanced by total size: the largest
-    first, each to the least loaded rank (ties: the lower rank); each list in index order.
-    Deterministic, so every rank computes the same split."""
+    """Indices of ``sizes`` for each of ``world`` ranks, balanced by total size (the largest
+    first, to the least loaded rank), each in index order; every rank computes the same split."""
     loads = [0] * world
     parts: list[list[int]] = [[] for _ in range(world)]
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
@@ -126,9 +117,8 @@ class Dist:
         return _from_json_bytes(data)
 
     def gather_row_values(self, rows: Sequence[Any], mine: Sequence[Any], attrs: Sequence[str]) -> None:
-        """After each rank has filled ``attrs`` of its rows ``mine`` (a sub-list of ``rows``),
-        give every rank the values of every row: numpy arrays (or None), set from the same
-        JSON on every rank (so every rank holds bit-equal arrays of the same dtype)."""
+        """Each rank filled ``attrs`` of its rows ``mine``: every rank gets every row's, as
+        bit-equal numpy arrays (or None) read from the same JSON."""
         index = {id(r): i for i, r in enumerate(rows)}
         local = [[index[id(r)], [_array_json(getattr(r, a)) for a in attrs]] for r in mine]
         for part in self.all_gather_objects(local):
@@ -138,9 +128,8 @@ class Dist:
 
     def all_reduce_grads(self, parameters: Sequence[torch.nn.Parameter],
                          bucket_bytes: int = GRAD_BUCKET_BYTES) -> None:
-        """Sum the gradients over the ranks, in place (a missing gradient counts as 0: a rank
-        may have had no rows of this minibatch), one collective per bucket of at most
-        ``bucket_bytes`` of one dtype: at most one bucket's copy in memory at a time."""
+        """Sum the gradients over the ranks, in place (a missing one counts as 0: a rank may
+        have had no rows), one collective per bucket of at most ``bucket_bytes`` of one dtype."""
         params = [p for p in parameters if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -189,9 +178,9 @@ class Dist:
 
     def collect(self, env_fn: Callable[[], Any], policy: Any, questions: Sequence[Any], group_size: int,
                 seed: int) -> list[list[Any]]:
-        """``group_size`` Episodes per question, every rank's share of ``questions`` rolled
-        with its own policy, each group with its own seed (``agents.ray_rollout.collect_groups``:
-        the batch does not depend on the world size), gathered on every rank."""
+        """``group_size`` Episodes per question, each rank rolling its share, each group with
+        its own seed (``agents.ray_rollout.collect_groups``: the batch does not depend on the
+        world size), gathered on every rank."""
         from agents.ray_rollout import collect_groups
         from envs.episode import groups_from_dicts, groups_to_dicts
 
@@ -208,15 +197,10 @@ class Dist:
         return groups_from_dicts(self.broadcast_object(groups_to_dicts(groups or [])))
 
     def close(self) -> None:
-        """Wait for every rank, then destroy the process group: a rank that tears gloo down
-        while another still finishes its last collective aborts that rank (``terminate
-        called without an active exception``). Only on the success path: after a failure
-        the other ranks would wait here for ever (torchrun stops them instead).
-
-        Drop every model sharded over the group (FSDP2) before: one still alive holds the
-        group until the interpreter's own teardown, where gloo aborts the process about one
-        run in three (measured: 4 of 12 runs of a forward/backward then close; 0 of 22 with
-        the model dropped first). Unreachable ones are collected here."""
+        """On success only (after a failure the others would wait here for ever): wait for
+        every rank, then destroy the group; a rank tearing gloo down while another finishes its
+        last collective aborts it. Drop every FSDP2 model first: one still alive at the
+        interpreter's teardown aborts gloo in 4 of 12 runs (0 of 22 dropped)."""
         if torch.distributed.is_initialized():
             gc.collect()
             torch.distributed.barrier()
@@ -224,8 +208,8 @@ class Dist:
 
 
 class OneProcess(Dist):
-    """The :class:`Dist` of a process that torchrun did not start: rank 0 of 1, every
-    collective the identity, so code written for K ranks runs its one-process story unchanged."""
+    """The :class:`Dist` of a process torchrun did not start: rank 0 of 1, every collective the
+    identity."""
 
     launched = False
 
@@ -281,10 +265,8 @@ def this_process(device: str = "cpu", timeout_s: float | None = None) -> Dist:
 
 
 def from_env(device: str = "cpu", timeout_s: float | None = None) -> Dist | None:
-    """The :class:`Dist` of a process started by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in
-    its environment; the process group is created here, gloo on CPU, NCCL on CUDA, with a
-    collective timeout of ``timeout_s`` seconds: default ``MOPD_DIST_TIMEOUT_S`` or
-    :data:`DIST_TIMEOUT_S`), or None outside torchrun."""
+    """The :class:`Dist` of a process started by ``torchrun`` (its process group created here,
+    gloo on CPU, NCCL on CUDA, timeout ``timeout_s``: default :data:`DIST_TIMEOUT_S`), or None."""
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return None
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -317,9 +299,8 @@ def fully_shard_model(model: Any, mp_policy: Any = None) -> Any:
 
 
 def run_main(main: Callable[[], int]) -> int:
-    """Run ``main``; under torchrun an exception is printed as one line naming the rank
-    (``rank R of K failed: Error: message``), with the traceback after it, and the process
-    exits 1, so torchrun stops every rank and reports this one."""
+    """Run ``main``; under torchrun an exception is one line ``rank R of K failed: Error:
+    message`` and the traceback, and exit 1 (torchrun stops every rank and reports this one)."""
     try:
         return main()
     except SystemExit:
@@ -338,8 +319,7 @@ def run_main(main: Callable[[], int]) -> int:
 
 def copy_into(full_model: Any, sharded: Any) -> None:
     """Gather ``sharded``'s weights into the plain replica ``full_model`` (every rank calls
-    it), one parameter at a time: the peak beyond the replica is the largest parameter, not a
-    second whole model."""
+    it), one parameter at a time (not a second whole model)."""
     params = dict(full_model.named_parameters())
     buffers = dict(full_model.named_buffers())
     with torch.no_grad():
@@ -350,9 +330,8 @@ def copy_into(full_model: Any, sharded: Any) -> None:
 
 
 def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any, Any]]:
-    """``algos.engine.freeze.frozen_masks``' full-shape masks as (parameter, mask) pairs whose mask
-    is laid out like the FSDP2 parameter (a DTensor with its mesh and placements), so that
-    ``grad * mask`` zeroes the frozen elements of each rank's shard."""
+    """``algos.engine.freeze.frozen_masks``' masks as (parameter, mask) pairs, each mask laid out
+    like its FSDP2 parameter, so that ``grad * mask`` zeroes the frozen elements of a shard."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -365,11 +344,9 @@ def sharded_masks(model: Any, masks: dict[str, torch.Tensor]) -> list[tuple[Any,
 
 
 def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
-    """The FSDP2 ``optimizer``'s whole state in the layout ``optimizer.state_dict()`` of a
-    plain AdamW over ``model.parameters()`` has (parameters numbered in that order), so a
-    checkpoint loads at any world size, one process included. Every rank calls it; the
-    state is gathered into rank 0's CPU memory (the other ranks get ``{}``: only rank 0
-    writes), never whole on any GPU (the AdamW state is twice the model)."""
+    """The FSDP2 ``optimizer``'s whole state in a plain AdamW's ``state_dict()`` layout, so a
+    checkpoint loads at any world size. Every rank calls it; it is gathered into rank 0's CPU
+    memory, never whole on a GPU (the other ranks get ``{}``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     sd = get_optimizer_state_dict(model, optimizer,
@@ -406,9 +383,8 @@ def local_tensor(t: Any) -> torch.Tensor:
 
 
 class FullOptimizer:
-    """An FSDP2 ``optimizer`` as ``algos.engine.checkpoint`` sees it: one process's state dict layout,
-    ``gathered`` (:func:`full_optimizer_state`, by every rank) before a save; a loaded one is
-    scattered back onto the shards."""
+    """An FSDP2 ``optimizer`` as ``algos.engine.checkpoint`` sees it: one process's layout,
+    ``gathered`` before a save; a loaded one is scattered back onto the shards."""
 
     def __init__(self, model: Any, optimizer: Any, gathered: dict[str, Any] | None = None):
         self.model, self.optimizer, self.gathered = model, optimizer, gathered
@@ -421,9 +397,8 @@ class FullOptimizer:
 
 
 class Replicated:
-    """Every rank holds all of the trained model (one process, or torchrun's ranks whose
-    gradients are summed once per minibatch, module docstring); it is also the replica that
-    generates, scores, validates and is saved."""
+    """Every rank holds all of the trained model, which is also the replica that generates,
+    scores, validates and is saved."""
 
     chunk_elements: int | None = None
     """``agents.logprobs.token_logprobs``' output layer chunking (None: its default)."""
@@ -464,15 +439,13 @@ class Replicated:
         """Bring the replica up to the trained weights (it is the trained model: nothing)."""
 
     def checkpoint_optimizer(self, model: Any, optimizer: Any, gather: bool = False) -> Any:
-        """What a checkpoint saves or loads as the optimizer (one process's layout). ``gather``:
-        for a save (every rank calls it)."""
+        """What a checkpoint saves (``gather``: every rank calls it) or loads as the optimizer."""
         return optimizer
 
 
 class Sharded(Replicated):
     """FSDP2 (``TrainConfig.fsdp``): each rank holds a shard of the trained model and a gathered
-    replica (:func:`copy_into`); what else differs: ``docs/scaleout.md``, "FSDP2 inside the
-    Trainer"."""
+    replica; what else differs: ``docs/scaleout.md``, "FSDP2 inside the Trainer"."""
 
     chunk_elements = 0  # the model's own forward: FSDP2 gathers parameters in the root module's
 
@@ -521,8 +494,7 @@ class Sharded(Replicated):
 
 
 def layout_for(dist: Dist, fsdp: bool) -> Replicated:
-    """The trained model's layout for this job: :class:`Sharded` with ``fsdp``, else
-    :class:`Replicated`. ``fsdp`` outside torchrun is refused (one process has nothing to shard)."""
+    """:class:`Sharded` with ``fsdp`` (refused outside torchrun), else :class:`Replicated`."""
     if not fsdp:
         return Replicated(dist)
     if not dist.launched:
