@@ -1,5 +1,5 @@
 """Training configuration: one dataclass for both stages, validated on construction (the
-presets that fill it are in :mod:`algos.presets`).
+presets that fill it are in :mod:`algos.commands.presets`).
 
 Where PAPER.md is silent we use Search-R1's published defaults (learning rate 1e-6,
 5 samples per question, temperature 1, top-3 retrieval); the ``micro`` preset departs
@@ -31,11 +31,9 @@ class TrainConfig:
     model: str = "smollm2"
     """The base model pi_0: ``smollm2``, ``micro`` (the SFT-warmed micro model), a hub id or a path."""
     teacher: str | None = None
-    """Stage II only: a Stage-I checkpoint directory, or ``base`` (the base-model-teacher
-    diagnostic). None: only a Searcher signal whose rule needs none, with ``kl_coef=0``."""
+    """Stage II only: a Stage-I checkpoint directory, or ``base`` (the base-model diagnostic)."""
     searcher_signal: str = "opd"
-    """Stage II Searcher signal: a signal row of the table of role rules
-    (``algos.roles.searcher_signals()``; Table 2)."""
+    """Stage II Searcher signal: one of ``algos.roles.searcher_signals()`` (Table 2)."""
     out_dir: str = "runs/mopd"
     """Checkpoints, metrics.jsonl, TensorBoard events and summary.json go here."""
 
@@ -54,8 +52,7 @@ class TrainConfig:
     minibatches: int = 1
     """Optimizer steps per batch of rollouts (>1 makes the clip matter)."""
     freeze_embeddings: bool = False
-    """Keep the token embeddings (tied: the output layer too) as they are. Ours: otherwise the
-    quickest way to raise a rewarded answer token is its own row, which memorises answers."""
+    """Keep the token embeddings (tied: the output layer too) as they are (why: docs/micro.md)."""
     clip_eps: float = 0.2
     """PPO's ratio clip: the surrogate stops rewarding a ratio beyond ``1 +- clip_eps``."""
     beta: float = 0.01
@@ -93,13 +90,11 @@ class TrainConfig:
     train_split: str = "train"
     """The split of ``train_datasets`` trained on."""
     train_per_dataset: int | None = None
-    """Only the first N training questions of each dataset (None: all). With
-    ``val_split="train"`` and the same ``val_per_dataset``, validation asks the training
-    questions themselves: the sanity check that the learner can fit a small set."""
+    """Only the first N training questions of each dataset (None: all); with ``val_split="train"``
+    and the same ``val_per_dataset``, a check that the learner fits a small set."""
     pass_rate_filter: int = 0
-    """G > 0: before the first step, sample G workflows per training question with the
-    starting model and train only on those some but not all of them got right (whose GRPO
-    groups can carry an outcome advantage; kept in ``<out_dir>/train_questions.json``). 0: off."""
+    """G > 0: train only on the questions that G workflows of the starting model got right
+    some but not all times (kept in ``<out_dir>/train_questions.json``). 0: off."""
     val_datasets: tuple[str, ...] = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
     """The datasets validation avg@k is taken over (the seven benchmarks)."""
     val_split: str = "dev"
@@ -117,8 +112,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     """How many of the newest checkpoints stay on disk."""
     sample_every: int = 1
-    """Keep a sample (a few episodes with the per-token values the loss used) every this many
-    steps and at every validation, under ``<out_dir>/samples/`` (``agents view``). 0: never."""
+    """Keep a sample (episodes with the loss's per-token values, ``<out_dir>/samples/``) every
+    this many steps and at every validation. 0: never."""
     sample_episodes: int = 4
     """Episodes per sample: training, the first question's workflows first (one GRPO group);
     validation, the first run of the first questions (the same at every validation)."""
@@ -128,48 +123,39 @@ class TrainConfig:
     seed: int = 0
     """Seeds torch, the question draw, the minibatch order and the rollouts' sampler."""
     base_seed: int | None = None
-    """The seed a recipe's base (``micro``, ...) is built for; None: ``seed``. Set, runs of
-    several seeds share one base (the ablation's ``--base-seeds``)."""
+    """The seed a recipe's base is built for (None: ``seed``): runs of several seeds share one."""
     device: str = "cpu"
     """Where the models live: ``cpu``, ``cuda`` or ``cuda:N`` (torchrun gives each rank its GPU)."""
     dtype: str = "float32"
-    """What the trained model computes in: ``float32`` or ``bfloat16``; its weights, gradients
-    and AdamW state stay float32 (``algos.engine.precision`` says why)."""
+    """What the model computes in: ``float32`` or ``bfloat16`` (weights stay float32:
+    ``algos.engine.precision``)."""
     generation_batch_size: int = 32
     """Contexts per forward when HF generates the rollouts and validation."""
     max_tokens_per_batch: int = 16384
     """Padded tokens per forward/backward chunk (memory bound)."""
     gradient_checkpointing: bool = False
-    """Recompute each decoder layer's activations in the backward instead of keeping them
-    (``python -m algos plan`` shows what it saves)."""
+    """Recompute each decoder layer's activations in the backward instead of keeping them."""
     max_row_tokens: int = 4096
     """A row (one agent's context) keeps its first this many tokens."""
     retriever: str = "default"
     """``default`` (MiniLM over the synthetic corpus), a corpus JSONL, or an http(s) URL."""
     retriever_index: str = "auto"
-    """The index of a local corpus (``envs.retrieval.make_retriever``): ``auto`` (flat below
-    50k passages, HNSW above), ``flat`` (exact), ``hnsw`` or ``ivf``; a URL's server chooses."""
+    """A local corpus's index: ``auto``, ``flat``, ``hnsw`` or ``ivf`` (docs/performance.md)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra SearchTeam keyword arguments."""
 
     rollout_backend: str = "hf"
-    """Who generates the rollouts: ``hf`` (``agents.hf.HFPolicy``) or ``vllm`` (an in-process
-    engine the weights are pushed into after each update; docs/scaleout.md)."""
+    """Who generates the rollouts: ``hf`` or ``vllm`` (an in-process engine; docs/scaleout.md)."""
     vllm_gpu_memory_utilization: float = 0.3
-    """``rollout_backend=vllm``: the share of the GPU the engine reserves for its weights and
-    KV cache (the learner shares the GPU; vLLM's own default, 0.9, assumes it is alone)."""
+    """``rollout_backend=vllm``: the GPU's share the engine reserves (the learner shares it)."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
-    """``rollout_backend=vllm``: further ``vllm.EngineArgs`` settings, plain JSON values (e.g.
-    ``{"enforce_eager": true}``); what the engine gets already: docs/scaleout.md."""
+    """``rollout_backend=vllm``: more ``vllm.EngineArgs``, plain JSON values (docs/scaleout.md)."""
     rollout_workers: int = 0
-    """0: rollouts in the trainer's process. N >= 1: N Ray actors (``agents.ray_rollout``),
-    each group sampled with its own seed, so the Episodes do not depend on N."""
+    """0: rollouts in the trainer's process; N: N Ray actors (the Episodes do not depend on N)."""
     ray_address: str | None = None
-    """Where the rollout workers run: None starts Ray on this machine; ``auto`` joins the
-    cluster ``ray start`` made here; ``ray://host:10001`` a remote one."""
+    """None starts Ray here; ``auto`` joins ``ray start``'s cluster; ``ray://host:port`` another."""
     fsdp: bool = False
-    """Under ``torchrun``: shard parameters, gradients and optimizer state over the ranks
-    with FSDP2 (``torch.distributed.fsdp.fully_shard``) instead of replicating them."""
+    """Under ``torchrun``: shard parameters, gradients and AdamW state over the ranks (FSDP2)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -264,8 +250,7 @@ class TrainConfig:
 
     @property
     def sampling(self) -> Sampling:
-        """What the rollouts sample with; the old, new and Teacher log-probs are taken at its
-        temperature too (one holder: the Trainer reads every one of them from here)."""
+        """What the rollouts sample with; the old, new and Teacher log-probs use its temperature."""
         return Sampling(self.temperature, self.top_p, self.max_turn_tokens)
 
     @property
@@ -278,9 +263,8 @@ class TrainConfig:
         return "cascade" if self.stage == "teacher" else "hierarchical"
 
     def env_shape(self) -> dict[str, Any]:
-        """SearchTeam keyword arguments of this run (workflow excluded): every field of this
-        config named as a field of ``envs.team.TeamConfig`` (a new env setting needs only a
-        field of the same name here to become a run setting), then ``env_kwargs``."""
+        """SearchTeam keyword arguments of this run (workflow excluded): every field named as one
+        of ``envs.team.TeamConfig``'s, then ``env_kwargs``."""
         from envs.team import TeamConfig
 
         team = TeamConfig.keywords()
@@ -329,17 +313,13 @@ def _check_field_types(config: TrainConfig, bad: Any) -> None:
 # --------------------------------------------------------------------------- --set overrides
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-"""The words ``--set name=value`` takes for a bool field (any case); anything else is refused
-rather than read as False (``freeze_embeddings=ture`` used to train with False)."""
+"""The words ``--set name=value`` takes for a bool field (any case); anything else is refused."""
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> typed TrainConfig overrides.
-
-    Each value is parsed by its field's declared type: bools from ``BOOLEANS``, ints,
-    floats, comma-separated tuples, a JSON object for ``env_kwargs``, ``none`` for an
-    optional field. Raises ``ValueError`` naming the pair for an unknown name or
-    a value of the wrong kind (range checks are ``TrainConfig``'s)."""
+    """``["steps=5", "train_datasets=nq,hotpotqa"]`` -> TrainConfig overrides, each parsed by its
+    field's type (tuples comma-separated, dicts JSON, ``none`` for an optional field); an
+    unknown name or a value of the wrong kind is a ``ValueError`` naming the pair."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     out: dict[str, Any] = {}
     for pair in pairs:
