@@ -1,15 +1,11 @@
 """A copy circuit wired into a freshly initialised Llama, so that a tiny model trained from
 scratch can copy names out of its context from its first step.
 
-Why: almost every turn in a search team copies. The Leader copies the question into a
-sub-task, the Searcher copies the sub-task into a query, the summary copies sentences
-from passages, and the Answerer copies a name from the evidence. Transformers copy with
-*induction heads* (a head that attends to the token after an earlier occurrence of the
-current token, fed by a head that looks one position back). On the micro preset's budget
-(about 2,000 SFT steps on a 2-core CPU) they never form. A 5M-parameter model trained on
-fresh names still had NLL 6-10 on a name printed a few lines above. On a synthetic task of
-repeated random tokens, 600 steps reached 0.6% accuracy. So we write the circuit in by hand,
-and SFT then only has to learn *when* to copy.
+Why: almost every turn in a search team copies (the question into a sub-task, a passage's
+sentence into a summary, a name from the evidence), and transformers copy with *induction
+heads*, which never form on the micro preset's budget (NLL 6-10 on a name read a few lines
+above, ``docs/micro.md``; 0.6% on repeated random tokens after 600 steps). So the circuit is
+written in by hand, and SFT only has to learn *when* to copy.
 
 The circuit (``d`` = hidden size, ``k`` look-back heads of ``head_dim`` each; the last
 ``k * head_dim`` residual dimensions form the space S, in ``k`` blocks, and the others form
@@ -32,9 +28,7 @@ T, where token embeddings live):
    zero and are learned. An induction head continues a name once its first token is
    written; it cannot say where a name *starts* (an answer's first token is the one
    after ``novel by`` in the evidence, and the question decides which ``by``). A lookup
-   head only has to learn that query. On the micro build, given the scripted team's
-   evidence, the greedy Answerer went from 5% right to 19% with them (27% with twice the
-   worlds), where more SFT data alone had not moved it.
+   head only has to learn that query (what they bought: ``docs/micro.md``).
 4. **Everything else starts silent.** Every other residual write (each layer's ``o_proj``
    and ``down_proj``) starts at zero, so at initialisation the model is exactly the
    embeddings plus the circuit. The final norm's weight is ``out_scale``, because
@@ -82,18 +76,15 @@ def wire_induction_heads(model: Any, *, prev_heads: Sequence[int] = (0, 1),
                          lookup_layer: int = 2, seed: int = 0) -> Any:
     """Wire the copy circuit (module docstring) into ``model``, a freshly initialised
     ``LlamaForCausalLM`` with tied embeddings, ``attention_bias=True`` and ``rope_theta`` =
-    ``ROPE_THETA``, in place; returns it. The layout is kept in ``model.config.induction``
-    and what must stay frozen (:func:`frozen_entries`) in ``model.config.mopd_frozen``.
+    ``ROPE_THETA``, in place; returns it, its layout in ``config.induction`` and what stays
+    frozen (:func:`frozen_entries`) declared.
 
-    The k-th of ``prev_heads`` (layer 0) looks k + 1 positions back; ``induction_heads`` of
-    layer 1 match the last ``len(prev_heads)`` tokens at once (with two, ``'The`` finds the
-    title that follows ``'The`` rather than every word that follows ``The``). ``prev_write``
-    and ``copy_write``: the size of a looked-back and of a copied token, in units of the
-    embeddings' std; ``match_scale``: an induction head's query/key scale; ``out_scale``: the
-    final norm's weight at an embedding std of 0.02. ``embed_std``: the embeddings' std,
-    larger than the usual 0.02 so that an optimizer's early steps, which move every embedding
-    alike, leave the tokens distinguishable. ``lookup_heads`` sit in layer ``lookup_layer``
-    (queries zero, learned). ``seed`` draws the random projections."""
+    The k-th of ``prev_heads`` looks k + 1 positions back; ``induction_heads`` match the last
+    ``len(prev_heads)`` tokens at once (with two, ``'The`` finds what follows ``'The``, not
+    every ``The``). ``prev_write`` and ``copy_write``: a looked-back and a copied token's size,
+    in embedding stds; ``match_scale``: the induction heads' query/key scale; ``out_scale``:
+    the final norm's weight at an embedding std of 0.02. ``embed_std`` is larger than the
+    usual 0.02 so that early steps, which move every embedding alike, leave tokens apart."""
     cfg = model.config
     _check_model(model, prev_heads, induction_heads, lookup_heads, lookup_layer)
     d, n_heads = cfg.hidden_size, cfg.num_attention_heads
@@ -176,12 +167,9 @@ def wire_induction_heads(model: Any, *, prev_heads: Sequence[int] = (0, 1),
 
 
 def frozen_entries(config: Any) -> list[str]:
-    """What of a wired model stays frozen, as ``algos.engine.freeze`` entries, from the layout
-    in ``config.induction``: all of layer 0, the embeddings' S dimensions, layer 1's input
-    norm and the induction heads' queries, keys and values; with lookup heads (layer ``L``),
-    their keys and values, layer ``L``'s input norm and every write into S between. Every other
-    weight trains, how strongly the heads write included, so SFT learns *when* to copy
-    without unlearning *how*."""
+    """What of a wired model stays frozen (``algos.engine.freeze`` entries, from
+    ``config.induction``): where the heads look and what they read. How strongly they write
+    trains, so SFT learns *when* to copy without unlearning *how*."""
     layout = getattr(config, "induction", None)
     if not layout:
         raise ValueError("frozen_entries: the model has no wired circuit (config.induction is "
