@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
-from conftest import QUESTION, WORLD, KeywordRetriever
+from conftest import Q2, QUESTION, SETUP, WORLD, FaultyTeam, KeywordRetriever
 
 from agents.viewer import ViewError, read_records, write_page
 from agents.viewer.records import EpisodeValues, SegmentValues, sample_line, tokenizer_record
@@ -159,8 +159,6 @@ def scripted_file(tmp_path_factory, tokenizer):
 def train_sample(tmp_path_factory, tiny_dirs, torch_one_thread):
     """One Stage-II step (OPD, KL on) of a tiny model on a team that plays valid, mixed-reward
     episodes, with the training sample it keeps and the rows its loss was fed."""
-    from test_learner_rows import Q2, SETUP, FaultyTeam
-
     from algos.config import TrainConfig
     from algos.trainer import Trainer
 

@@ -7,59 +7,16 @@ the loss mask, the old and the Teacher log-probs, the advantage and the KL mask 
 """
 
 import importlib
-import random
 
 import numpy as np
 import pytest
 import torch
-from conftest import QUESTION, WORLD, Item, KeywordRetriever
+from conftest import Q2, QUESTION, SETUP, WORLD, FaultyTeam, KeywordRetriever
 
 import algos.engine.update
 from algos.config import TrainConfig
 from algos.roles import needs_critic, rules_for, searcher_signals
 from algos.trainer import Trainer
-
-Q2 = Item("q2", "What is the capital of Ostria?", ("Kesh",))
-ANSWERS = {QUESTION.question: ("Ostria", "Kesh"), Q2.question: ("Kesh", "Port Velm")}
-"""question -> (a right answer, a wrong one)"""
-
-SETUP = dict(steps=1, questions_per_step=2, group_size=4, learning_rate=1e-3, max_turn_tokens=40,
-             max_context_tokens=1024, max_waves=1, max_searchers=1, max_searcher_turns=3, num_candidates=3,
-             val_per_dataset=1, val_datasets=("nq",), eval_every=100, save_every=100, max_row_tokens=1024,
-             generation_batch_size=8, minibatches=2, beta=0.5, seed=3)
-
-
-class FaultyTeam:
-    """A valid team that errs: Answerers give the wrong answer with probability 0.6 and
-    Searchers search once or twice (seeded, drawn per turn in call order). A turn is an
-    agent's first when no context it answered before is a prefix of this one; the policy
-    never reads the env's prompts beyond finding the question."""
-
-    def __init__(self, seed=0):
-        self.rng = random.Random(seed)
-        self.seen = {}
-
-    def _later_turn(self, obs):
-        ids = tuple(int(t) for t in obs.token_ids)
-        seen = self.seen.setdefault(obs.agent, [])
-        earlier = {len(s) for s in seen if len(s) < len(ids) and ids[: len(s)] == s}
-        seen.append(ids)
-        return len(earlier)  # copies with the same history share their earlier contexts
-
-    def act(self, observations):
-        return [self.turn(obs) for obs in observations]
-
-    def turn(self, obs):
-        question = next(q for q in ANSWERS if q in obs.text)
-        right, wrong = ANSWERS[question]
-        turns = self._later_turn(obs)
-        if obs.role == "leader":
-            return f"<subtask>{question}</subtask>" if turns == 0 else "<select>1</select>"
-        if obs.role == "searcher":
-            if turns == 0 or (turns == 1 and self.rng.random() < 0.5):
-                return f"<search>{question}{' more' * turns}</search>"
-            return f"<summary>The answer may be {right}.</summary>"
-        return f"<answer>{right if self.rng.random() < 0.4 else wrong}</answer>"
 
 
 def grpo(rewards):
