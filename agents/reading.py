@@ -27,8 +27,6 @@ from dataclasses import dataclass
 
 from envs.rewards import normalize_answer
 
-# ----------------------------------------------------------------------------- spans
-
 _CONNECTORS = ("of", "and", "for", "over", "on", "the", "de", "la", "von", "van", "der", "du")
 NAME = r"[A-Z][\w'’-]*(?:(?:\s+(?:" + "|".join(_CONNECTORS) + r"))*\s+[A-Z][\w'’-]*)*"
 """A proper name: capitalised words, possibly joined by ``of``, ``and``, ``for`` ..."""
@@ -56,9 +54,6 @@ def in_text(span: str, text: str) -> bool:
     """Whether ``span`` occurs in ``text`` as whole words, after SQuAD normalisation."""
     a, b = normalize_answer(span), normalize_answer(re.sub(r"['’]s\b", "", text))
     return bool(a) and f" {a} " in f" {b} "
-
-
-# ----------------------------------------------------------------------------- sentences
 
 
 _PRONOUN = re.compile(r"^(?:He|She|It|They|This|The (?:film|novel|opera|album|story|book|city|"
@@ -111,9 +106,6 @@ def _mentions(sentence: str, subject: str) -> bool:
     return False
 
 
-# ----------------------------------------------------------------------------- relations
-
-
 @dataclass(frozen=True)
 class Relation:
     """One step of a chain: how to ask it, how to name its answer inside a longer question,
@@ -149,73 +141,69 @@ def _first_work(sentence: str, subject: str) -> str | None:
     return min(items, key=lambda item: int(item[1]))[0].strip()
 
 
-def _rel(name: str, ask: str, describe: str | None, kind: str, patterns: Sequence[str],
-         reverse: Sequence[str] = (), keywords: str = "", work: bool = False,
-         extract: Callable[[str, str], str | None] | None = None) -> Relation:
-    return Relation(name, ask, describe, kind, tuple(patterns), tuple(reverse), keywords, work, extract)
-
-
 def _made(noun: str) -> str:
     return rf"^{_A_NAME}'s (?:only )?{noun}s? (?:include|are|is)\b.*\bSUBJ \("
 
 
 _BY = rf"by (?:the (?:composer|singer|author|novelist|director|writer) )?{_A_NAME}"
 RELATIONS: dict[str, Relation] = {r.name: r for r in (
-    _rel("born_place", "In which city was {} born?", "the city where {} was born", "name",
-         [rf"\bborn in {_A_NAME}", rf"\bborn (?:in |on )?[^.;()]*?\b\d{{3,4}},? in {_A_NAME}",
-          rf"\bnative of {_A_NAME}"], keywords="born in"),
-    _rel("born_year", "When was {} born?", None, "year", [rf"\bborn\b[^.;]*?{_A_YEAR}"],
-         keywords="born"),
-    _rel("occupation", "What is {}'s occupation?", None, "phrase",
-         [r"\bis an? (?P<a>[a-z]+(?: [a-z]+){0,2}?)(?= born\b| from\b| who\b| and\b|[.,;])"],
-         keywords="occupation"),
-    _rel("father", "Who is the father of {}?", "the father of {}", "name",
-         [rf"\b(?:son|daughter|child) of {_A_NAME}"], keywords="son of"),
-    _rel("director", "Who directed the film {}?", "the director of film {}", "name",
-         [rf"\bdirected by {_A_NAME}"], [_made("film")], "film directed by", work=True),
-    _rel("author", "Who wrote the novel {}?", "the author of {}", "name",
-         [rf"\b(?:novel|book) by {_A_NAME}", rf"\bwritten by {_A_NAME}"], [_made("novel")],
-         "novel by", work=True),
-    _rel("composer", "Who composed the opera {}?", "the composer of {}", "name",
-         [rf"\bby the composer {_A_NAME}", rf"\bcomposed by {_A_NAME}", rf"\bopera by {_A_NAME}"],
-         [_made("opera")], "opera by the composer", work=True),
-    _rel("singer", "Which singer recorded the album {}?", "the singer of {}", "name",
-         [rf"\bby the singer {_A_NAME}", rf"\balbum by {_A_NAME}", rf"\brecorded by {_A_NAME}"],
-         [_made("album")], "album by the singer", work=True),
-    _rel("creator", "Who created {}?", "the creator of {}", "name",
-         [rf"\b(?:directed|written|composed|recorded|created|made) by {_A_NAME}", rf"\b{_BY}"],
-         [_made(r"\w+?")], "by", work=True),
-    _rel("producer", "Who produced the film {}?", "the producer of {}", "name",
-         [rf"\bproduced by {_A_NAME}"], [rf"^{_A_NAME} produced the films?\b.*\bSUBJ\b"],
-         "produced by", work=True),
-    _rel("founder", "Who founded {}?", "the founder of {}", "name",
-         [rf"\b(?:founded|established) (?:in \d{{3,4}} )?by {_A_NAME}"],
-         [rf"^{_A_NAME} (?:founded|established)\b.*\bSUBJ\b"], "founded by"),
-    _rel("founded_year", "When was {} founded?", None, "year",
-         [rf"\b(?:founded|established) in {_A_YEAR}"], keywords="founded in"),
-    _rel("work_year", "When did {} come out?", None, "year",
-         [rf"\bis an? {_A_YEAR} (?:[a-z]+ )?(?:film|album|novel|opera|book|song|record)\b",
-          rf"\b(?:published|released|premiered|recorded)(?: in {NAME})? in {_A_YEAR}"],
-         [rf"\bSUBJ \({_A_YEAR}\)"], "year", work=True),
-    _rel("country", "In which country is {}?", "the country where {} is located", "name",
-         [rf"\b(?:city|town|village|place|capital) (?:in|of) {_A_NAME}", rf"\blocated in {_A_NAME}"],
-         [rf"^{_A_NAME}\b[^.]*\bcapital is SUBJ\b"], "is a city in"),
-    _rel("capital", "What is the capital of {}?", "the capital of {}", "name",
-         [rf"\bcapital is {_A_NAME}", rf"\bcapital,? {_A_NAME}"],
-         [rf"^{_A_NAME}\b[^.]*\bcapital of SUBJ\b"], "capital"),
-    _rel("language", "What is the official language of {}?", None, "name",
-         [rf"\blanguage is {_A_NAME}", rf"\bspeak {_A_NAME}"], keywords="official language"),
-    _rel("river", "What river flows through {}?", None, "name",
-         [rf"\b(?:lies|is|stands|located|situated) on the {_A_NAME}", rf"\bon the (?P<a>{NAME} River)"],
-         keywords="lies on the river"),
-    _rel("university", "Where did {} study?", "the university attended by {}", "name",
-         [rf"\bstudied at {_A_NAME}", rf"\battended {_A_NAME}", rf"\bgraduated from {_A_NAME}"],
-         keywords="studied at"),
-    _rel("publisher", "Who published the novel {}?", "the publisher of {}", "name",
-         [rf"\bpublished (?:in \d{{3,4}} )?by {_A_NAME}"], keywords="published by", work=True),
-    _rel("first_film", "What was the first film directed by {}?", "the first film directed by {}",
-         "title", [], keywords="films are", extract=_first_work),
-    _rel("ask", "{}", None, "name", []),
+    Relation("born_place", "In which city was {} born?", "the city where {} was born", "name",
+             (rf"\bborn in {_A_NAME}", rf"\bborn (?:in |on )?[^.;()]*?\b\d{{3,4}},? in {_A_NAME}",
+              rf"\bnative of {_A_NAME}"), keywords="born in"),
+    Relation("born_year", "When was {} born?", None, "year", (rf"\bborn\b[^.;]*?{_A_YEAR}",),
+             keywords="born"),
+    Relation("occupation", "What is {}'s occupation?", None, "phrase",
+             (r"\bis an? (?P<a>[a-z]+(?: [a-z]+){0,2}?)(?= born\b| from\b| who\b| and\b|[.,;])",),
+             keywords="occupation"),
+    Relation("father", "Who is the father of {}?", "the father of {}", "name",
+             (rf"\b(?:son|daughter|child) of {_A_NAME}",), keywords="son of"),
+    Relation("director", "Who directed the film {}?", "the director of film {}", "name",
+             (rf"\bdirected by {_A_NAME}",), (_made("film"),), "film directed by", work=True),
+    Relation("author", "Who wrote the novel {}?", "the author of {}", "name",
+             (rf"\b(?:novel|book) by {_A_NAME}", rf"\bwritten by {_A_NAME}"), (_made("novel"),),
+             "novel by", work=True),
+    Relation("composer", "Who composed the opera {}?", "the composer of {}", "name",
+             (rf"\bby the composer {_A_NAME}", rf"\bcomposed by {_A_NAME}",
+              rf"\bopera by {_A_NAME}"), (_made("opera"),), "opera by the composer", work=True),
+    Relation("singer", "Which singer recorded the album {}?", "the singer of {}", "name",
+             (rf"\bby the singer {_A_NAME}", rf"\balbum by {_A_NAME}", rf"\brecorded by {_A_NAME}"),
+             (_made("album"),), "album by the singer", work=True),
+    Relation("creator", "Who created {}?", "the creator of {}", "name",
+             (rf"\b(?:directed|written|composed|recorded|created|made) by {_A_NAME}", rf"\b{_BY}"),
+             (_made(r"\w+?"),), "by", work=True),
+    Relation("producer", "Who produced the film {}?", "the producer of {}", "name",
+             (rf"\bproduced by {_A_NAME}",), (rf"^{_A_NAME} produced the films?\b.*\bSUBJ\b",),
+             "produced by", work=True),
+    Relation("founder", "Who founded {}?", "the founder of {}", "name",
+             (rf"\b(?:founded|established) (?:in \d{{3,4}} )?by {_A_NAME}",),
+             (rf"^{_A_NAME} (?:founded|established)\b.*\bSUBJ\b",), "founded by"),
+    Relation("founded_year", "When was {} founded?", None, "year",
+             (rf"\b(?:founded|established) in {_A_YEAR}",), keywords="founded in"),
+    Relation("work_year", "When did {} come out?", None, "year",
+             (rf"\bis an? {_A_YEAR} (?:[a-z]+ )?(?:film|album|novel|opera|book|song|record)\b",
+              rf"\b(?:published|released|premiered|recorded)(?: in {NAME})? in {_A_YEAR}"),
+             (rf"\bSUBJ \({_A_YEAR}\)",), "year", work=True),
+    Relation("country", "In which country is {}?", "the country where {} is located", "name",
+             (rf"\b(?:city|town|village|place|capital) (?:in|of) {_A_NAME}",
+              rf"\blocated in {_A_NAME}"), (rf"^{_A_NAME}\b[^.]*\bcapital is SUBJ\b",),
+             "is a city in"),
+    Relation("capital", "What is the capital of {}?", "the capital of {}", "name",
+             (rf"\bcapital is {_A_NAME}", rf"\bcapital,? {_A_NAME}"),
+             (rf"^{_A_NAME}\b[^.]*\bcapital of SUBJ\b",), "capital"),
+    Relation("language", "What is the official language of {}?", None, "name",
+             (rf"\blanguage is {_A_NAME}", rf"\bspeak {_A_NAME}"), keywords="official language"),
+    Relation("river", "What river flows through {}?", None, "name",
+             (rf"\b(?:lies|is|stands|located|situated) on the {_A_NAME}",
+              rf"\bon the (?P<a>{NAME} River)"), keywords="lies on the river"),
+    Relation("university", "Where did {} study?", "the university attended by {}", "name",
+             (rf"\bstudied at {_A_NAME}", rf"\battended {_A_NAME}", rf"\bgraduated from {_A_NAME}"),
+             keywords="studied at"),
+    Relation("publisher", "Who published the novel {}?", "the publisher of {}", "name",
+             (rf"\bpublished (?:in \d{{3,4}} )?by {_A_NAME}",), keywords="published by", work=True),
+    Relation("first_film", "What was the first film directed by {}?",
+             "the first film directed by {}", "title", (), keywords="films are",
+             extract=_first_work),
+    Relation("ask", "{}", None, "name", ()),
 )}
 """Every relation a chain can follow; ``ask`` is the whole question, read by answer type."""
 
@@ -394,9 +382,6 @@ def render(entity: str, relations: Sequence[str]) -> str:
     return RELATIONS[relations[-1]].ask.format(subject)
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 @dataclass(frozen=True)
 class Hop:
     """One resolved step: the answer and the sentence it was read from."""
@@ -427,26 +412,19 @@ def read_relation(rel: str, subject: str, sentences: Sequence[str], exclude: str
         question = question or subject
         return read_by_type(answer_kind(question), question, sentences, exclude or question)
     about = [s for s in sentences if starts_with(s, subject)]
-    others = [s for s in sentences if not starts_with(s, subject) and _mentions(s, subject)]
-    for s in about:
-        rest = s[s.lower().find(subject.lower()) + len(subject):]
-        if relation.extract is not None:
-            span = relation.extract(s, subject)
-            if span and ok(span):
+    if relation.extract is not None:
+        spans = ((relation.extract(s, subject), s) for s in about)
+        return next((Hop(span, s) for span, s in spans if span and ok(span)), None)
+    tries = [(s, s[s.lower().find(subject.lower()) + len(subject):], pattern, 0)
+             for s in about for pattern in relation.patterns]
+    tries += [(s, s, pattern.replace("SUBJ", re.escape(subject)), re.IGNORECASE)
+              for s in sentences if not starts_with(s, subject) and _mentions(s, subject)
+              for pattern in relation.reverse]
+    for s, text, pattern, flags in tries:
+        for m in re.finditer(pattern, text, flags=flags):
+            span = re.sub(r"['’]s$", "", m.group("a").strip())
+            if ok(span):
                 return Hop(span, s)
-            continue
-        for pattern in relation.patterns:
-            for m in re.finditer(pattern, rest):
-                span = re.sub(r"['’]s$", "", m.group("a").strip())
-                if ok(span):
-                    return Hop(span, s)
-    subj = re.escape(subject)
-    for s in others:
-        for pattern in relation.reverse:
-            for m in re.finditer(pattern.replace("SUBJ", subj), s, flags=re.IGNORECASE):
-                span = re.sub(r"['’]s$", "", m.group("a").strip())
-                if ok(span):
-                    return Hop(span, s)
     return None
 
 
