@@ -59,10 +59,8 @@ def teacher_settings(**overrides: Any) -> dict[str, Any]:
 def build_teacher(base: str | Path, *, seed: int, progress: bool = True, build: bool = True,
                   **overrides: Any) -> Path:
     """The Teacher of the base at ``base``: the base continued by :func:`algos.sft.sft` on the
-    never-skipping scripted team's right episodes (:func:`teacher_settings`), cached under
-    ``cache_dir("models", "control-teacher-<key>")``, the key holding the base's weights'
-    hash, the settings, the seed and the arithmetic (threads, versions, CPU kernel set);
-    ``control_teacher.json`` records them, the SFT's steps and losses and its time."""
+    never-skipping scripted team's right episodes (:func:`teacher_settings`), cached by the
+    base's weights' hash, the settings, the seed and the arithmetic (``control_teacher.json``)."""
     from algos.recipes.cache import build_dir
     from algos.recipes.micro.build import arithmetic
     from algos.recipes.micro.tokenizer import Saver, save_atomically
@@ -94,10 +92,8 @@ def build_teacher(base: str | Path, *, seed: int, progress: bool = True, build: 
 
 
 def teacher_episodes(tokenizer: Any, *, seed: int, settings: dict[str, Any], progress: bool = True) -> list[Any]:
-    """The Teacher's SFT episodes: the scripted team with ``settings["skip_search"]`` (0: it
-    never skips) on the first ``episodes_per_dataset`` training questions per dataset of each
-    of ``worlds``, both workflows, the right ones only (team EM 1), each cut to the segments
-    of ``roles`` (None: every role)."""
+    """The Teacher's SFT episodes: the scripted team's right ones (team EM 1) with ``settings``'
+    ``skip_search``, ``worlds`` and questions, cut to the segments of ``roles`` (None: all)."""
     from algos.recipes.micro.episodes import scripted_episodes
 
     episodes = scripted_episodes(tokenizer, settings["episodes_per_dataset"], worlds=settings["worlds"], seed=seed,
@@ -116,13 +112,10 @@ def teacher_episodes(tokenizer: Any, *, seed: int, settings: dict[str, Any], pro
 
 def build_skipping_base(seed: int, *, skip_search: float = 0.7, progress: bool = True, build: bool = True,
                         **overrides: Any) -> Path:
-    """A candidate base for a later design (``docs/positive_control.md``, design C; not a preset):
-    the ``micro_search`` base of ``seed`` (``build_searching_base``: its imitated team skips 25%
-    of its Searcher tasks, greedily it never skips, 0.11-0.13 avg@1 on dev) continued by SFT
-    on the Searchers' tokens of the scripted team that skips ``skip_search`` of its tasks
-    (world 0, the right episodes and those with a skip, as the base build keeps them). Its
-    Leader and Answerer learn nothing new, so the micro_search base itself is a Teacher whose
-    lead lives in the Searchers. Cached like :func:`build_teacher`."""
+    """A candidate base for design C (``docs/positive_control.md``; not a preset): the
+    ``micro_search`` base of ``seed`` continued by SFT on the Searchers' tokens of the scripted
+    team that skips ``skip_search`` of its tasks, so that the micro_search base is a Teacher
+    whose lead lives in the Searchers. Cached like :func:`build_teacher`."""
     from algos.recipes.micro.build import build_searching_base
 
     base = build_searching_base(seed=seed, progress=progress, build=build)
@@ -188,10 +181,9 @@ def figures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def check_teacher(seed: int, base: str | Path, teacher: str | Path, *, splits: Sequence[str] = ("dev", "test"),
                   retriever: Any = None, progress: bool = True) -> dict[str, Any]:
-    """The Teacher against its base, greedy H-MAS, on each split's first 50 questions per
-    dataset (the control preset's validation; ``dev`` to choose on, ``test`` the gate): the
-    base, the Teacher, and the base's team with the Teacher's Searchers; the Searchers' skip
-    probability of both models (first Searcher turns on 20 dev questions per dataset)."""
+    """The Teacher against its base on each split, as the control preset validates (``dev`` to
+    choose on, ``test`` the gate): the base, the Teacher, the base's team with the Teacher's
+    Searchers; and both models' Searcher skip probability (20 dev questions per dataset)."""
     from algos.engine.checkpoint import load_model
     from algos.recipes.micro.measure import searcher_skip_probability
     from envs.retrieval.factory import default_retriever
@@ -222,12 +214,9 @@ def check_teacher(seed: int, base: str | Path, teacher: str | Path, *, splits: S
 
 def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **overrides: Any) -> dict[str, Any]:
     """For each seed: build (or find) its base and its Teacher, check it (:func:`check_teacher`)
-    and write ``<out>/seed<S>/teacher/`` as a finished run of the ablation: the Teacher's
-    weights and tokenizer, the base's test validation as step 0 and the Teacher's as the last
-    step (the number of SFT steps), ``metrics.jsonl``, :data:`CHECK_FILE`, the skip
-    probabilities (``algos.mechanism.SKIP_FILE``) and ``run.json`` with :data:`PLANTED`. A
-    seed that has its ``run.json`` is read back, not redone (rerun to resume). Returns the
-    checks by seed."""
+    and write ``<out>/seed<S>/teacher/`` as a finished run of the ablation (the base's test
+    validation as step 0, the Teacher's as the last); a seed with its ``run.json`` is read
+    back, not redone. Returns the checks by seed."""
     from algos.mechanism import SKIP_FILE
     from algos.recipes.micro import RECIPE
     from algos.reproducible import environment, weight_hash
@@ -293,14 +282,10 @@ of its starting and final model; ``benchmarks.table2.table`` reads it beside the
 
 def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 20, temperature: float = 0.7,
                 seed: int = 0, retriever: Any = None, progress: bool = True) -> dict[str, Any]:
-    """The student's Searchers' reverse KL to the Teacher on held-out rollouts: the student
-    plays one sampled H-MAS workflow (``temperature``, the training rollouts') on each of the
-    first ``per_dataset`` dev questions per dataset (never trained on); on every token its
-    Searchers generated, both models' next-token distributions at ``temperature`` given the
-    Searcher's own context. ``kl``: the mean over those tokens of KL(student || Teacher) over
-    the vocabulary (what OPD's per-token advantage, beta log(pi_T / pi_old), is the sampled
-    gradient of); ``k1``: the mean of log pi_student - log pi_Teacher of the sampled tokens
-    (its one-sample estimate). Lower is closer to the Teacher."""
+    """The student's Searchers' reverse KL to the Teacher on held-out rollouts
+    (``docs/positive_control.md``, secondary endpoints): ``kl`` the mean over the Searchers'
+    generated tokens of KL(student || Teacher) over the vocabulary at ``temperature``, ``k1``
+    its one-sample estimate from the sampled tokens. Lower is closer to the Teacher."""
     import torch
 
     from agents.collect import collect
@@ -340,11 +325,9 @@ def searcher_kl(student: str | Path, teacher: str | Path, *, per_dataset: int = 
 
 
 def run_searcher_kl(out: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """:func:`searcher_kl` of every finished Stage-II run under the ablation directory ``out``
-    to its seed's Teacher (``seed<S>/teacher``, planted), of the model it started from and of
-    its final checkpoint, into the run's :data:`KL_FILE` (a run that has it is read, not
-    measured; a run without a checkpoint is left out). The starting model's figure is the
-    same for every variant of a seed (same model, questions and seed) and is measured once."""
+    """:func:`searcher_kl` to its seed's planted Teacher of every finished Stage-II run under
+    the ablation directory ``out``, of its starting model (measured once per seed) and its
+    final checkpoint, into the run's :data:`KL_FILE` (a run that has it is read, not measured)."""
     from algos.engine.checkpoint import latest_checkpoint
     from envs.retrieval.factory import default_retriever
 
