@@ -38,22 +38,17 @@ from algos.mechanism import (
 
 PARTS = ("greedy", "greedy_nothing_found", "greedy_search_first", "greedy_closed_book", "sampled",
          "skip_probability", "fact_recall")
-"""What :func:`measure` can measure, each a key of its result: greedy avg@1 with the retriever,
-with one that finds nothing, with Searchers that never skip the tool (:class:`SearchFirst`:
-the ceiling of what unlearning skipping can gain) and with Searchers that always do (their
-first token ``<summary>``: the team from memory alone); the sampled groups' covariance; the skip
-probability; the share of world 0's geography the model states from memory
-(:func:`algos.recipes.micro.measure.fact_recall`)."""
+"""What :func:`measure` can measure, each a key of its result (module docstring); with
+Searchers that always skip (first token ``<summary>``): the team from memory alone; and the
+share of world 0's geography the model states (:func:`algos.recipes.micro.measure.fact_recall`)."""
 
 
 def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50,
             train_per_dataset: int = 20, group_size: int = 8, temperature: float = 0.7,
             seed: int = 0, progress: bool = True, parts: Sequence[str] = PARTS) -> dict[str, Any]:
-    """The figures of the module docstring (those of ``parts``, see :data:`PARTS`) for the
-    micro-recipe model at ``model`` (a base built by ``python -m algos sft --preset micro``):
-    greedy on ``per_dataset`` dev questions per dataset, with and without search and with search
-    forced; ``group_size`` sampled workflows on each of ``train_per_dataset`` training questions
-    per dataset (world 0, the world RL trains on)."""
+    """The figures of ``parts`` (:data:`PARTS`) for the micro base at ``model``: greedy on
+    ``per_dataset`` dev questions per dataset; ``group_size`` sampled workflows on each of
+    ``train_per_dataset`` training questions per dataset (world 0, the one RL trains on)."""
     from agents.collect import collect
     from agents.hf import HFPolicy
     from algos.recipes.micro.episodes import micro_env_fn, questions
@@ -104,10 +99,9 @@ def measure(model: str, *, workflow: str = "hierarchical", per_dataset: int = 50
 
 def from_memory(questions: Sequence[Any], tokenizer: Any, workflow: str = "hierarchical",
                 world_seed: int = 0) -> list[bool]:
-    """Which of ``questions`` a team can answer from memory alone: the scripted team whose
-    Searchers all report at once gets them right stating the world's geography
-    (``ScriptedPolicy(skip_search=1, memory=SynthWiki.geography())``) and wrong without it,
-    with a retriever that finds nothing (so a two-choice guess does not count)."""
+    """Which of ``questions`` a team can answer from memory alone: the never-searching scripted
+    team gets them right stating the world's geography and wrong without it (so a two-choice
+    guess does not count)."""
     from agents.collect import collect
     from agents.scripted import ScriptedPolicy
     from algos.recipes.micro.episodes import micro_env_fn
@@ -126,12 +120,9 @@ FROM_MEMORY = "from_memory"
 
 def mark_from_memory(out: str | Path) -> list[list[str]]:
     """Mark, in the ablation directory ``out``'s :data:`algos.mechanism.QUESTION_SUBSETS_FILE`
-    (as :data:`FROM_MEMORY`), the validation questions of its runs that a team can answer from
-    memory alone (:func:`from_memory`, in the hierarchical workflow Stage II validates), so
-    Table 2 reports every variant on them apart: where outcome RL could trade search for
-    memory, it shows there first. The questions are those of the first finished run's
-    validation (``val_split``, ``val_per_dataset``; synthetic world 0); returns them as
-    ``[dataset, id]`` pairs. Other sets in the file are kept."""
+    (as :data:`FROM_MEMORY`, other sets kept), the first finished run's validation questions
+    that :func:`from_memory` finds, so Table 2 reports them apart (where outcome RL could trade
+    search for memory, it shows there first); returns them as ``[dataset, id]`` pairs."""
     from transformers import AutoTokenizer
 
     from algos.engine.checkpoint import resolve_model_path
@@ -165,14 +156,10 @@ def mark_from_memory(out: str | Path) -> list[list[str]]:
 
 def run_skip_probabilities(out: str | Path, *, per_dataset: int = 20, retriever: Any = None,
                            progress: bool = True) -> dict[str, Any]:
-    """The Searchers' skip probability (:func:`algos.recipes.micro.measure.searcher_skip_probability`,
-    on the first ``per_dataset`` dev questions per dataset, in the run's workflow) of every
-    finished run under ``out`` (``seed*/*/run.json``, an ablation of a micro preset): of the
-    model it started from and of its final checkpoint. Written to each run's
-    :data:`algos.mechanism.SKIP_FILE` (``{"per_dataset", "workflow", "contexts", "step0", "final",
-    "final_step"}``) and returned by run name; a run that has the file is read, not measured,
-    and one without a checkpoint (restored from a table's archives) is left out.
-    ``retriever``: what the probed contexts' searches use (default: the micro env's)."""
+    """The Searchers' skip probability (``measure.searcher_skip_probability``, ``per_dataset``
+    dev questions per dataset) of every finished run under ``out``'s starting model and final
+    checkpoint, written to each run's :data:`algos.mechanism.SKIP_FILE` and returned by run
+    name; a run that has the file is read, not measured; one without a checkpoint left out."""
     from algos.engine.checkpoint import latest_checkpoint, load_model
     from algos.recipes.micro.measure import searcher_skip_probability
     from envs.retrieval.factory import default_retriever
