@@ -1,12 +1,8 @@
 """The micro preset's spread over seeds: each seed builds its own base from scratch and
 trains both stages on it, and the summaries are pooled into ``docs/micro_seeds.json``: per
-stage the mean and range of the base's and the trained team's avg@1, the headline
-``over_seeds`` (how many seeds improved, the exact sign test over seeds: a statement about
-the training procedure), and ``pooled_paired``, a sign test over every seed's validation
-questions that treats the (seed, question) pairs as independent, so it speaks only of these
-runs. ``environment`` records the machine and library versions ``collect`` runs on
-(:func:`algos.reproducible.environment`; collect where the seeds ran): a seed's print
-repeats bit for bit only on an equal one.
+stage ``over_seeds`` (the sign test over seeds: a statement about the training procedure) and
+``pooled_paired`` (over every seed's questions as if independent: only about these runs).
+Collect where the seeds ran: a seed repeats bit for bit only on an equal ``environment``.
 
     python -m algos.recipes.micro.seeds run --root runs/micro-seeds --seeds 0 1 2
     python -m algos.recipes.micro.seeds collect --root runs/micro-seeds --out docs/micro_seeds.json
@@ -50,9 +46,8 @@ def seed_commands(seed: int, root: str | Path, threads: int = 1) -> list[list[st
 
 
 def run_seed(seed: int, root: str | Path, threads: int = 1) -> Path:
-    """Build seed ``seed``'s base and train both stages on it (minutes to an hour on 2
-    cores); returns its run directory. A base already built there is reused; a finished run
-    is not repeated."""
+    """Build seed ``seed``'s base and train both stages on it (minutes to an hour on 2 cores),
+    reusing what is already there; returns its run directory."""
     where = Path(root) / f"seed{seed}"
     where.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MOPD_CACHE": str(where / "cache")}
@@ -65,16 +60,14 @@ def run_seed(seed: int, root: str | Path, threads: int = 1) -> Path:
 
 
 def _records(path: Path, seed: int) -> list[dict[str, Any]]:
-    """A validation's per-question records, each question named by its seed too (pooling
-    seeds must not pair one seed's question with another's)."""
+    """A validation's records, each question named by its seed too (pooling pairs no seeds)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [{**r, "dataset": f"seed{seed}/{r['dataset']}"} for r in rows]
 
 
 def spread(runs: dict[int, str | Path]) -> dict[str, Any]:
-    """The per-seed summaries of ``runs`` (seed -> run directory with ``summary.json``) and,
-    per stage, :func:`stage_figures` plus the exact paired sign test pooled over all seeds'
-    validation questions (``pooled_paired``, labelled with what it assumes)."""
+    """The per-seed summaries of ``runs`` (seed -> run directory) and, per stage,
+    :func:`stage_figures` plus ``pooled_paired``, labelled with what it assumes."""
     from algos.report import PAIRS_INDEPENDENT, paired_sign_test
     from algos.trainer import validation_path
 
@@ -98,9 +91,8 @@ def spread(runs: dict[int, str | Path]) -> dict[str, Any]:
 
 
 def stage_figures(per_seed: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per stage, from the per-seed summaries alone (``spread``'s ``seeds``): how many seeds
-    it holds, the mean and range of ``base_em`` and ``trained_em``, and ``over_seeds``, the
-    sign test over seeds of trained minus base (:func:`algos.report.seeds_improved`)."""
+    """Per stage, from the per-seed summaries alone: the seeds, the mean and range of
+    ``base_em`` and ``trained_em``, and ``over_seeds`` (:func:`algos.report.seeds_improved`)."""
     from algos.report import seeds_improved
 
     stages: dict[str, dict[str, Any]] = {}
@@ -119,8 +111,7 @@ def stage_figures(per_seed: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def headline(stages: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per stage: the seed-level statement first, then the pooled test with what it
-    assumes."""
+    """One line per stage: the seed-level statement first, then the pooled test."""
     lines = []
     for stage, f in stages.items():
         over, base, trained = f["over_seeds"], f["base_em"], f["trained_em"]
