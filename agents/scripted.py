@@ -179,11 +179,13 @@ class ScriptedPolicy:
         progress = [(c, resolve(c, sents, exclude, task)) for c in plan.chains]
         open_chains = [(c, hops) for c, hops in progress if len(hops) < len(c.relations)]
         last_turn = bool(searches) and info.get("turns_left", 2) <= 1
-        recalled = self._recall(plan)
+        one_hop = len(plan.chains) == 1 and len(plan.chains[0].relations) == 1
+        recalled = (self.memory.get((plan.chains[0].entity, plan.chains[0].relations[0]))
+                    if one_hop else None)
         if not searches and self.skips(task, known=recalled is not None):
             return P.write("summary", recalled or SKIPPED_REPORT)
         if open_chains and len(searches) < self.max_searches and not last_turn:
-            if not searches and len(plan.chains) == 1 and len(plan.chains[0].relations) == 1:
+            if not searches and one_hop:
                 return P.write("search", task)
             # The next hop of every open chain: all in one query when there are several
             # (a comparison's options), then one by one, then by entity and keywords.
@@ -197,12 +199,6 @@ class ScriptedPolicy:
             if query is not None:
                 return P.write("search", query)
         return P.write("summary", self._summary(progress, sents, max_chars))
-
-    def _recall(self, plan: Plan) -> str | None:
-        """The fact :attr:`memory` holds for a one-hop task, else None."""
-        if len(plan.chains) != 1 or len(plan.chains[0].relations) != 1:
-            return None
-        return self.memory.get((plan.chains[0].entity, plan.chains[0].relations[0]))
 
     def _summary(self, progress: list[tuple[Chain, list[Hop]]], sents: list[str],
                  max_chars: int) -> str:
@@ -241,15 +237,11 @@ class ScriptedPolicy:
         values: list[int | None] = []
         for chain in plan.chains:
             hops = resolve(chain, sents)
-            value = None
-            if len(hops) == len(chain.relations):
-                year = re.search(YEAR, hops[-1].answer)
-                value = int(year.group(0)) if year else None
-            if value is None:  # a year in a sentence about the option itself
-                year = next((m.group(0) for s in sents if starts_with(s, chain.entity)
+            year = re.search(YEAR, hops[-1].answer) if len(hops) == len(chain.relations) else None
+            if year is None:  # a year in a sentence about the option itself
+                year = next((m for s in sents if starts_with(s, chain.entity)
                              for m in [re.search(YEAR, s)] if m), None)
-                value = int(year) if year else None
-            values.append(value)
+            values.append(int(year.group(0)) if year else None)
         known = [(v, i) for i, v in enumerate(values) if v is not None]
         if plan.direction is not None and len(known) == len(values) and len(set(values)) == len(values):
             pick = min(known) if plan.direction == "min" else max(known)
