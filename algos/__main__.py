@@ -29,9 +29,8 @@ from typing import Any
 from agents.models import ModelFileError
 from algos.commands.preflight import PreflightError
 from algos.commands.presets import PRESETS
-from algos.engine.runlock import RunLockedError
-from algos.config import TrainConfig
 from algos.config import parse_overrides as config_overrides
+from algos.engine.runlock import RunLockedError
 from algos.roles import STAGES, searcher_signals
 
 
@@ -44,42 +43,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         raise PreflightError(str(err)) from None
 
 
-def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig overrides of a ``train`` command: ``--set`` pairs, then the options
-    that name a field (``--steps 0`` is passed on, for the config to refuse, not ignored)."""
-    overrides = parse_overrides(args.set)
-    for option, name in (("teacher", "teacher"), ("signal", "searcher_signal"), ("steps", "steps")):
-        if getattr(args, option) is not None:
-            overrides[name] = getattr(args, option)
-    return overrides
-
-
-def stage_configs(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, TrainConfig]:
-    """The TrainConfig of every stage this ``train`` command runs, in run order; a bad
-    setting raises :class:`PreflightError` with the config's one-line reason."""
-    from algos.commands.train import stage_config
-
-    stages = (args.stage,) if args.stage else ("teacher", "team")
-    try:
-        return {stage: stage_config(args.preset, stage, _out(args), overrides) for stage in stages}
-    except ValueError as err:
-        raise PreflightError(str(err)) from None
-
-
-def _out(args: argparse.Namespace) -> Path:
-    return Path(args.out or f"runs/{args.preset}")
-
-
 def _train(args: argparse.Namespace) -> int:
     from algos.commands.preflight import check_train_run
-    from algos.commands.train import run_pipeline
+    from algos.commands.train import run_pipeline, stage_config
 
-    overrides = train_overrides(args)
-    configs = stage_configs(args, overrides)
+    out = Path(args.out or f"runs/{args.preset}")
+    overrides = parse_overrides(args.set)
+    for option, name in (("teacher", "teacher"), ("signal", "searcher_signal"), ("steps", "steps")):
+        if getattr(args, option) is not None:  # (--steps 0 too, for the config to refuse)
+            overrides[name] = getattr(args, option)
+    try:  # a bad setting: the config's one-line reason (PreflightError: exit status 2)
+        configs = {stage: stage_config(args.preset, stage, out, overrides)
+                   for stage in ((args.stage,) if args.stage else ("teacher", "team"))}
+    except ValueError as err:
+        raise PreflightError(str(err)) from None
     check_train_run(configs, resume=args.resume)  # before the pipeline loads or builds anything
     if args.threads is not None and args.threads < 1:
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
-    run_pipeline(args.preset, _out(args), tuple(configs), overrides, resume=args.resume,
+    run_pipeline(args.preset, out, tuple(configs), overrides, resume=args.resume,
                  progress=not args.no_progress, threads=args.threads)
     return 0
 
