@@ -155,10 +155,11 @@ def expected_shapes(algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -
     return shapes
 
 
-def saved_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape, read from the header of the safetensors file ``path`` alone
-    (no tensor is read); one-line ``ValueError`` naming the file when it has no such header."""
-    path = Path(path)
+def _read_weights(path: Path, wanted: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The tensors of the safetensors file ``path``, read once its header has named exactly
+    the tensors ``wanted`` (name -> shape); one-line ``ValueError`` naming the file else."""
+    from safetensors.torch import load_file
+
     bad = (f"{path}: not a readable safetensors file (%s); retrain the Leader with "
            "`python -m algos train-leader-sb3 --out DIR`")
     try:
@@ -172,18 +173,14 @@ def saved_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
         raise ValueError(bad % first_line(err)) from None
     if not isinstance(header, dict):
         raise ValueError(bad % "its header is not a JSON object")
-    shapes = {}
+    found = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         shape = info.get("shape") if isinstance(info, dict) else None
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(bad % f"tensor {name!r} has no shape")
-        shapes[name] = tuple(shape)
-    return shapes
-
-
-def _mismatch(path: str | Path, wanted: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]]) -> None:
+        found[name] = tuple(shape)
     wrong = ([f"missing {k!r}" for k in wanted if k not in found]
              + [f"unexpected {k!r}" for k in found if k not in wanted]
              + [f"{k!r} has shape {found[k]}, expected {wanted[k]}" for k in wanted
@@ -191,6 +188,10 @@ def _mismatch(path: str | Path, wanted: Mapping[str, tuple[int, ...]], found: Ma
     if wrong:
         raise ValueError(f"{path}: its tensors do not fit the policy its leader.json describes "
                          f"({wrong[0]}{f' and {len(wrong) - 1} more' if len(wrong) > 1 else ''}); retrain the Leader")
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as err:  # safetensors raises its own errors for a bad header or a short file
+        raise ValueError(bad % first_line(err)) from None
 
 
 def _plain(value: Any) -> bool:
@@ -264,34 +265,6 @@ def _check_settings(meta: Any, where: Path) -> None:
 
 _RESAVE = ("re-save it with `python -m algos train-leader-sb3 --resave DIR` (reads only its weights and "
            "plain settings), or retrain with `python -m algos train-leader-sb3 --out DIR`")
-
-
-def read_settings(path: str | Path) -> dict[str, Any]:
-    """A Leader's ``leader.json``, checked: one-line ``ValueError`` naming the file when it
-    is not JSON or not a Leader's settings (a decomposer outside :data:`DECOMPOSERS`, an
-    algorithm outside :data:`ALGOS`, ...)."""
-    path = Path(path)
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not JSON ({first_line(err)})") from None
-    _check_settings(meta, path)
-    return meta
-
-
-def load_weights(path: str | Path, policy: Any) -> None:
-    """Copy the tensors of the safetensors file ``path`` into ``policy``, whose names and
-    shapes its header matched (:func:`expected_shapes`); one-line ``ValueError`` naming the
-    file when the tensors cannot be read."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    try:
-        state = load_file(str(path), device="cpu")
-    except Exception as err:  # safetensors raises its own errors for a bad header or a short file
-        raise ValueError(f"{path}: not a readable safetensors file ({first_line(err)}); "
-                         "retrain the Leader with `python -m algos train-leader-sb3 --out DIR`") from None
-    policy.load_state_dict(state, strict=True)
 
 
 def resave_leader(path: str | Path) -> Path:
@@ -384,14 +357,18 @@ class SB3LeaderPolicy:
         if not model_path.exists() or not meta_path.exists():
             raise FileNotFoundError(f"no SB3 Leader at {path}: need {model_path} and {meta_path} "
                                     "(train one with python -m algos train-leader-sb3)")
-        self.meta = read_settings(meta_path)
+        try:
+            self.meta = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{meta_path}: not JSON ({first_line(err)})") from None
+        _check_settings(self.meta, meta_path)
         self.macro = _macro(self.meta)
         # the settings against the saved tensors' shapes, before anything is built
         wanted = expected_shapes(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
-        _mismatch(model_path, wanted, saved_shapes(model_path))
+        state = _read_weights(model_path, wanted)
         self.model = build_policy(self.meta["algo"], self.macro, self.meta["policy_kwargs"])
         """The SB3 policy (``predict(obs, deterministic)``), its weights from ``leader.safetensors``."""
-        load_weights(model_path, self.model)
+        self.model.load_state_dict(state, strict=True)
         self.decomposer = make_decomposer(self.meta.get("decompose", "scripted"), seed, make_policy)
         self.deterministic = deterministic
 
