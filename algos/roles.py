@@ -3,14 +3,10 @@ advantage the role's tokens get, whether the KL to the Teacher applies to them, 
 the Teacher scores them, whether its rows are trained, and what its advantage term needs
 (Teacher log-probs, the Prompted Critic).
 
-Every consumer reads this table and nothing else: advantage routing and each row's
-``trained`` and ``kl`` flags (:func:`assign_advantages`, the one place they are decided; the
-update reads the flags), the Critic's loading (``algos.trainer``), Teacher scoring
-(``algos.teacher``), metrics, the configuration's choice of Searcher signal
-(:func:`searcher_signals`) and its refusal of a signal without the Teacher it needs or whose
-term reads what its row does not declare (:func:`check_declared_needs`). Adding a Searcher
-signal or a role is one :class:`RoleRule` (in :data:`RULES` below, or :func:`add_rule` from
-another module) plus its advantage term.
+Every consumer reads this table and nothing else: advantage routing and each row's flags
+(:func:`assign_advantages`), the Critic's loading, Teacher scoring, metrics and the config's
+checks. Adding a Searcher signal or a role is one :class:`RoleRule` (in :data:`RULES`, or
+:func:`add_rule` from another module) plus its advantage term.
 
 >>> rules = rules_for("team", "opd")
 >>> rules["searcher"].kl, rules["leader"].kl
@@ -47,17 +43,14 @@ class RoleRule:
     kl: bool
     """The k3 KL toward the Teacher applies to these tokens (with ``kl_coef > 0``)."""
     teacher_scores: bool
-    """The Teacher scores these tokens whenever there is a Teacher: for the advantage (OPD)
-    or to measure how far the role is from it (metric ``teacher/kl``). Rows with ``kl`` are
-    scored too when ``kl_coef > 0``: see :meth:`scored_by_teacher`."""
+    """The Teacher scores these tokens whenever there is one (for OPD, or the ``teacher/kl``
+    metric); see :meth:`scored_by_teacher`."""
     trained: bool
     """Its rows reach the loss (False: they move only through shared parameters)."""
     needs_teacher: bool = False
-    """Its advantage term reads Teacher log-probs: the config refuses a run of this rule
-    without a Teacher, and the Teacher scores its tokens."""
+    """Its advantage term reads Teacher log-probs (a run without a Teacher is refused)."""
     needs_critic: bool = False
-    """Its advantage term reads the Prompted Critic (``AdvantageContext.critic``): the
-    Trainer loads one for a run of this rule."""
+    """Its advantage term reads the Prompted Critic (the Trainer loads one)."""
 
     def scored_by_teacher(self, kl_coef: float) -> bool:
         """Whether a run with this ``kl_coef`` needs Teacher log-probs for these tokens."""
@@ -85,9 +78,8 @@ RULES: tuple[RoleRule, ...] = (
 
 
 def add_rule(rule: RoleRule) -> None:
-    """Add ``rule`` to :data:`RULES`: a new Searcher signal (or role) from outside this file.
-    Raises ValueError for an unknown stage, a (stage, role, signal) the table has, or a term
-    that reads what the rule does not declare (:func:`check_declared_needs`)."""
+    """Add ``rule`` (a new Searcher signal or role) to :data:`RULES`; ValueError for an unknown
+    stage, a (stage, role, signal) the table has, or :func:`check_declared_needs`' refusal."""
     global RULES
     if rule.stage not in STAGES:
         raise ValueError(f"RoleRule stage {rule.stage!r} is not one of {STAGES}")
@@ -112,12 +104,9 @@ class _Undeclared:
 
 
 def check_declared_needs(rule: RoleRule) -> None:
-    """Refuse (ValueError) a rule whose advantage term reads Teacher log-probs without
-    ``needs_teacher`` or the Prompted Critic without ``needs_critic``: the term runs on a
-    probe (two workflows of one question, a row each, no model) whose undeclared needs raise
-    when used. Called by :func:`add_rule` and by ``TrainConfig``, so a missing declaration
-    stops a run before any model loads. A term that fails on the probe for another reason
-    is left to the learner's own checks."""
+    """Refuse (ValueError) a rule whose term reads Teacher log-probs without ``needs_teacher``
+    or the Critic without ``needs_critic``, before any model loads: the term runs on a probe of
+    two rows whose undeclared needs raise when used (any other failure is left to the learner)."""
     from types import SimpleNamespace
 
     from algos.batch import Row
@@ -179,13 +168,8 @@ def rule_of(rules: dict[str, RoleRule], role: str) -> RoleRule:
 def assign_advantages(rows: list[Row], rules: Mapping[str, RoleRule], ctx: A.AdvantageContext,
                       kl_coef: float = 0.0) -> None:
     """Fill ``row.advantages`` (N,) for every row from its role's rule, and its flags
-    (:func:`mark_rows`).
-
-    ``rules``: the run's rules (:func:`rules_for`). ``ctx``: what the terms read besides the
-    rows (the batch's Episodes by question, ``row.group`` indexing them; ``beta``; the
-    Prompted Critic when a rule :attr:`~RoleRule.needs_critic`). Each rule's term sees all
-    of the rows it applies to at once (group-relative terms need the whole group).
-    """
+    (:func:`mark_rows`); each rule's term sees all of its rows at once (a group-relative term
+    needs the whole group), and ``ctx`` what it reads besides them."""
     mark_rows(rows, rules, kl_coef)
     by_rule: dict[str, list[Row]] = {}
     for row in rows:

@@ -47,9 +47,8 @@ def declared_frozen(model: Any) -> list[str]:
 
 
 def declare_frozen(model: Any, entries: Sequence[str]) -> Any:
-    """Write ``entries`` into ``model.config.mopd_frozen`` (replacing any declaration), after
-    checking that each names parameters of ``model`` and indexes inside them; returns
-    ``model``. Raises ValueError naming the first bad entry."""
+    """Write ``entries``, each checked against ``model``'s parameters (ValueError naming the
+    first bad one), into ``model.config.mopd_frozen``, replacing any; returns ``model``."""
     entries = [str(e) for e in entries]
     _masks(model, entries)  # validates
     setattr(model.config, FROZEN_KEY, entries)
@@ -68,10 +67,8 @@ def frozen_masks(model: Any) -> dict[str, torch.Tensor]:
 
 @contextlib.contextmanager
 def frozen(model: Any) -> Iterator[None]:
-    """Inside the block, gradients never reach the parts of ``model``'s parameters that its
-    config declares frozen (module docstring); outside it, nothing is changed. A no-op for
-    a model with no declaration. Wrap the backward passes and optimizer steps of an update
-    in it."""
+    """Inside the block (an update's backwards and optimizer steps), gradients never reach
+    what ``model`` declares frozen; outside it, nothing is changed."""
     masks = _masks(model, declared_frozen(model))
     handles = [param.register_hook(lambda grad, m=mask: grad * m) for param, mask in masks.values()]
     try:
