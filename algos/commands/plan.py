@@ -95,8 +95,8 @@ CONFIG_MAX_BYTES = 1 << 22
 
 
 def _integer(value: Any, key: str, low: int, high: int) -> int:
-    """``value`` as an int in [low, high], or ValueError naming ``key`` and the value (a bool,
-    float, string or null is refused: a ``config.json`` writes these as JSON integers)."""
+    """``value`` as an int in [low, high] (not a bool, float, string or null), or ValueError
+    naming ``key`` and the value."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise ValueError(f"{key}={shown}: must be an integer in [{low}, {high:,}]")
@@ -105,8 +105,8 @@ def _integer(value: Any, key: str, low: int, high: int) -> int:
 
 @dataclass(frozen=True)
 class Arch:
-    """The numbers of a decoder-only transformer that memory depends on (a ``config.json``'s).
-    Each is checked on construction: an integer in a sane range (ValueError naming the key)."""
+    """The numbers of a decoder-only transformer that memory depends on, each checked on
+    construction (ValueError naming the key)."""
 
     hidden: int
     layers: int
@@ -133,8 +133,7 @@ class Arch:
 
     @classmethod
     def from_config(cls, config: Any, source: str = "config.json") -> Arch:
-        """From a Hugging Face ``config.json`` (Llama, Qwen2/3, Mistral, SmolLM2 ...); anything
-        missing, of the wrong type or out of range is a ValueError naming ``source`` and the key."""
+        """From a Hugging Face ``config.json``'s dict (ValueError naming ``source``)."""
         try:
             if not isinstance(config, dict):
                 raise ValueError(f"not a JSON object but {type(config).__name__}")
@@ -164,8 +163,7 @@ class Arch:
 
     @classmethod
     def from_file(cls, path: Path) -> Arch:
-        """From a ``config.json`` file: too large, not UTF-8 JSON, or not a model's shape is one
-        ValueError naming the file."""
+        """From a ``config.json`` file; a bad one is a ValueError naming the file."""
         try:
             size = path.stat().st_size
             if size > CONFIG_MAX_BYTES:
@@ -243,9 +241,8 @@ class UnknownArch(ValueError):
 
 
 def arch_of(model: str, *, build: bool = True) -> Arch:
-    """The architecture of ``model``: its ``config.json`` when it is a local folder or run (a
-    recipe's name: its built base, or an untrained one, made when ``build``), else
-    :data:`KNOWN_ARCHS`. ValueError (one line) when none is found or its config is not sane."""
+    """The architecture of ``model``: its ``config.json`` (a recipe's built base, else an
+    untrained one when ``build``), else :data:`KNOWN_ARCHS`'; ValueError when none is sane."""
     from algos.commands.presets import RECIPES, prepare_model
     from algos.engine.checkpoint import resolve_model_path
 
@@ -265,8 +262,8 @@ def arch_of(model: str, *, build: bool = True) -> Arch:
 
 @dataclass
 class Line:
-    """One thing a GPU (or the disk) holds: ``phase`` is ``resident``, ``disk``, or the phases of
-    :data:`PHASES` it is held in, joined by ``+``."""
+    """One thing a GPU (or the disk) holds: ``phase`` is ``resident``, ``disk``, or phases of
+    :data:`PHASES` joined by ``+``."""
 
     phase: str
     name: str
@@ -368,8 +365,7 @@ class Plan:
 
 
 def check_size(value: Any, name: str) -> float:
-    """A GiB figure given on the command line or read from a device: finite, > 0 and at most
-    :data:`MAX_GPU_MEMORY_GIB`; else ValueError naming ``name`` and the value."""
+    """A GiB figure in (0, :data:`MAX_GPU_MEMORY_GIB`], else ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 < value <= MAX_GPU_MEMORY_GIB:
         raise ValueError(f"{name}={value!r}: must be a finite number of GiB in (0, {MAX_GPU_MEMORY_GIB:,}]")
@@ -381,10 +377,8 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
                 fused: bool | None = None) -> Plan:
     """The per-GPU memory of ``cfg`` on ``gpus`` GPUs of ``gpu_memory_gib`` GiB each, and its
     checkpoints against ``disk_gib`` GiB of free disk (None: not checked).
-
-    ``teacher_run_on_disk``: Stage II's Teacher is a Stage-I run whose kept checkpoints share
-    the disk (default: ``cfg.teacher`` is neither None nor ``base``). ``fused``: AdamW fused
-    (default: the trainer's choice for ``cfg.device``, ``algos.engine.precision.fused_adamw``)."""
+    ``teacher_run_on_disk`` (default: ``cfg.teacher`` not None nor ``base``): the Stage-I run's
+    checkpoints share the disk; ``fused`` (default: the trainer's choice): AdamW fused."""
     from algos.engine.precision import fused_adamw
     from algos.roles import needs_critic, rules_for
 
@@ -487,8 +481,7 @@ def memory_plan(cfg: TrainConfig, gpus: int, gpu_memory_gib: float, arch: Arch |
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m algos plan``: print the plan; exit 1 with one line when it does not fit, 2
-    with one line naming the value when an input is not sane (a GiB figure that is not a
-    finite positive number, a model ``config.json`` that is not a model's shape)."""
+    with one line naming the value when an input is not sane."""
     import argparse
     import sys
 
