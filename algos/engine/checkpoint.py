@@ -3,20 +3,11 @@
 (PITFALLS 10); ``latest`` names the newest complete one. :func:`load_model` loads a model by
 name, path or run directory (its latest checkpoint).
 
-Safe to load: ``trainer_state.pt`` holds only tensors, numbers, strings, lists, tuples and
-dicts, and is read with ``torch.load(weights_only=True)``, which refuses anything else (a
-pickled object could run code on ``--resume``). A model with a non-finite weight is never
-written.
-
-Checked when chosen: ``--resume`` takes the newest checkpoint that :func:`verify_checkpoint`
-passes, verified whole (model, tokenizer, trainer state and config); a damaged newer one is
-skipped with a logged line naming its file and why (:func:`usable_checkpoint`), and a run
-with no usable checkpoint is refused in one line naming the file (:class:`CheckpointError`).
-
-Contained: the ``latest`` pointer, a shard index's file names and the ``step_*`` folders are
-names read from files; each goes through :func:`envs.paths.contained`, so a pointer naming
-``../other_run``, an absolute path or a link out is refused naming the pointer (``ckpt:RUN``,
-``--teacher RUN`` and :func:`resolve_model_path` never load a model from outside the run)."""
+Safe to load: ``trainer_state.pt`` holds plain data and tensors only, read with
+``torch.load(weights_only=True)`` (a pickled object could run code on ``--resume``); a model
+with a non-finite weight is never written. ``--resume`` takes the newest checkpoint verified
+whole (:func:`usable_checkpoint`), and every name read from a file goes through
+:func:`envs.paths.contained`: ``docs/reliability.md``, "Round 4", lists what each refuses."""
 
 from __future__ import annotations
 
@@ -76,9 +67,8 @@ POINTER_BYTES = 4096
 
 
 def _step_dirs(root: Path) -> list[Path]:
-    """The ``step_N`` folders under ``root`` (a checkpoint root), oldest first by step number
-    (``step_1000000`` after ``step_999999``); a folder or link that leads outside ``root`` is
-    left out (:func:`envs.paths.contained`), as is any other name."""
+    """The ``step_N`` folders under the checkpoint root ``root``, oldest first by step number;
+    any other name, or one that leads outside ``root``, is left out."""
     found = []
     for path in root.glob("step_*"):
         number = path.name[len("step_"):]
@@ -94,9 +84,8 @@ def _step_dirs(root: Path) -> list[Path]:
 
 
 def _pointed(root: Path) -> Path | None:
-    """The checkpoint ``root/latest`` names, or None without a pointer. The name is read from a
-    file: :class:`CheckpointError` naming the pointer when it leads outside ``root`` (``..``, an
-    absolute path, a link out) or is not one line of text."""
+    """The checkpoint ``root/latest`` names, or None without a pointer; :class:`CheckpointError`
+    naming the pointer when it leads outside ``root`` or is not one line of text."""
     pointer = root / "latest"
     if not pointer.exists() and not pointer.is_symlink():
         return None
