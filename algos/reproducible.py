@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_THREADS = 1
-"""The thread count of ``python -m algos train`` and of the micro base's build unless the
-command says otherwise (``--threads``): one, so that the default command gives the same
-numbers on any machine, however many cores it has and whatever else runs on them."""
+"""The thread count of ``python -m algos train`` and the base builds unless ``--threads``
+says otherwise: one, so that the default command gives the same numbers on any machine."""
 
 _current: int | None = None
 
@@ -52,9 +51,8 @@ def _check(threads: int) -> int:
 
 @contextlib.contextmanager
 def run_threads(threads: int | None = None) -> Iterator[int]:
-    """Run the body with torch's and faiss's intra-op thread counts set to ``threads``
-    (None: :func:`current_threads`); :func:`current_threads` says it meanwhile. The previous
-    counts come back afterwards. Yields the thread count in use."""
+    """Run the body with torch's and faiss's thread counts (and :func:`current_threads`) set to
+    ``threads`` (None: :func:`current_threads`), the previous ones restored after; yields it."""
     import torch
 
     global _current
@@ -119,10 +117,8 @@ def weight_hash(path: str | Path) -> str | None:
 
 
 def describe_base(model: str | Path) -> dict[str, Any]:
-    """Which base a run starts from, for its summary: ``model`` (name or path), its
-    ``weight_hash`` (None when nothing local can be hashed), and the ``seed`` and
-    ``threads`` it was built with when its directory holds a recipe's build record
-    (``<recipe>_build.json`` with ``settings``; None otherwise)."""
+    """Which base a run starts from, for its summary: ``model``, its ``weight_hash``, and the
+    ``seed`` and ``threads`` of its recipe's build record (``<recipe>_build.json``; else None)."""
     path = Path(model)
     described: dict[str, Any] = {"model": str(model), "weight_hash": weight_hash(path),
                                  "seed": None, "threads": None}
@@ -144,13 +140,9 @@ of a run (torch's kernels, the tokenizer, the retriever's embeddings and index).
 
 
 def environment() -> dict[str, Any]:
-    """What a run's numbers are bit-identical across only when equal: the CPU (``cpu_model``
-    and ``cpu_vendor`` from /proc/cpuinfo, else :func:`platform.processor`), the kernel set
-    torch dispatches to (``cpu_capability``: ``AVX512``, ``AVX2``, ``DEFAULT``...; another
-    set sums in another order), ``logical_cpus``, ``platform``, ``python`` and the versions
-    of :data:`ENVIRONMENT_PACKAGES` (None for one not installed). A run with the same thread
-    count on an equal environment repeats bit for bit; on another CPU or library version it
-    repeats only in distribution (docs/micro_seeds.json is that distribution)."""
+    """What a run's numbers are bit-identical across only when equal (the CPU, the kernel set
+    torch dispatches to, the versions of :data:`ENVIRONMENT_PACKAGES`, ...): elsewhere a run
+    repeats only in distribution (``docs/micro_seeds.json`` is that distribution)."""
     import os
     import platform
     from importlib.metadata import PackageNotFoundError, version
