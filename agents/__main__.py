@@ -52,16 +52,6 @@ def _question(args: argparse.Namespace) -> Any:
     return items[args.index]
 
 
-def _policy(args: argparse.Namespace, vocab_size: int) -> Any:
-    roles = {r: getattr(args, r) for r in ("leader", "searcher", "answerer") if getattr(args, r)}
-    sampling = sampling_of_args(args)
-    base = make_policy(args.policy, seed=args.seed, vocab_size=vocab_size, sampling=sampling)
-    if not roles:
-        return base
-    return RoleRouter({r: make_policy(s, seed=args.seed, vocab_size=vocab_size, sampling=sampling)
-                       for r, s in roles.items()}, default=base)
-
-
 def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episode:
     """Step one episode through the AEC API, showing every turn and what the env wrote
     (through :func:`envs.terminal.terminal_safe`, as the human policy's prompts)."""
@@ -72,7 +62,11 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
                    prompts=getattr(args, "prompts", DEFAULT_PROMPTS))
     env.reset(seed=args.seed, options={"question": _question(args)})
     raw = env.unwrapped
-    policy = _policy(args, raw.vocab_size)
+    kwargs = {"seed": args.seed, "vocab_size": raw.vocab_size, "sampling": sampling_of_args(args)}
+    policy = make_policy(args.policy, **kwargs)
+    roles = {r: getattr(args, r) for r in ("leader", "searcher", "answerer") if getattr(args, r)}
+    if roles:
+        policy = RoleRouter({r: make_policy(s, **kwargs) for r, s in roles.items()}, default=policy)
     for p in (policy, *getattr(policy, "policies", {}).values(), getattr(policy, "default", None)):
         if isinstance(p, HumanPolicy):
             p.show_context = False  # the loop below shows each new context once
@@ -131,19 +125,6 @@ def _summary(ep: Episode, out: Callable[[str], None]) -> None:
     out("Rewards: " + ", ".join(f"{a} {r:.3f}" for a, r in ep.rewards.items()))
 
 
-def replay_steps(ep: Episode, decode: Callable[[list[int]], str]) -> list[str]:
-    """One text block per turn: what the env had written to the agent, then its turn."""
-    blocks = []
-    last_end: dict[int, int] = {}
-    for n, (s, start, end) in enumerate(ep.turn_spans, 1):
-        seg = ep.segments[s]
-        before = decode(seg.token_ids[last_end.get(s, 0):start]).strip()
-        last_end[s] = end
-        blocks.append(f"{RULE}\nturn {n}/{len(ep.turn_spans)} · {seg.agent} ({seg.role}, wave {seg.wave})\n"
-                      f"{before}\n>>> {decode(seg.token_ids[start:end]).strip()}")
-    return blocks
-
-
 def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
            read: Callable[[str], str] = input) -> int:
     """Step through a saved episode (``--all``: every turn at once), shown through
@@ -158,8 +139,15 @@ def replay(args: argparse.Namespace, out: Callable[[str], None] = print,
     except ViewError as err:
         print(f"python -m agents replay: {terminal_safe(str(err), one_line=True)}", file=sys.stderr)
         return 2
-    tokenizer = load_tokenizer(args.tokenizer)
-    blocks = replay_steps(ep, tokenizer.decode)
+    decode = load_tokenizer(args.tokenizer).decode
+    blocks = []  # one per turn: what the env had written to the agent, then its turn
+    last_end: dict[int, int] = {}
+    for n, (s, start, end) in enumerate(ep.turn_spans, 1):
+        seg = ep.segments[s]
+        before = decode(seg.token_ids[last_end.get(s, 0):start]).strip()
+        last_end[s] = end
+        blocks.append(f"{RULE}\nturn {n}/{len(ep.turn_spans)} · {seg.agent} ({seg.role}, wave {seg.wave})\n"
+                      f"{before}\n>>> {decode(seg.token_ids[start:end]).strip()}")
     out(f"Question: {ep.question['question']}  ({len(blocks)} turns)")
     if args.all:
         for block in blocks:
