@@ -33,14 +33,9 @@ collate = pad_rows  # the learner's one padding helper, kept under its SFT name
 
 
 def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) -> list[Row]:
-    """The training rows of ``episodes``: one per segment that has a masked token.
-
-    Tokens after a segment's last masked token carry no loss and are dropped. A row still
-    longer than ``max_len`` keeps its last ``max_len`` tokens (the earliest context goes,
-    every late masked token stays); its first token is never a target (nothing before it
-    predicts it). ``dedupe`` trains identical rows once (a deterministic team's Answerers
-    read the same context and write the same candidate).
-    """
+    """The training rows of ``episodes``: one per segment that has a masked token, cut after
+    its last one and, beyond ``max_len``, to its last ``max_len`` tokens (the first is never a
+    target). ``dedupe`` trains identical rows once (a deterministic team's Answerers agree)."""
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
     rows: list[Row] = []
@@ -69,9 +64,8 @@ def sft_rows(episodes: Iterable[Episode], max_len: int, *, dedupe: bool = True) 
 
 
 def text_rows(token_ids: Iterable[Sequence[int]]) -> list[Row]:
-    """Plain text as training rows: every token a target but the first (which nothing
-    before it predicts): language-model training on text such as the facts a model should
-    know without reading them (a recipe's closed-book facts)."""
+    """Plain text (such as a recipe's closed-book facts) as training rows: every token a
+    target but the first."""
     rows = [Row(list(ids), [True] * len(ids)) for ids in token_ids]
     short = next((len(r.token_ids) for r in rows if len(r.token_ids) < 2), None)
     if short is not None:
@@ -99,13 +93,9 @@ def batches(rows: Sequence[Row], batch_tokens: int, rng: random.Random) -> list[
 
 def sft_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
              targets: torch.Tensor, context_weight: float = 0.0) -> torch.Tensor:
-    """Mean negative log-likelihood of the target tokens (token-mean over the batch); a
-    0-d tensor with graph. A token outside ``targets`` is never scored: it enters the loss
-    only as context of the target tokens after it.
-
-    ``context_weight`` > 0 also scores every other real token (prompts, passages, reports)
-    at that weight relative to a target token: language-model pre-training on the
-    contexts, for a model that starts from random weights (never for RL-style updates)."""
+    """Mean negative log-likelihood of the target tokens (token-mean over the batch; 0-d,
+    with graph). ``context_weight`` > 0 also scores every other real token at that weight:
+    pre-training on the contexts, for a model that starts from random weights."""
     return _losses(model, input_ids, attention_mask, targets, context_weight)[0]
 
 
@@ -130,19 +120,12 @@ def sft(model: Any, episodes: Iterable[Episode], *, epochs: int = 1, lr: float =
         batch_tokens: int = 8192, max_len: int | None = None, warmup: float = 0.05,
         weight_decay: float = 0.0, context_weight: float = 0.0, dedupe: bool = True,
         rows: Sequence[Row] = (), seed: int = 0, progress: bool = True) -> list[float]:
-    """Train ``model`` in place on the generated tokens of ``episodes``; the loss of every
-    optimizer step, in order (the masked tokens' mean NLL).
-
-    AdamW (``lr``, ``weight_decay``), gradient norm clipped to 1.0, linear warm-up over the
-    first ``warmup`` fraction of the steps, then cosine decay to a tenth of ``lr``.
-    ``batch_tokens``: padded tokens per step. ``max_len``: longest row (default: the model's
-    ``max_position_embeddings``); see :func:`sft_rows` for how rows are cut and deduplicated.
-    ``context_weight``: see :func:`sft_loss` (0, the default, trains on the generated
-    tokens only). ``rows``: more training rows, trained beside the episodes' (e.g. text
-    the model should know, :func:`text_rows`), in the same shuffled batches. ``seed`` fixes the batch order. What the model's config declares frozen
-    (``mopd_frozen``, :mod:`algos.engine.freeze`) stays exactly as it is. The model is left in eval
-    mode.
-    """
+    """Train ``model`` in place on the generated tokens of ``episodes`` (and ``rows``, e.g.
+    :func:`text_rows`, in the same shuffled batches); the loss of every optimizer step, in order
+    (the masked tokens' mean NLL). AdamW, gradient norm clipped to 1.0, linear warm-up over
+    ``warmup`` of the steps, then cosine decay to a tenth of ``lr``. ``batch_tokens``: padded
+    tokens per step; ``max_len`` (default: the model's positions): :func:`sft_rows`;
+    ``context_weight``: :func:`sft_loss`. The model is left in eval mode."""
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
     if lr <= 0:
