@@ -28,13 +28,8 @@ Larger learning rate and smaller budgets than the paper so that both stages fini
 minutes on 2 cores. Rollouts at temperature 0.7: at 1.0 a quarter of this model's turns are
 invalid and no rollout is right. Validation is greedy on 140 questions, so the base and the
 trained team are compared on the same deterministic runs (at temperature 1, one question of
-56 was 1.8 points of noise). Learning rate 1.5e-4: in 12 Stage-I steps it moved a skipping
-base's log-odds of skipping by 0.85 nats (6e-5: by 0.31). beta 1 (PAPER: 0.01): with 0.01
-the Stage-II Searchers did not move in 12 steps (skip probability 0.551 -> 0.543); with 1,
-the usual scale of on-policy distillation, they followed the Teacher (0.55 -> 0.40 in 6).
-Frozen embeddings: trained, RL raised rewarded names' own rows and the Answerer's first
-answer token on dev evidence got less likely (-4.81 -> -4.94 nats); frozen, more likely
-(-4.73). All measured on 2 CPU cores (``algos/recipes/micro/README.md``)."""
+56 was 1.8 points of noise). Why learning rate 1.5e-4, beta 1 (PAPER: 0.01) and frozen
+embeddings: ``docs/micro.md``, "Tuning the preset" and "A base that imitates the whole team"."""
 
 
 SEARCH_MODEL = "micro_search"
@@ -54,14 +49,8 @@ SEARCH_TRAIN: dict[str, Any] = {**TRAIN, "model": SEARCH_MODEL, "val_per_dataset
 """The ``micro_search`` preset's settings: the micro preset's, validated on all 350 dev
 questions (50 per dataset: at 140, one question is 0.7 points), training on the first 20
 training questions per dataset that the starting model gets right some but not all of 8
-times (``pass_rate_filter``: 61 of 140 on seed 0's base), 4 questions x 8 workflows a step
-at learning rate 6e-5. Measured on seed 0's base, Stage I, the 350 questions
-(``docs/table2.md``): the micro preset's settings took it from 0.117 to 0.091 (1.5e-4) or
-held it (6e-5, with or without 4 x 8); with the filter it went to 0.140 in 12 steps
-(0.134 in 24). These settings were chosen on those validation questions; the Table-2 runs
-validate on the same ones. On the test split, which no setting was chosen on, the three
-Teachers made with them lead their bases by -0.6 points on average (docs/table2.md)."""
-
+times, 4 questions x 8 workflows a step at learning rate 6e-5. Chosen on those validation
+questions, which the Table-2 runs validate on too; the measurements: ``docs/table2.md``."""
 
 
 FACTS_MODEL = "micro_facts"
@@ -73,12 +62,9 @@ FACTS_BUILD: dict[str, Any] = {"skip_search": SEARCH_SKIP, "facts": 80, "recall"
 """The ``micro_facts`` base's build settings (``build_micro_base``; issue 30's closed-book
 path): world 0's 140 geography sentences mixed into the SFT 80 times, the imitated team
 stating them from memory on 40% of the one-hop tasks it knows (25% of the others skipped as
-``micro_search``'s), and the 215 episodes of 150 further training questions per dataset in
-which a recalled fact led to a right answer. Measured on seed 0's build (``docs/table2.md``,
-the Intel machine): it states 98% of the facts, answers 44 of the 350 dev questions with 1.50
-searches per workflow, 20 with a retriever that finds nothing, 19 from memory alone. Without
-the practice episodes no build answered from memory (its Searchers wrote "Nothing found.",
-another relation or another city), and more fact rows cost accuracy (19 to 25 right)."""
+``micro_search``'s), and the episodes of 150 further training questions per dataset in
+which a recalled fact led to a right answer (without them no build answered from memory).
+Measured on seed 0's build: ``docs/table2.md``."""
 
 FACTS_TRAIN: dict[str, Any] = {**SEARCH_TRAIN, "model": FACTS_MODEL}
 """The ``micro_facts`` preset's settings: ``micro_search``'s, on its own base."""
@@ -102,7 +88,5 @@ CONTROL_TEACHER: dict[str, Any] = {"skip_search": 0.0, "worlds": (0,), "episodes
 SFT continued on the right episodes of the scripted team that never skips the search
 (``skip_search`` 0), on the first 50 training questions per dataset of world 0, both
 workflows, with the loss on every role's generated tokens (``roles`` None), one pass at
-learning rate 5e-4 (warm-up and cosine decay, :func:`algos.sft.sft`). This is candidate B of
-the pre-registration (``docs/positive_control.md``), chosen by its rule on seed 0's dev split:
-candidate A (``roles=("searcher",)``, the Searchers' tokens only) led its base by +1.43 points,
-B by +9.14 (+2.00 of it with B's Searchers alone in the base's team)."""
+learning rate 5e-4: candidate B of the pre-registration (``docs/positive_control.md``),
+chosen by its rule on seed 0's dev split."""
