@@ -143,11 +143,10 @@ class Trainer:
                              pad_id=self.pad_id)
         self.model_path = str(checkpoint) if checkpoint is not None else resolve_model_path(cfg.model)
         self.backend: RolloutBackend = self._rollout_backend()
-        """What generates this process's rollouts (``agents.backends``: one contract, one
-        table); ``policy`` is the same object."""
+        """What generates this process's rollouts (``agents.backends``); ``policy`` too."""
         self.engine_sleeps = self.backend.can_sleep and str(cfg.device).startswith("cuda")
-        """An in-process engine (vLLM) that shares the learner's GPU sleeps from the end of the
-        rollouts until the updated weights are pushed into it."""
+        """An in-process engine (vLLM) on the learner's GPU sleeps from the end of the rollouts
+        until the updated weights are pushed into it."""
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, index=cfg.retriever_index,
                                                                                progress=self.progress)
         self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else _NoWorkers()
@@ -189,9 +188,8 @@ class Trainer:
         return make_rollout_policy("hf", self.full_model, self.tokenizer, **settings)
 
     def _push_weights(self) -> None:
-        """The updated weights into the engines that generate with their own copy: the Ray
-        workers (the next version in the object store) and a vLLM engine; under FSDP2 first
-        the gathered replica (every rank)."""
+        """The updated weights into the engines that generate with their own copy (the Ray
+        workers, a vLLM engine); under FSDP2 first into the gathered replica."""
         self.pool.push_weights(self.engine.sync_replica(self.full_model))
         # every name, tied ones included: vLLM reloads layer by layer, and a layer whose name is
         # missing (a tied lm_head) keeps its old processed weights (HF on this very model: nothing to copy)
@@ -212,8 +210,7 @@ class Trainer:
 
     def close(self) -> None:
         """Free the engine (vLLM allows one sleep-mode engine per process), the Ray workers,
-        the models and the optimizer before another Trainer is built; step, questions and
-        metrics stay readable."""
+        the models and the optimizer before another Trainer is built."""
         if self.backend is not None:
             self.backend.close()
         if self.pool is not None:
@@ -387,9 +384,8 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> float:
-        """avg@k on the held-out questions (``val_runs`` workflows each, mean final-answer EM),
-        sampled the same way at every validation, so base and trained models are compared on
-        common random numbers; per-question records go to :func:`validation_path`."""
+        """avg@k on the held-out questions, sampled the same way at every validation (common
+        random numbers for base and trained models); records go to :func:`validation_path`."""
         cfg = self.config
         questions = list(self.val_questions)
         if not questions or not self.is_main:  # rank 0 validates (the others' value is not logged)
@@ -425,8 +421,7 @@ class Trainer:
                            pad_id=self.pad_id, rules=self.rules)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """One row of ``metrics.jsonl`` (and TensorBoard) at ``step`` (default: the current one);
-        rank 0 alone writes."""
+        """One row of ``metrics.jsonl`` (and TensorBoard) at ``step`` (default: the current one)."""
         if not self.is_main:
             return
         step = self.step if step is None else step
@@ -439,8 +434,7 @@ class Trainer:
             self.writer.flush()
 
     def save(self) -> Path | None:
-        """Rank 0 writes the checkpoint (every rank calls it: under FSDP2 the optimizer state
-        is gathered first, in one process's layout, so it resumes at any world size)."""
+        """Rank 0 writes the checkpoint (every rank calls it: FSDP2 gathers the optimizer first)."""
         optimizer = self.layout.checkpoint_optimizer(self.model, self.optimizer, gather=True)
         if not self.is_main:  # the replicas are equal: rank 0 writes the one checkpoint
             return None
