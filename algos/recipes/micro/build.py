@@ -88,23 +88,17 @@ def build_micro_base(out_dir: str | Path | None = None, *, retriever: Any = None
                      threads: int | None = None, seed: int = 0, progress: bool = True,
                      build: bool = True, **options: Any) -> Path:
     """The micro base model: the scripted team's episodes on ``episodes_per_dataset``
-    synthetic train questions per dataset, in both workflows (``settings.ENV``), imitated by
-    :func:`micro_model` with :func:`algos.sft.sft`; ``options`` override :data:`BUILD_DEFAULTS`
-    (an unknown one is a ValueError). Saved (model, tokenizer and ``micro_build.json``: settings,
-    losses, timings, the weights' :func:`~algos.reproducible.weight_hash`) in ``out_dir``, by
-    default ``cache_dir("models", "micro-sft-<key>")`` keyed by every setting; an existing
+    synthetic train questions per dataset, in both workflows, imitated by :func:`micro_model`
+    with :func:`algos.sft.sft`; ``options`` override :data:`BUILD_DEFAULTS`. Saved (with
+    ``micro_build.json``: settings, losses, timings, the weights' hash) in ``out_dir``, by
+    default a cache folder keyed by every setting (:func:`arithmetic`'s included); an existing
     build there is reused, and ``build=False`` only finds one (``FileNotFoundError``).
 
-    ``only_correct`` keeps the episodes the scripted team answered right: imitating its
-    failures would teach them as if they were right. The episodes with a skipped search are
-    kept even when wrong (most are), so the base skips about as often as that team
-    (:func:`imitated`). ``context_weight``: the model starts from random weights, so it also
-    learns to predict the contexts at this weight (:func:`algos.sft.sft_loss`); without it, a
-    few hundred steps teach the tags but not the copying of names that valid turns need.
-    ``retriever``: what the scripted team searches (default: MiniLM over the synthetic world);
-    a custom one needs an explicit ``out_dir``. ``threads`` (None:
-    :func:`algos.reproducible.current_threads`) can change the weights, so they are part of
-    the cache key with :func:`arithmetic`'s versions and CPU kernel set."""
+    ``only_correct`` keeps the episodes the scripted team answered right, and those with a
+    skipped search (:func:`imitated`). ``context_weight``: the model starts from random
+    weights, so it also learns to predict the contexts (without it, a few hundred steps teach
+    the tags but not the copying of names). ``retriever`` (default: MiniLM over the synthetic
+    world): a custom one needs an explicit ``out_dir``."""
     unknown = sorted(set(options) - set(BUILD_DEFAULTS))
     if unknown:
         raise ValueError(f"build_micro_base: unknown options {unknown}; "
@@ -159,9 +153,8 @@ def build_micro_base(out_dir: str | Path | None = None, *, retriever: Any = None
 
 def build_searching_base(out_dir: str | Path | None = None, **options: Any) -> Path:
     """The ``micro_search`` preset's base: :func:`build_micro_base` with ``skip_search`` at
-    :data:`~algos.recipes.micro.settings.SEARCH_SKIP` unless ``options`` say otherwise. The
-    cache key holds ``skip_search``, so ``python -m algos sft --preset micro --skip-search
-    0.25`` builds (and finds) the same base."""
+    :data:`~algos.recipes.micro.settings.SEARCH_SKIP` unless ``options`` say otherwise (the
+    same cache entry as ``python -m algos sft --preset micro --skip-search 0.25``)."""
     return build_micro_base(out_dir, **{"skip_search": SEARCH_SKIP, **options})
 
 
@@ -173,9 +166,8 @@ def build_closed_book_base(out_dir: str | Path | None = None, **options: Any) ->
 
 
 def fresh_micro_model() -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a fresh micro model with the micro tokenizer, wired like the
-    base (copy circuit and lookup heads as in :data:`BUILD_DEFAULTS`), for SFT on episodes
-    collected with that tokenizer (``python -m algos sft --model micro``)."""
+    """``(model, tokenizer)``: a fresh micro model wired like the base, for SFT on episodes
+    collected with the micro tokenizer (``python -m algos sft --model micro``)."""
     tokenizer = micro_tokenizer()
     return micro_model(tokenizer, induction=BUILD_DEFAULTS["induction"], lookup=BUILD_DEFAULTS["lookup"]), tokenizer
 
@@ -304,8 +296,7 @@ def _declare_frozen_circuit(path: Path) -> None:
 
 
 def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path) -> None:
-    """Model, tokenizer and record into ``target`` at once (a temporary sibling, renamed);
-    the record gains the saved weights' hash."""
+    """Model, tokenizer and record into ``target`` at once; the record gains the weights' hash."""
     def with_hash(saved: Path) -> dict[str, Any]:  # the weights as written, so as loaded
         return {"settings": record["settings"], "weight_hash": weight_hash(saved),
                 **{k: v for k, v in record.items() if k != "settings"}}
