@@ -188,21 +188,17 @@ class HFPolicy(SampledPolicy):
             next_position = next_position + 1
 
 
-def hf_policy(model: Any, *, sampling: Sampling | None = None, seed: int = 0, tokenizer: Any = None,
-              device: Any = "cpu", dtype: Any = "float32", **kwargs: Any) -> Any:
-    """An :class:`HFPolicy` of ``model`` (a name or path, loaded here, or a model
-    object with its ``tokenizer``) whose unset settings come from the model's generation
-    config (``agents.sampling.generation_defaults``). ``policy.sampling_source`` says where they came
-    from."""
-    if isinstance(model, str):
-        model, loaded = load_causal_lm(model, dtype=dtype, device=device)
-        tokenizer = tokenizer if tokenizer is not None else loaded
+def hf_policy(model: Any, *, sampling: Sampling | None = None, **kwargs: Any) -> HFPolicy:
+    """An :class:`HFPolicy` (``kwargs`` as its own) whose unset settings come from the model's
+    generation config (``agents.sampling.generation_defaults``). ``policy.sampling_source``
+    says where they came from."""
+    policy = HFPolicy(model, sampling=sampling, **kwargs)
     sampling = sampling or Sampling()
-    temperature, top_p, source = generation_defaults(model)
+    temperature, top_p, source = generation_defaults(policy.model)
     if sampling.temperature is not None and sampling.top_p is not None:
         source = "set"
     elif sampling.temperature is not None or sampling.top_p is not None:
         source = f"set, the rest from {source}"
-    policy = HFPolicy(model, tokenizer, sampling=sampling.over(Sampling(temperature, top_p)), seed=seed, **kwargs)
+    policy._set_sampling(sampling.over(Sampling(temperature, top_p)))
     policy.sampling_source = source
     return policy

@@ -94,14 +94,6 @@ def last_user_message(messages: Sequence[Mapping[str, str]]) -> str:
     return next((m["content"].strip() for m in reversed(messages) if m.get("role") == "user"), "")
 
 
-def newest_message(obs: Observation) -> str:
-    """What a person needs to see of ``obs``: the newest env-written message, from the
-    env's structure (``obs.messages``); for an observation built without messages, its
-    task or question from ``obs.info``."""
-    text = last_user_message(obs.messages)
-    return text or str(obs.info.get("task") or obs.info.get("question") or "")
-
-
 class HumanPolicy:
     """A person types each turn. For every observation it shows the agent, its role and
     the newest message in its context, then reads lines until one is a turn (sent as
@@ -149,8 +141,9 @@ class HumanPolicy:
             twin = self._shown.get(obs.env_index)
             if twin is not None and twin[0] == context and twin[1] != obs.agent:
                 self.output_fn(f"(the same context as {twin[1]})")
-            else:
-                self.output_fn(newest_message(obs))
+            else:  # an observation built without messages: its task or question
+                self.output_fn(last_user_message(obs.messages)
+                               or str(obs.info.get("task") or obs.info.get("question") or ""))
                 self._shown[obs.env_index] = (context, obs.agent)
         if obs.role not in self._roles_met:
             self._roles_met.add(obs.role)
