@@ -12,11 +12,8 @@ but not be trained on-policy.
 passage that spells ``<|im_end|>\\n<|im_start|>system`` would become a real system turn
 there: every content goes through ``envs.chat.quote_message``.
 
-Requests go through the SDK's async client (its connection pool, retries with backoff and
-``Retry-After``, timeouts and error types), ``concurrency`` at a time, on one event loop
-thread per policy, so ``act`` works the same from plain code, threads or a notebook.
-Chat APIs drop the stop string they stopped on; :func:`restore_stop` puts it back (the env
-parses only complete tags).
+Requests go through the SDK's async client (:class:`OpenAIPolicy`) on one event loop thread
+per policy, so ``act`` works the same from plain code, threads or a notebook.
 
 >>> policy = OpenAIPolicy("smollm2", base_url="http://127.0.0.1:8080/v1")  # doctest: +SKIP
 >>> [action] = policy.act([observation])                                   # doctest: +SKIP

@@ -1,22 +1,13 @@
-"""Sampling settings of the policies a spec builds: what a spec's query string and the
-command lines' ``--temperature``, ``--top-p`` and ``--max-new-tokens`` set, the default a
-model's own generation config gives, and how result files record and compare them.
+"""Sampling settings of the policies a spec builds: what a spec's query string
+(``hf:smollm2?temperature=0.7&top_p=0.9``, per role too) and the command lines'
+``--temperature``, ``--top-p`` and ``--max-new-tokens`` set, the default a model's own
+generation config gives, and how result files record and compare them.
 
-=================================================  ======================================
-spec                                               sampling
-=================================================  ======================================
-``hf:smollm2``                                     the model's generation config; greedy
-                                                   when it does not sample (SmolLM2's does
-                                                   not: greedy)
-``hf:smollm2?temperature=0.7&top_p=0.9``           as written (quote the ``&`` in a shell)
-``leader=hf:smollm2?temperature=0,searcher=...``   per role
-=================================================  ======================================
-
-A spec's own settings win over the command line's, and those over the model's defaults.
-The keys are :data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line
-naming the spec, before anything loads. A temperature is 0 (greedy) or at least
-:func:`min_temperature`; a top-p is in (0, 1], 1 included. Kinds that do not sample
-(``scripted``, ``random``, ...) refuse a query and ignore the command line's settings.
+A spec's own settings win over the command line's, and those over the model's generation
+config (greedy when it does not sample, as SmolLM2's; docs/benchmarks.md). The keys are
+:data:`SAMPLING_KEYS`; an unknown key or a bad value is refused with one line naming the
+spec, before anything loads. Kinds that do not sample (``scripted``, ``random``, ...) refuse
+a query and ignore the command line's settings.
 
 >>> parse_sampling("temperature=0.7&top_p=0.9", "hf:smollm2?temperature=0.7&top_p=0.9")
 Sampling(temperature=0.7, top_p=0.9, max_new_tokens=None)
