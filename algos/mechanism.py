@@ -26,20 +26,16 @@ from envs.data.synthwiki import COMPARISON_STYLES
 from envs.retrieval.passage import Passage
 
 SKIP_FILE = "skip_probability.json"
-"""In a run's directory: the Searchers' skip probability (how likely the first Searcher turn
-reports without searching) of the model the run started from and of its final checkpoint, as
-a recipe measures it after training (``{"step0", "final", "final_step", ...}``); Table 2 reads
-it as a continuous endpoint."""
+"""In a run's directory: the Searchers' skip probability of the run's starting model and final
+checkpoint (``{"step0", "final", "final_step", ...}``), Table 2's continuous endpoint."""
 
 QUESTION_SUBSETS_FILE = "question_subsets.json"
-"""In an ablation's directory: named sets of its validation questions that a recipe marks
-(``{name: {"about": text, "questions": [[dataset, id], ...]}}``), e.g. those a team can answer
-from memory alone; Table 2 reports every variant on each set apart."""
+"""In an ablation's directory: named sets of its validation questions that Table 2 reports
+apart (``{name: {"about": text, "questions": [[dataset, id], ...]}}``)."""
 
 
 class NothingFound:
-    """A retriever that finds nothing: the team plays on what it knows without searching
-    (each search is answered with no passages, as a search that matched nothing)."""
+    """A retriever that finds nothing: the team plays on what it knows without searching."""
 
     def search(self, queries: Sequence[str], top_k: int = 3) -> list[list[Passage]]:
         return [[] for _ in queries]
@@ -47,11 +43,8 @@ class NothingFound:
 
 class SearchFirst:
     """A token policy whose Searchers never report before searching: a Searcher turn with no
-    search of its own yet (``info["queries"]`` empty) starts with ``search_token`` (its context
-    gets the token, ``policy`` writes the rest, the action carries the token at log-prob 0);
-    every other turn is ``policy``'s own. The team it plays is the one a Searcher that had
-    unlearned skipping would make, everything else unchanged. (Given ``<summary>``'s id as
-    ``search_token``, its Searchers never search: the team from memory alone.)"""
+    search of its own yet starts with ``search_token`` (at log-prob 0), ``policy`` writing the
+    rest and every other turn. (Given ``<summary>``'s id, its Searchers never search.)"""
 
     def __init__(self, policy: Any, search_token: int):
         self.policy, self.search_token = policy, int(search_token)
@@ -93,19 +86,16 @@ def _mixed(groups: Sequence[Sequence[Any]]) -> np.ndarray:
 
 
 def outcome_signal(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
-    """Per training step, what outcome GRPO can push on: the share of ``groups`` whose R_EM
-    varies (the others carry no outcome advantage) and the mean within-group covariance of
-    the search count with R_EM (its sign is the direction outcome RL pushes search)."""
+    """Per training step, what outcome GRPO can push on (module docstring): the share of
+    ``groups`` whose R_EM varies and the mean within-group covariance of searches with R_EM."""
     return {"mixed_em_groups": float(_mixed(groups).mean()), "cov_searches_em": float(_covariances(groups).mean())}
 
 
 def search_covariance(groups: Sequence[Sequence[Any]], *, n_resamples: int = 2000,
                       seed: int = 0) -> dict[str, Any]:
-    """The within-group covariance of searching with R_EM (``team_em``) over ``groups`` of
-    Episodes (one group = the G workflows of one question): the mean over groups of each
-    group's population covariance, for the search count and for "searched at all", with a
-    95% percentile bootstrap over questions; the share of groups whose R_EM varies, the
-    sampled search rate and R_EM. A group of one workflow has covariance 0 and is counted."""
+    """The within-group covariance of searching with R_EM over ``groups`` (the G workflows of
+    a question each): the mean of each group's, for the search count and for "searched at
+    all", with a 95% bootstrap over questions, and the sampled rates (a one-workflow group: 0)."""
     if not groups or any(not g for g in groups):
         raise ValueError("search_covariance needs at least one non-empty group of episodes")
     counts = _covariances(groups)
