@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from algos.commands.presets import prepare_model, preset_config
-from algos.engine.runlock import run_lock
 from algos.config import TrainConfig
 from algos.engine.checkpoint import latest_checkpoint
 from algos.engine.distributed import this_process
+from algos.engine.runlock import run_lock
 from algos.report import paired_sign_test, plot_training_curves, read_metrics
 from algos.reproducible import describe_base, run_threads
 from algos.trainer import Trainer, validation_path
@@ -36,11 +36,9 @@ def run_pipeline(preset: str, out_dir: str | Path, stages: tuple[str, ...] = ("t
     A preset's own model name (``micro``) is prepared (:func:`algos.commands.presets.prepare_model`)
     once the stage's settings are validated. ``retriever``: used instead of the config's (tests).
     Everything runs on ``threads`` torch and faiss threads (None: one; :mod:`algos.reproducible`
-    says why), recorded in the summary with the base's ``describe_base``.
-
-    Under ``torchrun`` every rank runs this function; rank 0 alone builds the base, prints,
-    validates and writes, and each stage ends at a barrier, so Stage II finds the Teacher rank 0
-    saved. ``out_dir`` is locked for the whole run (:func:`algos.engine.runlock.run_lock`)."""
+    says why), recorded in the summary with the base's ``describe_base``. ``out_dir`` is locked
+    for the whole run. Under ``torchrun`` every rank runs it (what rank 0 alone does:
+    ``docs/scaleout.md``, "The data-parallel learner")."""
     import torch.distributed as torch_dist
 
     owned_group = not torch_dist.is_initialized()  # a group made here is destroyed here
