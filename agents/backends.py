@@ -110,10 +110,6 @@ class HFBackend(PolicyBackend):
 
         super().__init__(HFPolicy(model, tokenizer, **sampling))
 
-    @property
-    def model(self) -> Any:
-        return self.policy.model
-
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         import torch
 

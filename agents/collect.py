@@ -52,9 +52,22 @@ def collect(env_fn: Callable[[], Any], policy: Policy, questions: Sequence[Any],
         for env, (i, k) in zip(envs, jobs[start:start + width]):
             env.reset(seed=seed + i * group_size + k, options={"question": questions[i]})
             live.append((env, i, k))
-        while live:
-            live, played = _advance(live, policy, results, bar, settings)
-            turns += played
+        while live:  # one batched step over the live copies
+            observations = [obs for n, (env, _, _) in enumerate(live)
+                            for obs in observe_awaiting(env, n)]
+            actions = policy.act(observations)
+            if len(actions) != len(observations):
+                raise ValueError(f"policy returned {len(actions)} actions for "
+                                 f"{len(observations)} observations")
+            apply_turns([(live[obs.env_index][0], obs.agent, action)
+                         for obs, action in zip(observations, actions)])
+            for env, i, k in live:
+                if env.unwrapped.done:
+                    results[i][k] = env.unwrapped.episode
+                    results[i][k].sampling = settings
+                    bar.update(1)
+            live = [(env, i, k) for env, i, k in live if not env.unwrapped.done]
+            turns += len(observations)
             if bar.disable or time.monotonic() - shown < 1:
                 continue
             # a batch of long episodes finishes late: the turn count shows the bar is alive
@@ -66,22 +79,3 @@ def collect(env_fn: Callable[[], Any], policy: Policy, questions: Sequence[Any],
         save_episodes(out, [ep for group in grouped for ep in group])
     return grouped
 
-
-def _advance(live, policy, results, bar, settings=None) -> tuple[list, int]:
-    """One batched step over the live copies; returns the copies still running and the
-    number of turns played."""
-    observations = [obs for n, (env, _, _) in enumerate(live) for obs in observe_awaiting(env, n)]
-    actions = policy.act(observations)
-    if len(actions) != len(observations):
-        raise ValueError(f"policy returned {len(actions)} actions for {len(observations)} observations")
-    apply_turns([(live[obs.env_index][0], obs.agent, action) for obs, action in zip(observations, actions)])
-    still = []
-    for env, i, k in live:
-        raw = env.unwrapped
-        if raw.done:
-            results[i][k] = raw.episode
-            results[i][k].sampling = settings
-            bar.update(1)
-        else:
-            still.append((env, i, k))
-    return still, len(observations)
