@@ -27,15 +27,6 @@ from agents.router import RoleRouter
 from agents.sampling import Sampling, parse_sampling, split_query
 from envs.protocol import ROLES
 
-PolicyFactory = Callable[..., Any]
-"""``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
-``kind:`` (empty when there is none, without the ``?`` query). A kind that samples
-(:attr:`PolicyKind.samples`) gets ``sampling=`` too, an :class:`agents.sampling.Sampling`."""
-
-PolicyCheck = Callable[[str], None]
-"""``check(arg)`` raises ``ValueError`` with one line (naming ``kind:arg``) when the policy
-cannot be built here; it loads nothing and reaches no network."""
-
 
 def _scripted(arg: str, *, seed: int, **_: Any) -> Any:
     from agents.scripted import ScriptedPolicy
@@ -161,11 +152,15 @@ def _check_python(arg: str) -> None:
 class PolicyKind:
     """One row of the table of policy kinds, :data:`POLICY_KINDS`."""
 
-    factory: PolicyFactory
+    factory: Callable[..., Any]
+    """``factory(arg, *, seed, vocab_size, **hf_kwargs) -> policy``; ``arg`` is the text after
+    ``kind:`` (empty when there is none, without the ``?`` query). A kind that samples gets
+    ``sampling=`` too, an :class:`agents.sampling.Sampling`."""
     usage: str
     """How a spec of the kind is written (``hf:<model>``): every command line's help lists these."""
-    check: PolicyCheck | None = None
-    """Refuses a spec that cannot be built here (None: the kind always passes)."""
+    check: Callable[[str], None] | None = None
+    """``check(arg)`` raises ``ValueError`` with one line (naming ``kind:arg``) when the policy
+    cannot be built here; it loads nothing and reaches no network (None: the kind always passes)."""
     samples: bool = False
     """The factory takes ``sampling=`` and the kind's specs may carry a ``?`` query."""
 
@@ -182,8 +177,9 @@ POLICY_KINDS: dict[str, PolicyKind] = {
 """``kind`` -> its row, for specs ``kind`` or ``kind:<arg>``; :func:`register_policy` adds a row."""
 
 
-def register_policy(kind: str, factory: PolicyFactory, check: PolicyCheck | None = None, *,
-                    samples: bool = False, usage: str | None = None) -> None:
+def register_policy(kind: str, factory: Callable[..., Any],
+                    check: Callable[[str], None] | None = None, *, samples: bool = False,
+                    usage: str | None = None) -> None:
     """Teach :func:`make_policy` the spec ``kind:<arg>``, and :func:`check_policy` its
     ``check`` (a later registration of the same kind replaces the earlier one); ``samples``
     and ``usage`` (default ``kind:<arg>``) as :class:`PolicyKind`'s."""
