@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from algos.recipes.cache import build_dir
+from algos.recipes.cache import build_dir, save_base
 from algos.recipes.micro.episodes import (
     WORKFLOWS,
     fact_rows,
@@ -28,14 +28,11 @@ from algos.recipes.micro.model import micro_model
 from algos.recipes.micro.settings import ENV, FACTS_BUILD, SEARCH_SKIP
 from algos.recipes.micro.tokenizer import (
     TOKENIZER_VERSION,
-    Saver,
     micro_tokenizer,
-    save_atomically,
     synthetic_world,
     tokenizer_fingerprint,
 )
 from algos.reproducible import current_threads, run_threads, weight_hash
-from envs.paths import cache_dir
 
 BUILD_DEFAULTS: dict[str, Any] = {
     "vocab_size": 4096, "hidden_size": 256, "num_layers": 4, "num_heads": 8,
@@ -301,6 +298,5 @@ def _save_build(model: Any, tokenizer: Any, record: dict[str, Any], target: Path
         return {"settings": record["settings"], "weight_hash": weight_hash(saved),
                 **{k: v for k, v in record.items() if k != "settings"}}
 
-    save_atomically(Saver([model, tokenizer], {"micro_build.json": with_hash}), target,
-                     replace=target.parent == cache_dir("models"))
+    save_base(model, tokenizer, {"micro_build.json": with_hash}, target)
 

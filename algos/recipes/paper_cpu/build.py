@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from algos.recipes.cache import build_dir
+from algos.recipes.cache import cached_base, save_base
 from algos.recipes.paper_cpu.settings import ENV, QWEN3
-from envs.paths import cache_dir
 
 BUILD_VERSION = 1
 """Bumped whenever the build changes (cached bases are then rebuilt)."""
@@ -42,23 +41,19 @@ def build_paper_cpu_base(out_dir: str | Path | None = None, *, seed: int = 0, pr
     """The base's directory (model, tokenizer and ``paper_cpu_build.json``), cached as the
     micro base is (:func:`algos.recipes.micro.build.build_micro_base`). ``options`` (the
     command line's training options) are refused: the base is random, nothing trains."""
-    from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
+    from algos.recipes.micro.tokenizer import micro_tokenizer
 
     if options:
         raise ValueError(f"the paper_cpu base is random and takes no build options, got {sorted(options)}")
     settings = {"qwen3": QWEN3, "env": ENV, "seed": seed, "version": BUILD_VERSION}
-    if out_dir is None:
-        out_dir = build_dir("paper-cpu", settings)
-    out_dir = Path(out_dir)
-    if (out_dir / "paper_cpu_build.json").exists() and (out_dir / "config.json").exists():
+    out_dir, found = cached_base(out_dir, "paper-cpu", settings, "paper_cpu_build.json",
+                                 build=build, what="paper_cpu base")
+    if found:
         return out_dir
-    if not build:
-        raise FileNotFoundError(f"no paper_cpu base built at {out_dir} for these settings")
     tokenizer = micro_tokenizer()
     model = qwen3_model(tokenizer, seed)
     record = {"settings": settings, "parameters": sum(p.numel() for p in model.parameters())}
-    save_atomically(Saver([model, tokenizer], {"paper_cpu_build.json": record}), out_dir,
-                    replace=out_dir.parent == cache_dir("models"))
+    save_base(model, tokenizer, {"paper_cpu_build.json": record}, out_dir)
     if progress:
         print(f"paper_cpu base: a random Qwen3 of {record['parameters']:,} parameters; saved to {out_dir}")
     return out_dir

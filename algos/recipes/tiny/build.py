@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from algos.recipes.cache import build_dir
+from algos.recipes.cache import cached_base, save_base
 from algos.recipes.tiny.settings import ENV
-from envs.paths import cache_dir
 
 BUILD_DEFAULTS: dict[str, Any] = {
     "hidden_size": 128, "num_layers": 2, "num_heads": 4, "questions_per_dataset": 12,
@@ -54,15 +53,11 @@ def build_tiny_base(out_dir: str | Path | None = None, *, retriever: Any = None,
                 "retriever": None if retriever is None else type(retriever).__name__,
                 **arithmetic(current_threads() if threads is None else threads)}
     settings["datasets"] = list(settings["datasets"])
-    if out_dir is None:
-        out_dir = build_dir("tiny-sft", settings)
-    out_dir = Path(out_dir)
-    if (out_dir / "tiny_build.json").exists() and (out_dir / "config.json").exists():
-        return out_dir
-    if not build:
-        raise FileNotFoundError(f"no tiny base built at {out_dir} for these settings")
-    with run_threads(settings["threads"]):
-        _build(out_dir, settings, retriever, progress)
+    out_dir, found = cached_base(out_dir, "tiny-sft", settings, "tiny_build.json", build=build,
+                                 what="tiny base")
+    if not found:
+        with run_threads(settings["threads"]):
+            _build(out_dir, settings, retriever, progress)
     return out_dir
 
 
@@ -84,7 +79,7 @@ def _build(out_dir: Path, s: dict[str, Any], retriever: Any, progress: bool) -> 
     from agents.collect import collect
     from algos.recipes.micro.episodes import WORKFLOWS, EosScripted, micro_env_fn
     from algos.recipes.micro.model import micro_model
-    from algos.recipes.micro.tokenizer import Saver, micro_tokenizer, save_atomically
+    from algos.recipes.micro.tokenizer import micro_tokenizer
     from algos.sft import sft
     from envs.data.synthwiki import default_world
     from envs.retrieval.lexical import WordOverlapRetriever
@@ -109,7 +104,6 @@ def _build(out_dir: Path, s: dict[str, Any], retriever: Any, progress: bool) -> 
     record = {"settings": s, "parameters": sum(p.numel() for p in model.parameters()),
               "episodes": len(episodes), "steps": len(losses), "losses": losses,
               "seconds": round(time.perf_counter() - started, 1)}
-    save_atomically(Saver([model, tokenizer], {"tiny_build.json": record}), out_dir,
-                    replace=out_dir.parent == cache_dir("models"))
+    save_base(model, tokenizer, {"tiny_build.json": record}, out_dir)
     if progress:
         print(f"tiny base: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {record['seconds']}s; saved to {out_dir}")
