@@ -62,15 +62,6 @@ def recorded_tokenizer(values: EpisodeValues | None, file: str | Path) -> dict[s
     return dict(record) if ok else {}
 
 
-def _candidates(name: str, file: str | Path) -> list[str]:
-    """Where a recorded tokenizer name may be: itself, and for a relative folder (recorded
-    before names were made absolute) that folder under each folder above ``file``."""
-    out = [name]
-    if not Path(name).is_absolute() and not Path(name).exists():
-        out += [str(parent / name) for parent in Path(file).resolve().parents if (parent / name).is_dir()]
-    return out
-
-
 def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path) -> Any:
     """``--tokenizer`` when given; else the recorded tokenizer (:func:`recorded_tokenizer`)
     when it loads and is the one recorded (same fingerprint), else SmolLM2's when nothing is
@@ -85,16 +76,23 @@ def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path
             raise ViewError(f"cannot load --tokenizer {name}: {first_line(err)}") from None
     wanted, fingerprint = recorded.get("name") or "", recorded.get("fingerprint")
     loaded, failure = None, None
-    if wanted:
-        for candidate in _candidates(wanted, file):
-            try:
-                tokenizer = load_tokenizer(candidate)
-            except Exception as err:  # noqa: BLE001  (moved or deleted since: the default may be it)
-                failure = failure or _load_failure(candidate, err)
-                continue
-            if not fingerprint or tokenizer_fingerprint(tokenizer) == fingerprint:
-                return tokenizer
-            loaded = loaded or tokenizer
+    candidates = [wanted] if wanted else []
+    if wanted and not Path(wanted).is_absolute() and not Path(wanted).exists():
+        # a relative folder, recorded before names were made absolute: under a folder above file
+        candidates += [str(parent / wanted) for parent in Path(file).resolve().parents
+                       if (parent / wanted).is_dir()]
+    for candidate in candidates:
+        try:
+            tokenizer = load_tokenizer(candidate)
+        except Exception as err:  # noqa: BLE001  (moved or deleted since: the default may be it)
+            local = (Path(candidate).is_absolute() or candidate.startswith(".")
+                     or candidate.count("/") > 1)
+            gone = local and not Path(candidate).exists()
+            failure = failure or (f"no such folder: {candidate}" if gone else first_line(err))
+            continue
+        if not fingerprint or tokenizer_fingerprint(tokenizer) == fingerprint:
+            return tokenizer
+        loaded = loaded or tokenizer
     try:
         default = load_tokenizer(None)
     except Exception as err:  # noqa: BLE001
@@ -109,13 +107,6 @@ def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path
         raise ViewError(f"cannot load a tokenizer for {file} ({failure}); pass the one the "
                         "episode was played with as --tokenizer")
     return default
-
-
-def _load_failure(name: str, err: BaseException) -> str:
-    looks_local = Path(name).is_absolute() or name.startswith(".") or name.count("/") > 1
-    if looks_local and not Path(name).exists():
-        return f"no such folder: {name}"
-    return first_line(err)
 
 
 def _partner(records: list[tuple[Episode, EpisodeValues | None]], ep: Episode, skip: int | None,
