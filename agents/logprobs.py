@@ -18,9 +18,7 @@ import numpy as np
 import torch
 
 _BOOL_LOGITS_TO_KEEP: bool | None = None
-"""Whether a model's forward takes ``logits_to_keep`` as a boolean (B, T) mask and projects
-only those positions onto the vocabulary: decided by the feature (:func:`bool_logits_to_keep`),
-not by the version number, on first use; a test may set it."""
+""":func:`_slices_boolean_masks`' answer, found on first use (a test may set it)."""
 
 
 def _slices_boolean_masks() -> bool:

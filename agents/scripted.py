@@ -1,11 +1,9 @@
 """ScriptedPolicy: a search team without a language model, the baseline every learned team
 should beat.
 
-It plays all three roles from what the env tells each agent (``Observation.info``: the
-question, its sub-task, the passages it saw, the reports in hand, the waves left; never
-the world, never the gold answers, never by parsing prompt text), reading questions and
-passages as :mod:`agents.reading` does (questions become chains of relations, sentences
-are read with their subject):
+It plays all three roles from what the env tells each agent (``Observation.info``; never
+the world, the gold answers or prompt text), reading questions and passages with
+:mod:`agents.reading`:
 
 - **Leader:** one sub-task per chain and hop; after each wave it reads the bridge entity
   from the reports and dispatches the next hop (the last wave takes what is left of a

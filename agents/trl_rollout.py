@@ -23,17 +23,12 @@ def make_rollout_func(env_fn: Callable[[], Any], role: str = "answerer", *,
                       policy_factory: Callable[[Any, int], Any] | None = None, answerer: int = 0,
                       seed: int = 0) -> Callable[[list[str], Any], dict[str, list]]:
     """A ``rollout_func(prompts, trainer)`` that plays SearchTeam episodes and returns one
-    ``role`` segment per prompt.
-
-    ``prompts`` arrive as TRL sends them: each unique prompt repeated ``num_generations``
-    times in a row (checked: ValueError otherwise). Each block of G is one question played
-    G times (``agents.collect``, group_size G, seeds ``seed + call * 1_000_003 + ...`` so
-    every call draws new episodes). ``questions`` maps a prompt to its QA item (with gold
-    answers; a prompt not in it is played as a plain question, whose EM is always 0).
+    ``role`` segment per prompt (the mapping: docs/ecosystems.md, "TRL"); every call draws
+    new episodes (seeds ``seed + call * 1_000_003 + ...``). ``questions`` maps a prompt to
+    its QA item (a prompt not in it is played as a plain question, whose EM is always 0).
     ``policy_factory(trainer, call)`` makes the policy that plays every role (default: an
-    ``agents.hf.HFPolicy`` on ``trainer.model`` and ``trainer.processing_class``, seeded by
-    the call number; on a GPU with ``use_vllm`` sample through ``trainer.vllm_generation``
-    instead to stay on-policy). ``answerer``: which Answerer's segment (``answerer_<i>``)."""
+    ``agents.hf.HFPolicy`` on ``trainer.model``, seeded by the call number).
+    ``answerer``: which Answerer's segment (``answerer_<i>``)."""
     if role not in ROLES:
         hint = (" The Searchers' per-token OPD term cannot be a TRL sample's scalar advantage: train "
                 "them with python -m algos train." if role == "searcher" else "")
