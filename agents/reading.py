@@ -396,11 +396,8 @@ def answer_kind(question: str) -> str:
 
 def read_relation(rel: str, subject: str, sentences: Sequence[str], exclude: str = "",
                   question: str = "") -> Hop | None:
-    """The answer of ``rel`` for ``subject`` in ``sentences`` (rank order), or None.
-
-    Sentences that start with the subject are read first, then sentences that mention it;
-    an answer equal to the subject or found in ``exclude`` (the question) is skipped.
-    """
+    """The answer of ``rel`` for ``subject`` in ``sentences`` (rank order), or None; an
+    answer equal to the subject or found in ``exclude`` (the question) is skipped."""
     relation = RELATIONS[rel]
 
     def ok(span: str) -> bool:

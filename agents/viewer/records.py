@@ -243,12 +243,9 @@ def _fit(value: Any, hint: Any, path: str) -> str:
     elif hint in _FAST and type(value) in _FAST[hint] or hint is bool and isinstance(value, bool) \
             or hint is type(None) and value is None:
         return ""
-    return f"{path} must be {_type_name(hint)}, got {type(value).__name__} {value!r:.60}"
-
-
-def _type_name(hint: Any) -> str:
-    return "None" if hint is type(None) else getattr(hint, "__name__", None) if typing.get_origin(hint) is None \
-        else str(hint).replace("typing.", "")
+    name = ("None" if hint is type(None) else getattr(hint, "__name__", None) if origin is None
+            else str(hint).replace("typing.", ""))
+    return f"{path} must be {name}, got {type(value).__name__} {value!r:.60}"
 
 
 def _check_record(ep: Episode, values: EpisodeValues | None, where: str) -> None:
