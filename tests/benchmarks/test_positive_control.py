@@ -57,7 +57,8 @@ def planted(tmp_path, monkeypatch):
     for path in bases.values():
         path.mkdir()
         (path / "config.json").write_text("{}")
-    monkeypatch.setattr("algos.commands.presets.prepare_model", lambda model, seed=0, **_: str(bases[seed]))
+    monkeypatch.setattr(control, "micro_base", lambda seed, **_: str(bases[seed]))  # plant's base
+    monkeypatch.setattr("algos.commands.presets.prepare_model", lambda model, seed=0, **_: str(bases[seed]))  # ablate's
 
     def build_teacher(base, *, seed, progress=True, **overrides):
         teacher = tmp_path / f"teacher{seed}"

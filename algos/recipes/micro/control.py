@@ -123,6 +123,13 @@ def build_skipping_base(seed: int, *, skip_search: float = 0.7, progress: bool =
                          **{"skip_search": skip_search, "keep_skipped": True, **overrides})
 
 
+def micro_base(seed: int, *, progress: bool = True) -> Path:
+    """The ``micro`` base of ``seed``: built the first time (minutes), cached after."""
+    from algos.recipes.micro import RECIPE
+
+    return RECIPE.prepare_model(seed=seed, progress=progress)
+
+
 def control_config(seed: int, **overrides: Any) -> Any:
     """The Stage-II config the ablation gives ``seed`` (its validation's questions, sampler
     seeds and env shape are what :func:`validate_team` uses), with ``overrides``."""
@@ -218,7 +225,6 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
     validation as step 0, the Teacher's as the last); a seed with its ``run.json`` is read
     back, not redone. Returns the checks by seed."""
     from algos.mechanism import SKIP_FILE
-    from algos.recipes.micro import RECIPE
     from algos.reproducible import environment, weight_hash
     from algos.trainer import validation_path
 
@@ -232,7 +238,7 @@ def plant(out: str | Path, seeds: Sequence[int], *, progress: bool = True, **ove
             _log(progress, f"[seed{seed}/teacher] planted before: {_summary(checks[str(seed)])}")
             continue
         started = time.perf_counter()
-        base = RECIPE.prepare_model(seed=seed, progress=progress)
+        base = micro_base(seed, progress=progress)
         teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
         check = check_teacher(seed, base, teacher, splits=("test",), progress=progress)
         records = check.pop("_records")
@@ -416,8 +422,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             with run_lock(args.out, log=lambda line: _log(True, line)):  # the ablation holds the same lock
                 plant(args.out, seeds, progress=progress, **overrides)
             return 0
-        from algos.recipes.micro import RECIPE
-
         for seed in seeds:
             if args.design == "skipping":
                 from algos.recipes.micro.build import build_searching_base
@@ -425,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 teacher = build_searching_base(seed=seed, progress=progress)
                 base = build_skipping_base(seed, skip_search=args.skip, progress=progress)
             else:
-                base = RECIPE.prepare_model(seed=seed, progress=progress)
+                base = micro_base(seed, progress=progress)
                 teacher = build_teacher(base, seed=seed, progress=progress, **overrides)
             check = check_teacher(seed, base, teacher, splits=tuple(args.splits.split(",")),
                                   progress=progress)
