@@ -48,7 +48,8 @@ def check_loaded(model: Any, info: dict[str, Any], path: str | Path) -> None:
             raise ModelFileError(f"{path}: tensor {name!r} holds non-finite values (NaN or inf); refusing to load it")
 
 
-def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``dtype`` as a torch.dtype: one already, or a name (``bfloat16``, ``bf16``, ...)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
@@ -131,7 +132,7 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = _torch_dtype(dtype)
+    resolved = torch_dtype(dtype)
     smollm2 = name_or_path.lower() in SMOLLM2_ALIASES
     if not smollm2 and Path(name_or_path).is_dir():  # a saved model (ours): loaded whole or refused
         from transformers.utils import logging as hf_logging
@@ -140,7 +141,7 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
         hf_logging.set_verbosity_error()  # its load report table: check_loaded says it in one line
         try:
             with quiet_progress():
-                model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype,
+                model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=resolved,
                                                                    output_loading_info=True)
         except Exception as err:  # noqa: BLE001 (a cut or random weight file fails in many ways)
             text = str(err).strip()
@@ -152,7 +153,7 @@ def load_causal_lm(name_or_path: str = "smollm2", *, dtype: str | torch.dtype = 
     else:
         with quiet_progress():
             model = AutoModelForCausalLM.from_pretrained(
-                _smollm2_dir() if smollm2 else name_or_path, dtype=torch_dtype)
+                _smollm2_dir() if smollm2 else name_or_path, dtype=resolved)
     tokenizer = (load_tokenizer("smollm2") if smollm2
                  else AutoTokenizer.from_pretrained(name_or_path))
     if tokenizer.pad_token_id is None:  # batched generation pads: with EOS if there is no pad

@@ -27,11 +27,9 @@ from typing import Any
 
 import torch
 
+from agents.models import torch_dtype
+
 __all__ = ["AdamW", "Precision", "adamw", "fused_adamw", "precision_for"]
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
-
 
 @dataclass(frozen=True)
 class Precision:
@@ -95,10 +93,7 @@ class Precision:
 def precision_for(device: str, dtype: str) -> Precision:
     """The :class:`Precision` of a run on ``device`` computing in ``dtype`` over float32
     parameters (float16 has no loss scaling here: prefer bfloat16)."""
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    return Precision(param_dtype=torch.float32, compute_dtype=_DTYPES[dtype],
-                     device_type=torch.device(device).type)
+    return Precision(param_dtype=torch.float32, compute_dtype=torch_dtype(dtype), device_type=torch.device(device).type)
 
 
 def fused_adamw(device: str) -> bool:
