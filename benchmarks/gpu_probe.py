@@ -20,6 +20,7 @@ import json
 import resource
 import sys
 import time
+from pathlib import Path
 
 SHAPES = {
     # Qwen/Qwen3-4B-Instruct-2507's config.json (algos.commands.plan.KNOWN_ARCHS)
@@ -30,15 +31,6 @@ SHAPES = {
                  intermediate_size=256, vocab_size=2000, tie_word_embeddings=True, max_position_embeddings=4096),
 }
 GIB = 2**30
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def predicted(shape: dict, tokens: int, device: str, fused: bool) -> dict[str, float]:
@@ -100,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     def peak() -> float:  # once the device finished what was queued
         if cuda:
             torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() if cuda else _peak_rss()) / GIB
+            return torch.cuda.max_memory_allocated() / GIB
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # kB on Linux
 
     print(f"gpu_probe: {args.shape} ({plan['params']:,} parameters), {ids.shape[0]} x {row} tokens, bfloat16 over "
           f"float32, checkpointing, AdamW {'fused' if fused else 'foreach'}, {args.device}", flush=True)
@@ -109,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        base = 0.0 if cuda else _rss() / GIB
+        base = 0.0 if cuda else int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / GIB
         with precision.compute(cache=False):
             logp = token_logprobs(model, ids, attention, targets)
         (-logp.mean()).backward()
