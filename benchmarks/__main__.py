@@ -72,17 +72,21 @@ def _records(path: Path) -> list[dict]:
 
 def _run(args: argparse.Namespace) -> int:
     from agents.sampling import sampling_of_args
+    from algos.commands.preflight import PreflightError
     from algos.commands.sft import threads_line
     from benchmarks.suite import QUICK, check_datasets, check_prompts, check_run, run_suite
 
     if args.threads < 1:
-        from algos.commands.preflight import PreflightError
-
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
     # a run that cannot work says so in one line before anything else is printed; so does a
     # bad row in any dataset file it would read, before the first episode
     datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
-    env_kwargs = _env_kwargs(args.env)
+    env_kwargs = {}
+    for pair in args.env:
+        name, sep, value = pair.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise PreflightError(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
+        env_kwargs[name] = int(value)
     if args.prompts != P.DEFAULT_PROMPTS:  # the default stays out: paper runs' env_kwargs as before
         env_kwargs["prompts"] = args.prompts
     check_prompts(args.prompts)
@@ -96,18 +100,6 @@ def _run(args: argparse.Namespace) -> int:
               seed=args.seed, env_kwargs=env_kwargs, progress=not args.no_progress,
               threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args))
     return 0
-
-
-def _env_kwargs(pairs: list[str]) -> dict[str, int]:
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not value.lstrip("-").isdigit():
-            from algos.commands.preflight import PreflightError
-
-            raise PreflightError(f"--env {pair!r}: expected NAME=INTEGER, e.g. max_turn_tokens=96")
-        out[name] = int(value)
-    return out
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -185,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(argv: list[str] | None) -> int:
     import benchmarks.policies  # noqa: F401  (the ckpt: kind, for --policy's help)
     from agents.registry import policy_usage
+    from agents.sampling import add_sampling_arguments
+    from benchmarks.table2.cli import add_arguments
     from envs.__main__ import add_version
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
@@ -214,8 +208,6 @@ def _dispatch(argv: list[str] | None) -> int:
                    help="torch/faiss intra-op threads (default 1: the same numbers on any machine, and the "
                         "faster choice on a busy one; summary.json records it)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    from agents.sampling import add_sampling_arguments
-
     add_sampling_arguments(r)
     r.add_argument("--no-episodes", action="store_true",
                    help="do not keep the episodes (episodes.jsonl, for python -m agents view; ~2,800 in a full run)")
@@ -232,8 +224,6 @@ def _dispatch(argv: list[str] | None) -> int:
     v.add_argument("logdirs", nargs="+", help="learner run folders (each with metrics.jsonl)")
     v.add_argument("--out", default=None,
                    help="the PNG to write (default: curves.png beside the runs, e.g. runs/micro/curves.png)")
-    from benchmarks.table2.cli import add_arguments
-
     a = sub.add_parser("ablate", help="Table 2: every Searcher signal, several seeds (trains), then table2.md",
                        description="Table 2 in miniature. Per seed: a Stage-I Teacher, then Stage II from the "
                        "same base once per Searcher signal (opd, outcome, none, base Teacher, critic); then "
