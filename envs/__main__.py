@@ -38,11 +38,6 @@ def add_version(parser: argparse.ArgumentParser) -> None:
                         help="print the installed mopd version and exit")
 
 
-def _prog() -> str:
-    """How the user called us: ``mopd`` (the console script) or ``python -m envs``."""
-    return "mopd" if Path(sys.argv[0]).stem == "mopd" else "python -m envs"
-
-
 def _step(args: argparse.Namespace) -> int:
     """Play every agent of one episode at the terminal. Returns 0 at the episode's end or
     on ``:quit``, 1 when the input ends first. Everything shown goes through
@@ -127,7 +122,7 @@ def main(argv: list[str] | None = None, packages: Sequence[str] = ()) -> int:
         from envs.data.cli import main as data_main
 
         return data_main(argv[1:])
-    prog = _prog()
+    prog = "mopd" if Path(sys.argv[0]).stem == "mopd" else "python -m envs"  # the console script?
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("python -m envs", prog),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_version(parser)

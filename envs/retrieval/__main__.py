@@ -137,11 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "search" and args.topk < 1:  # before the corpus is loaded and encoded
         print(f"{parser.prog}: error: --topk {args.topk}: must be >= 1", file=sys.stderr)
         return 2
-    if args.index_file is not None and args.index not in ("auto", "flat"):
-        parser.error("--index builds an index and --index-file reads one: give one of them")
     try:
         retriever = _build(args)
-    except (ValueError, OSError) as e:  # a bad corpus, index file or encoder: one line
+    except (ValueError, OSError) as e:  # a bad corpus, index (file) or encoder: one line
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
     if args.command == "search":

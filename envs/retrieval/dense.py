@@ -15,6 +15,7 @@ docs/performance.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -170,10 +171,7 @@ def corpus_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the ids and contents, in order."""
     h = hashlib.sha256()
     for p in passages:
-        h.update(p.id.encode())
-        h.update(b"\0")
-        h.update(p.contents.encode())
-        h.update(b"\0")
+        h.update(p.id.encode() + b"\0" + p.contents.encode() + b"\0")
     return h.hexdigest()
 
 
@@ -344,11 +342,6 @@ class DenseRetriever:
                      lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
         return emb, False
 
-    def _index_file(self) -> Path:
-        if self.index_kind == "hnsw":
-            return self.cache_path / f"hnsw-m{HNSW_M}-efc{HNSW_EF_CONSTRUCTION}.faiss"
-        return self.cache_path / f"ivf-nlist{self._ivf_lists()}.faiss"
-
     def _read_index_file(self, path: Path, mmap: bool) -> faiss.Index:
         """Read a prebuilt index and check it against the corpus and the encoder."""
         if not path.is_file():
@@ -386,7 +379,9 @@ class DenseRetriever:
             index = faiss.IndexFlatIP(dim)
             index.add(np.ascontiguousarray(self._embeddings))
             return index, True  # nothing to build: the embeddings are the index
-        path = self._index_file()
+        name = (f"hnsw-m{HNSW_M}-efc{HNSW_EF_CONSTRUCTION}" if self.index_kind == "hnsw"
+                else f"ivf-nlist{self._ivf_lists()}")
+        path = self.cache_path / f"{name}.faiss"
         if path.is_file():
             index = faiss.read_index(str(path))
             if index.ntotal == len(self.passages) and index.d == dim:
@@ -426,9 +421,6 @@ class DenseRetriever:
         else:
             params = faiss.SearchParametersIVF(nprobe=min(self.nprobe, self._index.nlist))
             scores, ids = self._index.search(q, k, params=params)
-        return [[self._hit(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+        return [[dataclasses.replace(self.passages[int(i)], score=float(s), row=int(i))
+                 for s, i in zip(row_s, row_i, strict=True) if i >= 0]
                 for row_s, row_i in zip(scores, ids, strict=True)]
-
-    def _hit(self, i: int, score: float) -> Passage:
-        p = self.passages[i]
-        return Passage(p.id, p.title, p.text, score, row=i)

@@ -65,7 +65,9 @@ class RemoteRetriever:
         try:
             result = answer["result"]
             if not isinstance(result, list) or len(result) != n_queries:
-                raise ValueError(f"{_count(result)} result lists for {n_queries} queries")
+                got = (len(result) if isinstance(result, list)
+                       else f"not a list but {short_repr(result)}:")
+                raise ValueError(f"{got} result lists for {n_queries} queries")
             for hits in result:
                 if not isinstance(hits, list):
                     raise ValueError(f"a result must be a list of hits, got {short_repr(hits)}")
@@ -99,7 +101,3 @@ def _passage(hit: Any) -> Passage:
     if "contents" not in row and "text" not in row:
         raise ValueError(f"a document needs 'contents' or 'text', got keys {sorted(row)}")
     return Passage.from_row({**row, "id": str(pid)}, score=float(score))
-
-
-def _count(result: Any) -> str:
-    return str(len(result)) if isinstance(result, list) else f"not a list but {short_repr(result)}:"

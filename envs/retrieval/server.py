@@ -106,7 +106,10 @@ class CorpusDocuments:
             docs._rows = []
             for lineno, line in iter_lines(path):  # a truncated .gz: ValueError naming file and line
                 if line.strip():
-                    row = _row(line, path, lineno)
+                    try:
+                        row = json.loads(line)
+                    except (ValueError, RecursionError) as e:
+                        raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
                     docs._add(row, len(docs._rows), f"{path}:{lineno}")
                     docs._rows.append(row)
             return docs
@@ -149,13 +152,6 @@ class CorpusDocuments:
             return None
         stored = self._rows[n] if self._rows is not None else self._corpus.row(n)
         return {key: stored.get(key) for key in self.columns}
-
-
-def _row(line: bytes, path: Path, lineno: int) -> Any:
-    try:
-        return json.loads(line)
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{path}:{lineno}: malformed corpus line: {e}") from None
 
 
 def _render(content: Any) -> bytes:
@@ -295,8 +291,6 @@ class RetrievalServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/retrieve"
 
-    # -- lifecycle ----------------------------------------------------------------------------
-
     def start(self) -> int:
         """Bind, serve and batch in background threads; return the bound port."""
         if self._uvicorn is not None:
@@ -362,8 +356,6 @@ class RetrievalServer:
         with self._stats_lock:
             for key, n in increments.items():
                 self.stats[key] += n
-
-    # -- the app ------------------------------------------------------------------------------
 
     def _make_app(self) -> FastAPI:
         @contextlib.asynccontextmanager
@@ -503,8 +495,6 @@ class RetrievalServer:
         self._arrived.set()
         if self._fair.queued >= self.max_batch:
             self._full.set()
-
-    # -- the batcher --------------------------------------------------------------------------
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
