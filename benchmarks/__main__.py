@@ -74,12 +74,10 @@ def _run(args: argparse.Namespace) -> int:
     from agents.sampling import sampling_of_args
     from algos.commands.preflight import PreflightError
     from algos.commands.sft import threads_line
-    from benchmarks.suite import QUICK, check_datasets, check_prompts, check_run, run_suite
+    from benchmarks.suite import QUICK, run_suite
 
     if args.threads < 1:
         raise PreflightError(f"--threads {args.threads}: must be >= 1")
-    # a run that cannot work says so in one line before anything else is printed; so does a
-    # bad row in any dataset file it would read, before the first episode
     datasets = DATASETS if args.datasets == "all" else tuple(args.datasets.split(","))
     env_kwargs = {}
     for pair in args.env:
@@ -89,16 +87,13 @@ def _run(args: argparse.Namespace) -> int:
         env_kwargs[name] = int(value)
     if args.prompts != P.DEFAULT_PROMPTS:  # the default stays out: paper runs' env_kwargs as before
         env_kwargs["prompts"] = args.prompts
-    check_prompts(args.prompts)
-    check_run(args.policy, data=args.data, corpus=args.corpus, retriever_url=args.retriever_url)
-    check_datasets(args.data, datasets, args.split)
-    print(threads_line("python -m benchmarks run", args.threads), file=sys.stderr, flush=True)
     limit = (args.limit or QUICK["limit"]) if args.quick else args.limit
     runs = args.runs or (QUICK["runs"] if args.quick else 4)
     run_suite(args.policy, out_dir=args.out, workflow=args.workflow, data=args.data, datasets=datasets,
               split=args.split, runs=runs, limit=limit, corpus=args.corpus, retriever_url=args.retriever_url,
               seed=args.seed, env_kwargs=env_kwargs, progress=not args.no_progress,
-              threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args))
+              threads=args.threads, keep_episodes=not args.no_episodes, sampling=sampling_of_args(args),
+              checked_line=threads_line("python -m benchmarks run", args.threads))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,17 +109,21 @@ def run_suite(policy: str, *, out_dir: str | Path, workflow: str = "hierarchical
               corpus: str | None = None, retriever_url: str | None = None, seed: int = 0,
               env_kwargs: dict[str, Any] | None = None, progress: bool = True, log=print,
               threads: int | None = None, keep_episodes: bool = True,
-              sampling: Sampling | None = None) -> dict[str, Any]:
+              sampling: Sampling | None = None, checked_line: str | None = None) -> dict[str, Any]:
     """Play ``policy`` over ``datasets``, ``runs`` times per question, and write the result
     files into ``out_dir`` (docs/benchmarks.md, "The synthetic suite"), created only when there
-    are results. A run that cannot work raises ``PreflightError`` first (:func:`check_run`).
-    ``threads``: intra-op threads meanwhile (None: 1). ``sampling``: for the LM policies whose
-    spec sets none; ``summary.json``'s ``meta`` records both."""
+    are results. A run that cannot work raises ``PreflightError`` first, before anything is
+    printed (:func:`check_prompts`, :func:`check_run`, a bad row anywhere: :func:`check_datasets`);
+    ``checked_line`` then goes to stderr (the command's threads line). ``threads``: intra-op
+    threads meanwhile (None: 1). ``sampling``: for the LM policies whose spec sets none;
+    ``summary.json``'s ``meta`` records both."""
     from algos.reproducible import run_threads
 
-    check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
     check_prompts((env_kwargs or {}).get("prompts", P.DEFAULT_PROMPTS))
+    check_run(policy, data=data, corpus=corpus, retriever_url=retriever_url)
     check_datasets(data, datasets, split)
+    if checked_line:
+        print(checked_line, file=sys.stderr, flush=True)
     with run_threads(threads) as n:
         return _run_suite(policy, out_dir, workflow, data, datasets, split, runs, limit, corpus, retriever_url,
                           seed, env_kwargs, progress, log, n, keep_episodes, sampling)
