@@ -58,7 +58,6 @@ FORMAT_REMINDERS: dict[str, str] = {
 }
 
 
-# --------------------------------------------------------------------------- the env's words
 # Every string the env writes into a context (or its render log) is one of these templates,
 # filled by name. Policies never parse them back: the structure they need is in
 # ``infos[agent]`` (see ``envs.team.TurnMachine.view``).
@@ -97,8 +96,6 @@ LOG_REWARD_ITEM = "{agent}={reward:.3f}"
 LOG_ROLE_OUTCOME = "Candidates: {candidates}  final: {final!r}  gold: {gold}  reward: {reward:.3f}"
 """Lines of ``render()``'s log (for people, never in a context)."""
 
-
-# --------------------------------------------------------------------------- prompt sets
 
 SHORT_SYSTEM_PROMPTS: dict[str, str] = {
     LEADER: ("Send up to {max_searchers} searches as <subtask>...</subtask>, then pick reports "
@@ -163,8 +160,6 @@ def role_of(agent: str) -> str:
     """The role of a PettingZoo agent name: the part before the last ``_``."""
     return agent.rsplit("_", 1)[0]
 
-
-# --------------------------------------------------------------------------- parsing
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _TAG_RES = {tag: re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL) for tag in TAGS}
@@ -252,8 +247,6 @@ def parse_answerer(text: str) -> ParsedTurn:
     return ParsedTurn("answer", text=match.group(1).strip())
 
 
-# --------------------------------------------------------------------------- writing
-
 def write(tag: str, text: object) -> str:
     """An action with one tag: ``write("search", "X director") == "<search>X director</search>"``
     (scripted policies and the Leader view write their turns with these)."""
@@ -277,8 +270,6 @@ def render_rewards(rewards: dict[str, float]) -> str:
     return LOG_REWARDS.format(rewards=", ".join(LOG_REWARD_ITEM.format(agent=a, reward=r)
                                                 for a, r in rewards.items()))
 
-
-# --------------------------------------------------------------------------- rendering
 
 def render_passages(passages: Sequence[Any], turns_left: int | None = None) -> str:
     """Search-R1's observation: ``<information>Doc 1(Title: T) text ...</information>``,

@@ -17,8 +17,9 @@ from envs.data.synthwiki import SPLITS, build_world, write_flashrag
 from envs.terminal import safe_print, terminal_safe
 
 
-def build_parser(prog: str = "python -m envs data") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status (2 when the data cannot be read)."""
+    parser = argparse.ArgumentParser(prog="python -m envs data", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     synth = commands.add_parser("synth", help="write the synthetic world in the FlashRAG layout "
@@ -35,12 +36,7 @@ def build_parser(prog: str = "python -m envs data") -> argparse.ArgumentParser:
     show.add_argument("--root", default=None,
                       help="FlashRAG-layout directory, or 'synthetic' (default: the hub)")
     show.add_argument("--limit", type=int, default=5, help="rows to print (default 5)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit status (2 when the data cannot be read)."""
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
         if args.command == "synth":
             return _synth(args)

@@ -109,13 +109,6 @@ class JsonlCorpus(Sequence[Passage]):
         return f"{self.path}:{lines}"
 
 
-def _offsets_locations(path: Path, cache_dir: str | os.PathLike | None) -> list[Path]:
-    beside = path.with_name(path.name + OFFSETS_SUFFIX)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
-    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
-    return [beside, root / "offsets" / f"{key}{OFFSETS_SUFFIX}"]
-
-
 def _load_or_build_offsets(path: Path, st: os.stat_result,
                            cache_dir: str | os.PathLike | None) -> tuple[Path, np.ndarray]:
     """The (N, 2) int64 table of each row's [start, end) byte span, memory-mapped.
@@ -124,7 +117,9 @@ def _load_or_build_offsets(path: Path, st: os.stat_result,
     so a changed corpus is noticed without reading it.
     """
     stamp = (st.st_size, st.st_mtime_ns)
-    locations = _offsets_locations(path, cache_dir)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    locations = [path.with_name(path.name + OFFSETS_SUFFIX), root / "offsets" / f"{key}{OFFSETS_SUFFIX}"]
     for where in locations:
         table = _read_offsets(where, stamp)
         if table is not None:

@@ -262,7 +262,14 @@ class DenseRetriever:
             self._index = self._read_index_file(Path(index_file), mmap_index)
             self.loaded_from_cache = True  # nothing was encoded
             return
-        self.index_kind = self._effective_kind(index)
+        if index == "auto":
+            index = "hnsw" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
+        if index == "ivf" and self._ivf_lists() < IVF_MIN_LISTS:
+            warnings.warn(f"{len(self.passages)} passages are too few to train an IVF index "
+                          f"(need {IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST}); using a flat index",
+                          stacklevel=2)
+            index = "flat"
+        self.index_kind = index
         self._embeddings, emb_cached = self._load_or_encode_passages()
         self._index, index_cached = self._load_or_build_index()
         self.loaded_from_cache = emb_cached and index_cached
@@ -306,16 +313,6 @@ class DenseRetriever:
                                normalize_embeddings=True, convert_to_numpy=True,
                                show_progress_bar=bar)
         return np.ascontiguousarray(emb, dtype=np.float32)  # (len(texts), dim)
-
-    def _effective_kind(self, kind: str) -> str:
-        if kind == "auto":
-            kind = "hnsw" if len(self.passages) >= AUTO_APPROXIMATE_FROM else "flat"
-        if kind == "ivf" and self._ivf_lists() < IVF_MIN_LISTS:
-            warnings.warn(f"{len(self.passages)} passages are too few to train an IVF index "
-                          f"(need {IVF_MIN_LISTS * IVF_MIN_POINTS_PER_LIST}); using a flat index",
-                          stacklevel=3)
-            return "flat"
-        return kind
 
     def _ivf_lists(self) -> int:
         n = len(self.passages)

@@ -187,7 +187,6 @@ def _aliases(world: SynthWiki, names: list[str], supporting: list[str]) -> list[
     return [names[0]] + [n for n in names[1:] if n and any(n in t for t in texts)]
 
 
-# ----------------------------------------------------------------------------- tables
 # A case is (draw, ask) or (draw, ask, ask): a coin decides between two asks, the first
 # on heads. A table's cases are equally likely; a case listed twice is twice as likely.
 
