@@ -151,7 +151,7 @@ class LeaderMacro:
         filled = [words for _, _, text in reports
                   if text.strip().lower() not in _EMPTY_REPORTS and (words := content_words(text))]
         support = [_share(content_words(task), content_words(text)) for _, task, text in last]
-        agreement = [_jaccard(a, b) for a, b in combinations(filled, 2)]
+        agreement = [len(a & b) / len(a | b) for a, b in combinations(filled, 2)]  # never empty
         question = content_words(state.question)
         seen = set().union(*filled) if filled else set()
         values = [
@@ -187,10 +187,6 @@ class LeaderMacro:
 
 def _share(wanted: set[str], found: set[str]) -> float:
     return len(wanted & found) / len(wanted) if wanted else 0.0
-
-
-def _jaccard(a: set[str], b: set[str]) -> float:
-    return len(a & b) / len(a | b) if a | b else 0.0
 
 
 def turn_text(action: Any, decode: Callable[[Sequence[int]], str]) -> str:

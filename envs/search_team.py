@@ -421,8 +421,7 @@ class raw_env(AECEnv):
     def begin_turn(self, agent: str, action: Any) -> TurnResult:
         """Cut, record and parse ``agent``'s turn; a search is left pending for
         :meth:`end_search`. Raises ValueError if ``agent`` does not await a turn."""
-        self._require_reset()
-        ids, lps, note = self.prepare_turn(agent, action)
+        ids, lps, note = self.prepare_turn(agent, action)  # RuntimeError before a reset
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         result = self.core.play(agent, ids, lps, text=text)
         result.note = note

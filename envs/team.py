@@ -202,15 +202,13 @@ class TurnMachine:
         """Each live agent's context as chat messages ``(role, content)``, recorded beside its
         token ids as they are appended (``envs.observation.Observation.messages``)."""
         self._prompts = system_prompts(config)
+        text = self.question.question
         if config.workflow == "hierarchical":
-            self._start("leader_0", -1, self.question.question,
-                        P.LEADER_USER.format(question=self.question.question))
-            self.awaiting = ["leader_0"]
+            self._start("leader_0", -1, text, P.LEADER_USER.format(question=text))
         else:
             self.phase = "search"
-            self._start("searcher_0", 0, self.question.question,
-                        P.SEARCHER_USER.format(task=self.question.question))
-            self.awaiting = ["searcher_0"]
+            self._start("searcher_0", 0, text, P.SEARCHER_USER.format(task=text))
+        self.awaiting = list(self.live)  # the one agent just started
 
     @property
     def done(self) -> bool:

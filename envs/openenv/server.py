@@ -67,9 +67,8 @@ class SearchTeamEnvironment(Environment[SearchTeamAction, SearchTeamObservation,
         self.workflow = self.env_kwargs.pop("workflow", "hierarchical")
         shared = self.env_kwargs.pop("tokenizer", None) or default_tokenizer()
         self.identity = tokenizer_identity(shared)
-        # A session's own copy: one transformers tokenizer encoding in several threads at
-        # once returned wrong ids (measured: 5 of 1,200 encodes in 4 threads differed;
-        # sessions run in their own threads). Copying takes about 0.1 s.
+        # A session's own copy: a tokenizer shared by session threads returned wrong ids
+        # (docs/ecosystems.md, "Pitfalls, measured").
         self.env_kwargs["tokenizer"] = copy.deepcopy(shared)
         self._envs: dict[str, Any] = {}
         self.env = self._env_for(self.workflow)
@@ -426,15 +425,11 @@ class _Server(HTTPEnvServer):
 
 def make_app(env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 8,
              idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S) -> Any:
-    """The FastAPI app serving SearchTeam: OpenEnv's routes (``/ws`` sessions, ``/reset``,
-    ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``, ``/mcp``), at most
-    ``max_sessions`` WebSocket sessions at once (one more is refused with
-    ``CAPACITY_REACHED``); a session silent for ``idle_timeout_s`` seconds is dropped
-    (None: never). Plain HTTP routes share one env (see the module docstring).
-
-    That env is built here, before any session: its tokenizer and retriever are handed to
-    every session, since sessions are built in worker threads, where transformers' lazy
-    imports race (docs/ecosystems.md, "Pitfalls")."""
+    """The FastAPI app serving SearchTeam on OpenEnv's routes: at most ``max_sessions``
+    WebSocket sessions at once (one more is refused with ``CAPACITY_REACHED``); a session
+    silent for ``idle_timeout_s`` seconds is dropped (None: never). The plain HTTP routes'
+    env is built here, before any session, and hands its tokenizer and retriever to every
+    session (docs/ecosystems.md, "Pitfalls, measured": lazy imports race in threads)."""
     import os
 
     from fastapi import FastAPI

@@ -220,15 +220,11 @@ class RetrievalServer:
     """Serve ``retriever`` (called from one worker thread only) over HTTP on ``host:port``
     (port 0 picks a free one).
 
-    The limits are ``serve``'s flags (docs/retrieval_server.md: each one's status code, and
-    why ``max_batch`` is 4 on a CPU encoder and 64 on a GPU): ``max_batch`` queries per
-    ``retriever.search`` call, ``batch_wait_s`` for more to join a batch, ``default_topk``
-    (Search-R1's ``--topk``) for a ``topk`` left out, null or 0, ``max_topk``,
-    ``max_queries`` in one request, ``max_waiting_queries`` all requests together (503 with
-    ``Retry-After: 1`` above), ``max_body_bytes``, ``max_query_chars``, ``keep_alive_s``
-    before a silent connection is closed, ``request_timeout_s`` before a 503. ``documents``:
-    the stored rows to answer with (a ``CorpusDocuments`` or rows); None = read them from
-    ``retriever.corpus_source`` when that is a file, else ``{"id", "contents"}`` of the Passages.
+    The limits are ``serve``'s flags of the same names (docs/retrieval_server.md, "Limits":
+    each one's meaning, default and status code); ``default_topk`` (Search-R1's ``--topk``)
+    answers a ``topk`` left out, null or 0. ``documents``: the stored rows to answer with (a
+    ``CorpusDocuments`` or rows); None = read them from ``retriever.corpus_source`` when
+    that is a file, else ``{"id", "contents"}`` of the Passages.
 
     >>> server = RetrievalServer(retriever, port=0); port = server.start()  # doctest: +SKIP
     >>> server.stop()  # doctest: +SKIP
