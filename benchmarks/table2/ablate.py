@@ -280,6 +280,10 @@ def _built_base(model: str, seed: int, progress: bool = False) -> str | None:
         return None
 
 
+class BaseChangedError(ValueError):
+    """A seed's runs would continue from other base weights than its finished runs trained from."""
+
+
 def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) -> None:
     """Refuse to add runs from another base than the finished runs of their seed trained from:
     the variants would not share a start. Other weights show as another path (a recipe's base
@@ -296,7 +300,7 @@ def _check_same_base(finished: list[Run], prepared: dict[tuple[str, int], str]) 
             continue
         if before == now and (recorded is None or current is None):  # nothing to compare: the same entry
             continue
-        raise ValueError(f"{run.name} was trained from the base {before} (weights {recorded}), but "
+        raise BaseChangedError(f"{run.name} was trained from the base {before} (weights {recorded}), but "
                          f"{run.config.model!r} is now {now} (weights {current}): the runs of seed {run.seed} "
                          f"would not share a base. Train them on the machine and versions {run.name} ran on, "
                          f"remove {run.out_dir.parent} to train the whole seed again, or give another --out")

@@ -13,9 +13,9 @@ from benchmarks.table2.runs import VARIANTS
 def ablate_command(args: Any) -> int:
     """``python -m benchmarks ablate``: run (or finish) the ablation, then write its table."""
     from algos.commands.preflight import PreflightError
-    from algos.engine.runlock import RunLockedError
     from algos.config import parse_overrides
-    from benchmarks.table2.ablate import run_ablation
+    from algos.engine.runlock import RunLockedError
+    from benchmarks.table2.ablate import BaseChangedError, run_ablation
     from benchmarks.table2.runs import check_ablation
 
     try:  # settings refused before anything loads, builds or trains: one line
@@ -29,7 +29,7 @@ def ablate_command(args: Any) -> int:
     try:
         run_ablation(args.preset, args.out, seeds, variants, overrides, base_seeds=args.base_seeds,
                      threads=args.threads, jobs=args.jobs, progress=not args.no_progress)
-    except RunLockedError as err:  # nothing was trained or written
+    except (RunLockedError, BaseChangedError) as err:  # refused before anything trained
         raise SystemExit(f"python -m benchmarks ablate: error: {err}") from None
     return table_command(args)
 

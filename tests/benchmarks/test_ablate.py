@@ -526,6 +526,7 @@ def test_a_seed_is_not_continued_on_a_base_rebuilt_to_other_weights(tmp_path, mo
     from safetensors.torch import save_file
 
     from algos.reproducible import weight_hash
+    from benchmarks.__main__ import main as benchmarks_main
 
     monkeypatch.setattr("algos.presets.prepare_model", _fake_bases(tmp_path, []))
     run_ablation("micro", tmp_path / "runs", [0], ["base"], {"steps": 2}, progress=False, log=lambda _: None,
@@ -537,6 +538,10 @@ def test_a_seed_is_not_continued_on_a_base_rebuilt_to_other_weights(tmp_path, mo
                                          f"but 'micro' is now .*micro-0 \\(weights {weight_hash(weights.parent)}\\)"):
         run_ablation("micro", tmp_path / "runs", [0], ["base", "opd"], {"steps": 2}, progress=False,
                      log=lambda _: None, train=fake_train)
+    assert not (tmp_path / "runs" / "seed0" / "opd").exists()
+    with pytest.raises(SystemExit, match="^python -m benchmarks ablate: error: seed0/base was trained from the base"):
+        benchmarks_main(["ablate", "--preset", "micro", "--variants", "base,opd", "--seeds", "1", "--steps", "2",
+                         "--threads", "1", "--out", str(tmp_path / "runs"), "--no-progress"])  # one line
     assert not (tmp_path / "runs" / "seed0" / "opd").exists()
     plan = run_ablation("micro", tmp_path / "runs", [0, 1], ["base"], {"steps": 2}, progress=False,
                         log=lambda _: None, train=fake_train)
