@@ -171,10 +171,8 @@ MAX_MARKER_CHARS = 64
 
 
 def check_marker(marker: str, where: str = "marker") -> str:
-    """``marker`` when it can be a marker: 2 to :data:`MAX_MARKER_CHARS` printable characters
-    without whitespace, not all letters and digits (a word is text, not markup), and not a
-    protocol tag (``<answer>``...: breaking those would hide the agents' own turns); else a
-    one-line ``ValueError`` naming ``where``."""
+    """``marker`` when it can be a marker (else a one-line ``ValueError`` naming ``where`` and
+    why); a protocol tag cannot be: breaking ``<answer>`` would hide the agents' own turns."""
     from envs.protocol import TAGS
 
     if not isinstance(marker, str) or not 2 <= len(marker) <= MAX_MARKER_CHARS:

@@ -44,12 +44,9 @@ def contained(root: str | os.PathLike[str], name: Any, *, source: str | os.PathL
     checkpoint pointer, a shard or record file name), once it is sure to stay under ``root``:
     the one check every such join goes through before anything is opened or written.
 
-    Refused, with a one-line ValueError naming ``source`` (the file the name came from) and
-    the name, quoted: a name that is not a non-empty string; one holding NUL; an absolute
-    one; one with a ``..`` part; one naming ``root`` itself; and one that resolves outside
-    ``root`` (a symbolic link on the way, or at the end, that leads out). Links that stay
-    inside are followed. Returns the join as given (not resolved), so messages keep the
-    paths the user typed.
+    Refused (the checks below) with a one-line ValueError naming ``source`` (the file the name
+    came from), the name and why; links that stay inside are followed. Returns the join as
+    given (not resolved), so messages keep the paths the user typed.
 
     >>> contained("runs/x", "seed0/opd")
     PosixPath('runs/x/seed0/opd')

@@ -108,6 +108,7 @@ from envs.chat import ChatFormat, TurnEnder, chat_format
 from envs.episode import Episode
 from envs.observation import Observation
 from envs.team import TeamConfig, TurnMachine, TurnResult, check_room
+from envs.terminal import safe_print
 from envs.turns import PreparedTurn, apply_turns
 
 STEP_MODES = ("turn", "token")
@@ -215,7 +216,6 @@ class raw_env(AECEnv):
         self.search_retries, self.search_backoff = search_retries, float(search_backoff)
 
         self.possible_agents = self.config.agents
-        self._spaces: tuple[dict[str, Any], dict[str, Any]] | None = None  # built when first asked for
         self._eos_only = np.zeros(self.vocab_size, dtype=np.int8)
         self._eos_only[self.eos_id] = 1
         self.core: TurnMachine | None = None
@@ -223,20 +223,19 @@ class raw_env(AECEnv):
 
     @property
     def observation_spaces(self) -> dict[str, gymnasium.spaces.Space]:
-        return self._make_spaces()[0]
+        return self._spaces[0]
 
     @property
     def action_spaces(self) -> dict[str, gymnasium.spaces.Space]:
-        return self._make_spaces()[1]
+        return self._spaces[1]
 
-    def _make_spaces(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    @functools.cached_property
+    def _spaces(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Each agent's spaces, built on first use: gymnasium's constructors are 60% of
         making an env, and rollouts (which make many copies) never ask for them."""
-        if self._spaces is None:
-            L, V = self.config.max_context_tokens, self.vocab_size
-            spaces = [agent_spaces(L, V, self.step_mode) for _ in self.possible_agents]
-            self._spaces = tuple(dict(zip(self.possible_agents, s)) for s in zip(*spaces))
-        return self._spaces
+        L, V = self.config.max_context_tokens, self.vocab_size
+        spaces = [agent_spaces(L, V, self.step_mode) for _ in self.possible_agents]
+        return tuple(dict(zip(self.possible_agents, s)) for s in zip(*spaces))
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.observation_spaces[agent]
@@ -331,8 +330,7 @@ class raw_env(AECEnv):
 
     def play_turns(self, turns: Sequence[tuple[str, Any]]) -> list[TurnResult]:
         """Apply whole turns ``(agent, action)`` of awaiting agents, then answer their
-        searches in one retriever call: :func:`envs.turns.apply_turns` on this env alone
-        (a bad turn is a ValueError naming it, and the env is left as it was)."""
+        searches in one retriever call: :func:`envs.turns.apply_turns` on this env alone."""
         return apply_turns([(self, agent, action) for agent, action in turns])
 
     def turn_refusal(self, agent: str, action: Any, *, any_action: bool = False) -> str:
@@ -491,8 +489,6 @@ class raw_env(AECEnv):
         self._rendered = len(self._log)
         text = P.clean_text("\n".join(lines)) if lines else f"(phase {self.core.phase}, awaiting {self.core.awaiting})"
         if self.render_mode == "human":  # passages may hold escape sequences: shown, not obeyed
-            from envs.terminal import safe_print
-
             safe_print(text)
             return None
         return text

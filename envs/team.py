@@ -92,10 +92,9 @@ class TeamConfig:
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 raise TypeError(f"SearchTeam got an unexpected keyword argument {name!r}; {hint}"
                                 f"the team's settings are {', '.join(known)}")
-        if isinstance(kwargs.get("rewards"), dict):
-            kwargs["rewards"] = RewardConfig(**kwargs["rewards"])
-        elif "rewards" in kwargs and kwargs["rewards"] is None:
-            del kwargs["rewards"]
+        rewards = kwargs.pop("rewards", None)
+        if rewards is not None:
+            kwargs["rewards"] = RewardConfig(**rewards) if isinstance(rewards, dict) else rewards
         return cls(**kwargs)
 
     @property

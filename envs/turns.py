@@ -22,12 +22,9 @@ class PreparedTurn(NamedTuple):
 def apply_turns(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> list[Any]:
     """Apply whole turns ``(env, agent, action)`` in order, answer every search they asked
     for with one :func:`search` per retriever, then settle each env; returns the turns'
-    ``envs.team.TurnResult``.
-
-    The batch is checked whole first (:func:`check_batch`): a turn of an env not reset, of
-    an agent not awaiting (or twice), or an action of no accepted form (unless
-    ``any_action``, the AEC ``step()``'s way: an invalid empty turn) raises ValueError
-    naming it before any turn is applied, so every env is left as it was.
+    ``envs.team.TurnResult``. The batch is checked whole first (:func:`check_batch`, where
+    ``any_action`` plays an action of no accepted form as an invalid empty turn, the AEC
+    ``step()``'s way), so a refused batch leaves every env as it was.
     """
     check_batch(turns, any_action=any_action)
     results, searches, last_agent = [], {}, {}
@@ -51,7 +48,8 @@ def apply_turns(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = Fal
 
 def check_batch(turns: Sequence[tuple[Any, str, Any]], *, any_action: bool = False) -> None:
     """Raise ValueError naming the first turn of ``turns`` that :func:`apply_turns` must
-    refuse (``turn 2 of 3 (searcher_1, env 0)``); change nothing."""
+    refuse (``turn 2 of 3 (searcher_1, env 0)``): of an env not reset, of an agent not
+    awaiting (or twice), or an action of no accepted form; change nothing."""
     numbers: dict[int, int] = {}  # id(raw env) -> its number in the batch, in order of appearance
     for env, _, _ in turns:
         numbers.setdefault(id(env.unwrapped), len(numbers))

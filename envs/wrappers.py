@@ -37,6 +37,7 @@ import numpy as np
 
 from envs import protocol as P
 from envs.search_team import agent_spaces
+from envs.terminal import safe_print
 
 MAX_REDRAWS = 32
 """Questions ``reset`` tries before it gives up finding a turn for the controlled role."""
@@ -150,8 +151,6 @@ class SingleRoleEnv(gymnasium.Env):
         else:
             text = f"[{self.agent}]\n{self.context_text()}"
         if self.render_mode == "human":  # passages may hold escape sequences: shown, not obeyed
-            from envs.terminal import safe_print
-
             safe_print(text)
             return None
         return text

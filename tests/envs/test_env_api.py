@@ -51,7 +51,7 @@ def test_env_copies_share_the_chat_frames_and_each_builds_its_own_spaces_on_dema
 
     a, b = (search_team_v0.raw_env(max_turn_tokens=24, max_context_tokens=1024) for _ in range(2))
     assert a.chat is b.chat
-    assert a._spaces is None  # not built by the constructor
+    assert "_spaces" not in vars(a)  # not built by the constructor (a cached property)
     space = a.action_space("searcher_0")
     assert isinstance(space, gymnasium.spaces.Sequence) and space.feature_space.n == a.vocab_size
     assert a.action_space("searcher_0") is space  # built once
