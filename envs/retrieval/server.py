@@ -268,7 +268,16 @@ class RetrievalServer:
         # Every setting is an attribute of its own name (self.max_batch, self.keep_alive_s, ...).
         vars(self).update(limits, default_topk=default_topk, **times)
         self.retriever, self.host, self.port = retriever, host, port
-        self.documents = _documents_for(retriever, documents)
+        if documents is None:
+            passages = getattr(retriever, "passages", None)
+            source = getattr(retriever, "corpus_source", None)
+            if isinstance(passages, JsonlCorpus):  # a lazy retriever: share its reader
+                documents = CorpusDocuments.by_row(passages)
+            elif isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+                documents = CorpusDocuments.from_file(source)
+        elif not isinstance(documents, CorpusDocuments):
+            documents = CorpusDocuments.from_rows(documents)
+        self.documents = documents
         self.stats = {"requests": 0, "queries": 0, "batches": 0, "rejected": 0, "dropped": 0}
         self._stats_lock = threading.Lock()
         self._uvicorn: uvicorn.Server | None = None
@@ -586,21 +595,6 @@ class RetrievalServer:
         doc = None if self.documents is None else self.documents.document(p.id, p.row)
         # Without the stored rows: the Passage's fields (wiki-18's title quotes are lost here).
         return doc if doc is not None else {"id": p.id, "contents": p.contents}
-
-
-def _documents_for(retriever: Retriever, documents: CorpusDocuments | Iterable[Mapping[str, Any]]
-                   | None) -> CorpusDocuments | None:
-    if isinstance(documents, CorpusDocuments):
-        return documents
-    if documents is not None:
-        return CorpusDocuments.from_rows(documents)
-    passages = getattr(retriever, "passages", None)
-    if isinstance(passages, JsonlCorpus):  # a lazy retriever: share its reader, read nothing
-        return CorpusDocuments.by_row(passages)
-    source = getattr(retriever, "corpus_source", None)
-    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
-        return CorpusDocuments.from_file(source)
-    return None
 
 
 async def _disconnected(request: Request) -> bool:
