@@ -40,8 +40,7 @@ from envs.openenv.models import (
     SearchTeamState,
     tokenizer_identity,
 )
-from envs.protocol import short_repr
-from envs.search_team import MAX_CHARS_PER_TOKEN, default_tokenizer, make_env
+from envs.search_team import MAX_CHARS_PER_TOKEN, _short, default_tokenizer, make_env
 from envs.team import MIN_TURN_ROOM, WORKFLOWS, Question
 
 ENV_NAME = "search_team"
@@ -306,7 +305,6 @@ class _NoEnv:
 
 
 _NO_ENV = _NoEnv()
-_short = functools.partial(short_repr, width=60)  # a value in a refusal
 
 
 def json_safe(value: Any) -> Any:
