@@ -69,9 +69,6 @@ class _Deadline:
         self._timer.daemon = True
         self._timer.start()
 
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
     def watch(self, sock: socket.socket) -> None:
         dup = sock.dup()
         with self._lock:
@@ -110,7 +107,7 @@ def _watched(connection_class: type) -> type:
             create = self._create_connection
 
             def connect(address, timeout=None, source_address=None):
-                left = deadline.left()
+                left = deadline.deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"no complete answer within the {deadline.seconds:g} s deadline")
                 if isinstance(timeout, (int, float)):  # not socket's "global default" sentinel

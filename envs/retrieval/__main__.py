@@ -44,6 +44,21 @@ def _add_retriever_args(p: argparse.ArgumentParser) -> None:
                    help="no line and no bar while the corpus is encoded")
 
 
+def _build(args: argparse.Namespace) -> DenseRetriever:
+    start = time.perf_counter()
+    retriever = DenseRetriever(args.corpus, **{key: getattr(args, key) for key in (
+        "encoder", "index", "cache_dir", "batch_size", "device", "index_file", "mmap_index", "lazy",
+        "pooling", "progress")})
+    if retriever.index_kind == "file":
+        how, where = f"read from {args.index_file}", args.index_file
+    else:
+        how = "loaded from cache" if retriever.loaded_from_cache else "built"
+        where = retriever.cache_path
+    print(f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
+          f"{time.perf_counter() - start:.1f} s ({where})", file=sys.stderr)
+    return retriever
+
+
 _SERVER_OPTIONS = (  # (RetrievalServer setting, flag, type, default, help)
     ("max_batch", "--max-batch", int, None, "most queries per encoder batch (default 4 on a CPU "
      "encoder, which keeps small requests fast beside big ones; 64 on a GPU)"),
@@ -122,21 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "search" and args.topk < 1:  # before the corpus is loaded and encoded
         print(f"{parser.prog}: error: --topk {args.topk}: must be >= 1", file=sys.stderr)
         return 2
-    start = time.perf_counter()
     try:
-        retriever = DenseRetriever(args.corpus, **{key: getattr(args, key) for key in (
-            "encoder", "index", "cache_dir", "batch_size", "device", "index_file", "mmap_index",
-            "lazy", "pooling", "progress")})
+        retriever = _build(args)
     except (ValueError, OSError) as e:  # a bad corpus, index (file) or encoder: one line
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
-    if retriever.index_kind == "file":
-        how, where = f"read from {args.index_file}", args.index_file
-    else:
-        how = "loaded from cache" if retriever.loaded_from_cache else "built"
-        where = retriever.cache_path
-    print(f"{len(retriever)} passages, {retriever.index_kind} index {how} in "
-          f"{time.perf_counter() - start:.1f} s ({where})", file=sys.stderr)
     if args.command == "search":
         hits_of = retriever.search(args.queries, top_k=args.topk)
         for query, hits in zip(args.queries, hits_of, strict=True):

@@ -15,10 +15,6 @@ from envs.retrieval.passage import Passage
 _WORD = re.compile(r"\w+")
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
 class WordOverlapRetriever:
     """Scores a passage by the inverse-document-frequency weighted count of the query's
     distinct words it contains (ties: corpus order). ``corpus``: FlashRAG rows
@@ -32,7 +28,7 @@ class WordOverlapRetriever:
         self.passages = [p if isinstance(p, Passage) else Passage.from_row(p) for p in corpus]
         self.index: dict[str, list[int]] = {}
         for i, p in enumerate(self.passages):
-            for w in set(_words(f"{p.title} {p.text}")):
+            for w in set(_WORD.findall(f"{p.title} {p.text}".lower())):
                 self.index.setdefault(w, []).append(i)
         n = max(len(self.passages), 1)
         self.idf = {w: float(n / len(ids)) ** 0.5 for w, ids in self.index.items()}
@@ -44,7 +40,7 @@ class WordOverlapRetriever:
             # the query's words in the order written, not a set's: a set of strings iterates in
             # an order PYTHONHASHSEED picks per process, and float sums in another order can
             # differ in the last bit, and so break a tie another way
-            for w in dict.fromkeys(_words(q)):
+            for w in dict.fromkeys(_WORD.findall(q.lower())):
                 for i in self.index.get(w, ()):
                     score[i] += self.idf[w]
             best = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
