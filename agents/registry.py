@@ -56,10 +56,9 @@ def _hf(arg: str, *, seed: int, vocab_size: int | None = None, sampling: Samplin
 def _openai(arg: str, *, sampling: Sampling | None = None, **_: Any) -> Any:
     from agents.openai_chat import OpenAIPolicy
 
+    _check_openai(arg)
     arg, markers = _openai_markers(arg)
     model, _sep, url = arg.partition("@")
-    if not model:
-        raise ValueError(f"openai policy needs a model: openai:<model>@<base url>, got {arg!r}")
     sampling = sampling or Sampling()  # unset: OpenAIPolicy's own defaults (the server cannot be asked)
     settings = {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
     return OpenAIPolicy(model, **({"base_url": url} if url else {}), markers=markers,

@@ -37,7 +37,10 @@ def make_rollout_func(env_fn: Callable[[], Any], role: str = "answerer", *,
     calls = itertools.count()
 
     def rollout_func(prompts: list[str], trainer: Any) -> dict[str, list]:
-        group = _group_size(trainer)
+        group = getattr(trainer, "num_generations", None) or getattr(getattr(trainer, "args", None),
+                                                                      "num_generations", None)
+        if not isinstance(group, int) or group < 1:
+            raise ValueError(f"cannot read num_generations from {type(trainer).__name__}")
         unique = blocks(prompts, group)
         call = next(calls)
         policy = (policy_factory or _hf_policy)(trainer, call)
@@ -87,14 +90,6 @@ def role_reward(prompts: Any, completions: Any, role_reward: Sequence[float], **
     """A TRL reward function: the segment's own role reward (the Leader's
     ``0.9 R_EM + 0.1 R_assign``, an Answerer's candidate EM)."""
     return [float(r) for r in role_reward]
-
-
-def _group_size(trainer: Any) -> int:
-    group = getattr(trainer, "num_generations", None) or getattr(getattr(trainer, "args", None),
-                                                                  "num_generations", None)
-    if not isinstance(group, int) or group < 1:
-        raise ValueError(f"cannot read num_generations from {type(trainer).__name__}")
-    return group
 
 
 def _hf_policy(trainer: Any, call: int) -> Any:

@@ -109,16 +109,6 @@ def _load_tokenizer(name: str | None, recorded: dict[str, Any], file: str | Path
     return default
 
 
-def _partner(records: list[tuple[Episode, EpisodeValues | None]], ep: Episode, skip: int | None,
-             path: str | Path) -> int:
-    """Index of the first record in ``records`` on ``ep``'s question (other than ``skip``)."""
-    for i, (other, _) in enumerate(records):
-        if i != skip and _same_question(other, ep):
-            return i
-    raise ViewError(f"{path} holds no other episode on the question {ep.question.get('question', '')!r}; "
-                    "pass --compare-index")
-
-
 def _same_question(a: Episode, b: Episode) -> bool:
     return a.question.get("question") == b.question.get("question")
 
@@ -138,7 +128,11 @@ def write_page(file: str | Path, index: int = 0, *, out: str | Path | None = Non
         same_file = Path(compare).resolve() == Path(file).resolve()
         others = records if same_file else read_records(compare)
         if compare_index is None:
-            compare_index = _partner(others, ep, index if same_file else None, compare)
+            compare_index = next((i for i, (other, _) in enumerate(others)
+                                  if _same_question(other, ep) and not (same_file and i == index)), None)
+            if compare_index is None:
+                raise ViewError(f"{compare} holds no other episode on the question "
+                                f"{ep.question.get('question', '')!r}; pass --compare-index")
         ep2, values2 = pick(others, compare_index, compare)
         if not _same_question(ep, ep2):
             raise ViewError(f"{compare} #{compare_index} is on another question ({ep2.question.get('question')!r}) "
