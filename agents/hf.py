@@ -90,29 +90,26 @@ class HFPolicy(SampledPolicy):
     def _stopped_by_string(self, generated: list[int], stops: tuple[str, ...], window: int) -> bool:
         # Only the last few tokens are decoded: a stop string of n UTF-8 bytes spans at most
         # n byte-level tokens, and it can only just have been completed (we check every step).
-        if not self._may_complete(generated[-1], stops):
-            return False
-        tail = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)
-        return any(stop in tail for stop in stops)
-
-    def _may_complete(self, token: int, stops: tuple[str, ...]) -> bool:
-        """False only when ``token`` cannot be the one that completes a stop string: its
-        own text holds no stop string's last character and no partial UTF-8 character
-        (U+FFFD). Decoding is byte-exact concatenation for byte-level tokenizers; where
-        decoding may rewrite text across tokens (``clean_up_tokenization_spaces``) or a
-        stop string ends in whitespace (SentencePiece drops a lone token's leading space),
-        every token may complete one. The token texts are cached: one decode per id."""
+        # Nor is the tail decoded when the last token cannot complete one: its own text holds
+        # no stop string's last character and no partial UTF-8 character (U+FFFD). Decoding is
+        # byte-exact concatenation for byte-level tokenizers; where decoding may rewrite text
+        # across tokens (``clean_up_tokenization_spaces``) or a stop string ends in whitespace
+        # (SentencePiece drops a lone token's leading space), every token may complete one.
         ends = self._stop_ends.get(stops)
         if ends is None:
             cleans = bool(getattr(self.tokenizer, "clean_up_tokenization_spaces", False))
             ends = "" if cleans or any(s[-1].isspace() for s in stops) else "".join({s[-1] for s in stops})
             self._stop_ends[stops] = ends
-        if not ends:
-            return True
-        text = self._token_text.get(token)
-        if text is None:
-            text = self._token_text[token] = self.tokenizer.decode([token], skip_special_tokens=False)
-        return "\ufffd" in text or any(c in text for c in ends)
+        if ends:
+            token = generated[-1]
+            text = self._token_text.get(token)
+            if text is None:  # one decode per token id
+                text = self.tokenizer.decode([token], skip_special_tokens=False)
+                self._token_text[token] = text
+            if "\ufffd" not in text and not any(c in text for c in ends):
+                return False
+        tail = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)
+        return any(stop in tail for stop in stops)
 
     def _cache_of(self, out: Any) -> Any:
         return out.cache if self._cache_arg == "cache" else out.past_key_values

@@ -98,8 +98,7 @@ def check_network(network: Mapping[str, Any], algo: str | None, where: str) -> N
     ``SB3LeaderPolicy`` compares them with the saved tensors."""
     if not isinstance(network, Mapping):
         raise ValueError(f"{where}: policy_kwargs must be a JSON object, got {_brief(network)}")
-    arch = network.get("net_arch")
-    arch = DEFAULT_NET_ARCH if arch is None else arch
+    arch = DEFAULT_NET_ARCH if network.get("net_arch") is None else network["net_arch"]
     if isinstance(arch, Mapping) and algo != "dqn":
         if not arch or set(arch) - {"pi", "vf"}:
             raise ValueError(f"{where}: net_arch as an object must have keys among pi, vf, got {_brief(arch)}")
@@ -134,8 +133,7 @@ def expected_shapes(algo: str, macro: LeaderMacro, network: Mapping[str, Any]) -
     build for ``algo`` on ``macro``'s spaces, computed from ``network`` alone (nothing is
     built; ``network`` passed :func:`check_network`)."""
     obs, n = int(macro.observation_space.shape[0]), int(macro.action_space.n)
-    arch = network.get("net_arch")
-    arch = DEFAULT_NET_ARCH if arch is None else arch
+    arch = DEFAULT_NET_ARCH if network.get("net_arch") is None else network["net_arch"]
     shapes: dict[str, tuple[int, ...]] = {}
 
     def linear(prefix: str, dims: Sequence[int]) -> None:
