@@ -175,7 +175,7 @@ def verify_weights(path: str | Path) -> dict[str, Any]:
 
     root = Path(path)
     config = _read_config(root)
-    files = _weight_files(root)
+    files, weight_map = _weight_files(root)
     present: dict[str, tuple[Path, tuple[int, ...]]] = {}
     for file in files:
         try:
@@ -187,7 +187,10 @@ def verify_weights(path: str | Path) -> dict[str, Any]:
                         raise CheckpointError(f"{file}: tensor {name!r} holds non-finite values (NaN or inf)")
         except (SafetensorError, OSError, RuntimeError) as err:
             raise CheckpointError(f"{file}: unreadable safetensors file ({first_line(err)})") from None
-    _check_index_places(root, present)
+    for name, shard in weight_map.items():  # a loader trusts the index: each tensor where it says
+        if name not in present or present[name][0] != root / shard:
+            raise CheckpointError(f"{root / shard}: tensor {name!r} that model.safetensors.index.json "
+                                  "places there is not in it")
     layers = config.get("num_hidden_layers")
     if isinstance(layers, int) and layers > len(present):  # each layer saves a tensor at least
         raise CheckpointError(f"{root / 'config.json'}: num_hidden_layers {layers} but the weights hold only "
@@ -231,22 +234,17 @@ def verify_tokenizer(path: str | Path, config: dict[str, Any] | None = None) -> 
         Tokenizer.from_str(json.dumps(data))
     except Exception as err:  # noqa: BLE001 (its Rust parser's errors have no common class)
         raise CheckpointError(f"{file}: not a tokenizer ({first_line(err)})") from None
-    ids = _token_ids(data)
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    tokens = model.get("vocab")
+    ids = [v for v in tokens.values() if isinstance(v, int)] if isinstance(tokens, dict) else \
+        list(range(len(tokens))) if isinstance(tokens, list) else []
+    added = data.get("added_tokens")
+    if isinstance(added, list):
+        ids += [t["id"] for t in added if isinstance(t, dict) and isinstance(t.get("id"), int)]
     vocab = (config or {}).get("vocab_size")
     if ids and isinstance(vocab, int) and max(ids) >= vocab:
         raise CheckpointError(f"{file}: token id {max(ids)} is outside the model's vocabulary of {vocab} "
                               f"({root / 'config.json'})")
-
-
-def _token_ids(data: dict[str, Any]) -> list[int]:
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    vocab = model.get("vocab")
-    ids = [v for v in vocab.values() if isinstance(v, int)] if isinstance(vocab, dict) else \
-        list(range(len(vocab))) if isinstance(vocab, list) else []
-    added = data.get("added_tokens")
-    if isinstance(added, list):
-        ids += [t["id"] for t in added if isinstance(t, dict) and isinstance(t.get("id"), int)]
-    return ids
 
 
 def _read_json_object(file: Path, what: str) -> dict[str, Any]:
@@ -286,10 +284,11 @@ def _read_config(root: Path) -> dict[str, Any]:
     return config
 
 
-def _weight_files(root: Path) -> list[Path]:
+def _weight_files(root: Path) -> tuple[list[Path], dict[str, str]]:
+    """The safetensors files of ``root`` and its index's weight_map (one file: none)."""
     single, index = root / "model.safetensors", root / "model.safetensors.index.json"
     if single.exists():
-        return [single]
+        return [single], {}
     if index.exists():
         data = _read_json_object(index, "shard index")
         weight_map = data.get("weight_map")
@@ -304,18 +303,8 @@ def _weight_files(root: Path) -> list[Path]:
         missing = [f for f in files if not f.is_file()]
         if missing:
             raise CheckpointError(f"{missing[0]}: shard named in {index.name} does not exist")
-        return files
+        return files, weight_map
     raise CheckpointError(f"{single}: does not exist (no weights in {root})")
-
-
-def _check_index_places(root: Path, present: dict[str, tuple[Path, tuple[int, ...]]]) -> None:
-    """Every tensor a shard index places in a shard is there (a loader trusts the index)."""
-    index = root / "model.safetensors.index.json"
-    if (root / "model.safetensors").exists() or not index.exists():
-        return
-    for name, shard in _read_json_object(index, "shard index")["weight_map"].items():
-        if name not in present or present[name][0] != root / shard:
-            raise CheckpointError(f"{root / shard}: tensor {name!r} that {index.name} places there is not in it")
 
 
 def _expected_tensors(root: Path) -> tuple[list[tuple[tuple[str, ...], tuple[int, ...]]], list[Any]]:
