@@ -65,15 +65,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sft(argv: list[str]) -> int:
-    from algos.commands.preflight import check_sft
-    from algos.commands.sft import _parser
-    from algos.commands.sft import main as sft_main
-
-    check_sft(_parser().parse_args(argv))
-    return sft_main(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -88,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "sft":
-        return _sft(argv[1:])
+        from algos.commands.preflight import check_sft
+        from algos.commands.sft import _parser
+        from algos.commands.sft import main as sft_main
+
+        check_sft(_parser().parse_args(argv[1:]))
+        return sft_main(argv[1:])
     if argv and argv[0] == "plan":
         from algos.commands.plan import main as plan_main
 

@@ -149,7 +149,17 @@ class Trainer:
         until the updated weights are pushed into it."""
         self.retriever = retriever if retriever is not None else make_retriever(cfg.retriever, index=cfg.retriever_index,
                                                                                progress=self.progress)
-        self.pool = self._rollout_pool(retriever) if cfg.rollout_workers and self.is_main else _NoWorkers()
+        if cfg.rollout_workers and self.is_main:  # Ray actors sharing one retriever (the URL, or an actor)
+            from agents.ray_rollout import RayRolloutPool
+
+            self.pool = RayRolloutPool(
+                cfg.rollout_workers, model=self.full_model, tokenizer=self.tokenizer,
+                env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()),
+                retriever=retriever if retriever is not None else cfg.retriever, backend=cfg.rollout_backend,
+                address=cfg.ray_address, retriever_index=cfg.retriever_index,
+                policy_kwargs=dict(sampling=cfg.sampling, batch_size=cfg.generation_batch_size))
+        else:
+            self.pool = _NoWorkers()
         self.train_questions = load_questions(cfg.data, cfg.train_datasets, cfg.train_split, cfg.train_per_dataset)
         self.val_questions = load_questions(cfg.data, cfg.val_datasets, cfg.val_split, cfg.val_per_dataset)
         self.step = 0
@@ -158,7 +168,13 @@ class Trainer:
         """The Ray workers' statistics of the last rollouts (none without workers)."""
         if checkpoint is not None:
             state = load_checkpoint(checkpoint, self.layout.checkpoint_optimizer(self.model, self.optimizer))
-            self._set_state(state)
+            self.step = int(state["step"])
+            self.nonfinite_in_a_row = int(state["nonfinite_in_a_row"])
+            self.rng.bit_generator.state = state["numpy_rng"]
+            torch.set_rng_state(state["torch_rng"])
+            random.setstate(state["python_rng"])
+            if state.get("policy_rng") is not None:
+                self.backend.set_state(state["policy_rng"])
             if self.is_main:  # (one writer: ranks replacing the same file would race)
                 truncate_metrics(self.out / "metrics.jsonl", self.step)  # the later steps run again
         self.writer = _tensorboard(self.out / "tb") if self.is_main else None
@@ -194,19 +210,6 @@ class Trainer:
         # every name, tied ones included: vLLM reloads layer by layer, and a layer whose name is
         # missing (a tied lm_head) keeps its old processed weights (HF on this very model: nothing to copy)
         self.backend.load_weights(self.full_model.named_parameters(remove_duplicate=False))
-
-    def _rollout_pool(self, retriever: Any) -> Any:
-        """``rollout_workers`` Ray actors (``agents.ray_rollout``) with this run's env shape,
-        sampling settings and one shared retriever (the URL, or an actor holding it)."""
-        from agents.ray_rollout import RayRolloutPool
-
-        cfg = self.config
-        shared = retriever if retriever is not None else cfg.retriever
-        return RayRolloutPool(cfg.rollout_workers, model=self.full_model, tokenizer=self.tokenizer,
-                              env_kwargs=dict(workflow=cfg.workflow, **cfg.env_shape()), retriever=shared,
-                              backend=cfg.rollout_backend, address=cfg.ray_address,
-                              retriever_index=cfg.retriever_index,
-                              policy_kwargs=dict(sampling=cfg.sampling, batch_size=cfg.generation_batch_size))
 
     def close(self) -> None:
         """Free the engine (vLLM allows one sleep-mode engine per process), the Ray workers,
@@ -438,23 +441,12 @@ class Trainer:
         optimizer = self.layout.checkpoint_optimizer(self.model, self.optimizer, gather=True)
         if not self.is_main:  # the replicas are equal: rank 0 writes the one checkpoint
             return None
-        return save_checkpoint(self.out, self.step, self.full_model, self.tokenizer, optimizer,
-                               self._get_state(), self.config.to_dict(), keep=self.config.keep_checkpoints)
-
-    def _get_state(self) -> dict[str, Any]:
-        return {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
-                "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-                "policy_rng": self.backend.get_state()}  # (the rollout sampler's; None: it keeps none)
-
-    def _set_state(self, state: dict[str, Any]) -> None:
-        self.step = int(state["step"])
-        self.nonfinite_in_a_row = int(state["nonfinite_in_a_row"])
-        self.rng.bit_generator.state = state["numpy_rng"]
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        if state.get("policy_rng") is not None:
-            self.backend.set_state(state["policy_rng"])
+        state = {"step": self.step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
+                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                 "python_rng": random.getstate(),
+                 "policy_rng": self.backend.get_state()}  # (the rollout sampler's; None: it keeps none)
+        return save_checkpoint(self.out, self.step, self.full_model, self.tokenizer, optimizer, state,
+                               self.config.to_dict(), keep=self.config.keep_checkpoints)
 
 
 class _NoWorkers:
