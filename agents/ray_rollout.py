@@ -219,14 +219,11 @@ class RayRolloutPool:
         self._args = (model.config, tokenizer, dict(env_kwargs), shared, backend, dict(policy_kwargs or {}),
                       threads)
         self._actor_class = ray.remote(num_cpus=1, num_gpus=num_gpus, max_restarts=0)(RolloutWorker)
-        self.workers = [self._start() for _ in range(num_workers)]
+        self.workers = [self._actor_class.remote(*self._args) for _ in range(num_workers)]
         self.version = -1
         self._weights: Any = None
         self.last_stats: dict[str, float] = {}
         self.push_weights(model)
-
-    def _start(self) -> Any:
-        return self._actor_class.remote(*self._args)
 
     def push_weights(self, model: Any) -> int:
         """Put ``model``'s weights in the object store as the next version (workers fetch it
@@ -278,7 +275,7 @@ class RayRolloutPool:
                 if restarts > self.max_restarts:
                     raise RuntimeError(f"rollout workers died {restarts} times in one batch (the last: worker "
                                        f"{w} on question {i}); giving up instead of retrying forever")
-                self.workers[w] = self._start()
+                self.workers[w] = self._actor_class.remote(*self._args)
                 idle.append(w)
                 queue.insert(0, i)
         self.last_stats = {"rollout/worker_restarts": float(restarts),

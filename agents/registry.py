@@ -97,9 +97,8 @@ def _sb3(arg: str, *, seed: int, **_: Any) -> Any:
 
 
 def _python(arg: str, **_: Any) -> Any:
+    _check_python(arg)
     module, _sep, name = arg.rpartition(":")
-    if not module:
-        raise ValueError(f"python policy must be python:<module>:<Class>, got python:{arg!r}")
     return getattr(importlib.import_module(module), name)()
 
 

@@ -70,7 +70,7 @@ def _pool(fake_ray, workers=2):
     pool = object.__new__(RayRolloutPool)  # its state without ray.init or actors
     pool.ray, pool.num_workers, pool.timeout_s, pool.max_restarts = fake_ray, workers, 60.0, 2 * workers
     pool._actor_class, pool._args = SimpleNamespace(remote=start), ()
-    pool.workers = [pool._start() for _ in range(workers)]
+    pool.workers = [start() for _ in range(workers)]
     pool.version, pool._weights, pool.restarts_total, pool.last_stats = 0, None, 0, {}
     return pool, started
 
