@@ -119,11 +119,6 @@ def _num(x: float | int | None) -> str:
     return repr(float(x)) if isinstance(x, float) else str(x)
 
 
-def token_text(tokenizer: Any) -> Callable[[int], str]:
-    """Each token id's own text, decoded once per id (special tokens shown as themselves)."""
-    return functools.cache(lambda token: tokenizer.decode([token], skip_special_tokens=False))
-
-
 def token_spans(seg: Segment, turns: Sequence[tuple[int, int, int]], tv: TokenValues,
                 text: Callable[[int], str], scales: Scales, prefix: str) -> str:
     """The HTML of one segment's tokens: runs of env-written text (``envrun``) and the
@@ -205,14 +200,6 @@ def workflow_tree(ep: Episode, decode: Any, tvs: list[TokenValues]) -> list[dict
     return nodes
 
 
-def role_rewards(ep: Episode) -> dict[str, float]:
-    """Each role's mean segment reward (a Searcher serving two waves counts twice)."""
-    by: dict[str, list[float]] = {}
-    for seg in ep.segments:
-        by.setdefault(seg.role, []).append(seg.reward)
-    return {r: float(np.mean(v)) for r, v in by.items()}
-
-
 def episode_view(n: int, ep: Episode, values: EpisodeValues | None, tvs: list[TokenValues],
                  tokenizer: Any, text: Callable[[int], str], scales: Scales,
                  source: str) -> dict[str, Any]:
@@ -235,6 +222,10 @@ def episode_view(n: int, ep: Episode, values: EpisodeValues | None, tvs: list[To
                          "task": _short(seg.task), "tokens": len(seg.token_ids), "generated": seg.num_generated,
                          "adv": _mean(tvs[i].adv),
                          "html": Markup(token_spans(seg, turns.get(i, []), tvs[i], text, scales, prefix))})
+    by_role: dict[str, list[float]] = {}  # a Searcher serving two waves counts twice
+    for seg in ep.segments:
+        by_role.setdefault(seg.role, []).append(seg.reward)
+    role_rewards = {r: float(np.mean(v)) for r, v in by_role.items()}
     q = ep.question
     return {
         "n": n, "prefix": prefix, "source": source, "values": values, "question": q.get("question", ""),
@@ -243,7 +234,7 @@ def episode_view(n: int, ep: Episode, values: EpisodeValues | None, tvs: list[To
         "selection": [(i, _short(ep.reports[i - 1], 240) if 0 < i <= len(ep.reports) else "?")
                       for i in ep.selection],
         "candidates": list(zip(ep.candidates, ep.candidate_em)), "final_answer": ep.final_answer,
-        "final_em": ep.final_em, "team_em": ep.team_em, "rewards": ep.rewards, "role_rewards": role_rewards(ep),
+        "final_em": ep.final_em, "team_em": ep.team_em, "rewards": ep.rewards, "role_rewards": role_rewards,
         "num_turns": len(ep.turn_spans), "num_tokens": sum(len(s.token_ids) for s in ep.segments),
         "searches": ep.num_searches, "waves": ep.num_waves, "invalid": ep.invalid_turns,
     }
@@ -259,7 +250,7 @@ def render_page(shown: Sequence[tuple[Episode, EpisodeValues | None, str]], toke
         raise ValueError(f"a page shows one or two episodes, not {len(shown)}")
     tvs = [token_values(ep, values) for ep, values, _ in shown]
     scales = Scales.of([(ep, tv) for (ep, _, _), tv in zip(shown, tvs)])
-    text = token_text(tokenizer)
+    text = functools.cache(lambda token: tokenizer.decode([token], skip_special_tokens=False))
     views = [episode_view(n, ep, values, tv, tokenizer, text, scales, source)
              for n, ((ep, values, source), tv) in enumerate(zip(shown, tvs))]
     has = {mode: any(v is not None for t in tvs for s in t for v in getattr(s, name))
