@@ -282,7 +282,12 @@ def run(backend: str, model_dir: str, steps: int, out: Path) -> dict[str, Any]:
 def rate_with_sync(result: dict[str, Any]) -> float:
     """Generated tokens per second of rollout plus weight sync (what keeping the engine's
     copy of the weights current costs is part of the price of its speed)."""
-    return result["tokens_per_step"] / max(result["perf/rollout_s"] + result["sync_s"], 1e-9)
+    tokens = result.get("tokens_per_step", result.get("perf/generated_tokens_per_s", 0.0) * result["perf/rollout_s"])
+    return tokens / max(result["perf/rollout_s"] + result.get("sync_s", 0.0), 1e-9)
+
+
+def _step_s(result: dict[str, Any]) -> float:
+    return result.get("step_s", result["perf/rollout_s"] + result["perf/score_s"] + result["perf/update_s"])
 
 
 def headline(results: list[dict[str, Any]]) -> list[str]:
@@ -292,13 +297,13 @@ def headline(results: list[dict[str, Any]]) -> list[str]:
     lines = []
     if "hf" in by and "vllm" in by:
         ratio = rate_with_sync(by["vllm"]) / max(rate_with_sync(by["hf"]), 1e-9)
-        steps = by["hf"]["step_s"] / max(by["vllm"]["step_s"], 1e-9)
+        steps = _step_s(by["hf"]) / max(_step_s(by["vllm"]), 1e-9)
         lines.append(f"vllm / hf generated tokens per second of rollout + weight sync (tiny model): {ratio:.2f}x; "
                      f"end-to-end step time hf / vllm: {steps:.2f}x")
     for r in results:
         lines.append(f"{r['backend']:>5}: {rate_with_sync(r):.0f} generated tok/s with sync; step "
-                     f"{r['step_s']:.2f}s = rollout {r['perf/rollout_s']:.2f}s / scoring {r['perf/score_s']:.2f}s / "
-                     f"update {r['perf/update_s']:.2f}s (weight sync {r['sync_s']:.2f}s of scoring + update); "
+                     f"{_step_s(r):.2f}s = rollout {r['perf/rollout_s']:.2f}s / scoring {r['perf/score_s']:.2f}s / "
+                     f"update {r['perf/update_s']:.2f}s (weight sync {r.get('sync_s', 0.0):.2f}s of scoring + update); "
                      f"peak GPU memory {r['peak_gpu_gib']:.2f} GiB (torch), {r['device_used_gib']:.2f} GiB used at the end")
     return lines
 
