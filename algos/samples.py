@@ -52,15 +52,6 @@ def episode_values(ep: Episode, rows: Sequence[Row], *, kind: str, step: int, gr
                          tokenizer=dict(tokenizer or {}), segments=segments)
 
 
-def pick_episodes(groups: Sequence[Sequence[Episode]], count: int, kind: str) -> list[tuple[int, Episode]]:
-    """Which episodes a sample keeps, with their question index: for training, the first
-    ``count`` in question order (a whole GRPO group first, whose advantages compare); for
-    validation, the first run of each of the first ``count`` questions (the same every time)."""
-    if kind == "validation":
-        return [(g, eps[0]) for g, eps in enumerate(groups) if eps][:count]
-    return [(g, ep) for g, eps in enumerate(groups) for ep in eps][:count]
-
-
 def write_sample(path: str | Path, picked: Sequence[tuple[int, Episode]], rows: Sequence[Row], *, kind: str,
                  step: int, stage: str = "", searcher_signal: str = "",
                  tokenizer: dict[str, Any] | None = None) -> Path:
@@ -124,7 +115,12 @@ def keep_sample(kind: str, groups: Sequence[Sequence[Episode]], rows: Sequence[R
     ``rules``, at the training temperature: the values the learner would see). ``config``:
     the run's ``TrainConfig``."""
     cfg = config
-    picked = pick_episodes(groups, cfg.sample_episodes, kind)
+    # kept, with their question index: validation's first run of each question (the same every
+    # time); training's first episodes in question order (a whole GRPO group, whose advantages compare)
+    if kind == "validation":
+        picked = [(g, eps[0]) for g, eps in enumerate(groups) if eps][:cfg.sample_episodes]
+    else:
+        picked = [(g, ep) for g, eps in enumerate(groups) for ep in eps][:cfg.sample_episodes]
     if rows is None:
         rows = validation_rows(picked, model, teacher, max_row_tokens=cfg.max_row_tokens,
                                max_tokens=cfg.max_tokens_per_batch, pad_id=pad_id,

@@ -109,7 +109,7 @@ class Trainer:
         self.precision.configure()
         if checkpoint is not None or model is None:  # a checkpoint's weights win over any given
             model, tokenizer = load_model(str(checkpoint or cfg.model), cfg.device,
-                                          self.precision.param_dtype_name)
+                                          str(self.precision.param_dtype).removeprefix("torch."))
         self.precision.prepare(model)
         if cfg.weight_decay > 0 and declared_frozen(model):
             raise ValueError(f"TrainConfig.weight_decay={cfg.weight_decay}: the model {cfg.model} declares frozen "

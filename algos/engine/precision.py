@@ -41,11 +41,6 @@ class Precision:
     device_type: str
 
     @property
-    def param_dtype_name(self) -> str:
-        """``param_dtype`` as ``load_model`` takes it (``float32``)."""
-        return str(self.param_dtype).removeprefix("torch.")
-
-    @property
     def mixed(self) -> bool:
         """Whether forwards compute in a lower dtype than the parameters are kept in."""
         return self.compute_dtype != self.param_dtype
